@@ -1,0 +1,192 @@
+"""Decoding (paper, section 2.5) on top of the generator interface.
+
+- RAG-Token: greedy or beam search on the marginal sum_z p(z|x) p(y_i|x,z,y<i).
+- RAG-Sequence: beam search (or greedy) separately under each passage, then every distinct
+  hypothesis is scored by the full marginal (thorough) or only where it was found (fast).
+
+The beam search follows transformers' (`length_penalty`, its early-stop heuristic, candidates
+of the top `num_beams` ranks only), so the same model and passages give the same answers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from .generator import DecodeState, Generator
+from .marginalize import next_token_marginal
+
+NEG = -1.0e9  # transformers' "impossible" score; -inf would turn sums into NaN
+
+
+@dataclass(frozen=True)
+class Hypothesis:
+    ids: tuple[int, ...]  # generated ids after the prefix, stop token included when produced
+    score: float  # sum of (processed) log-probs divided by length ** length_penalty
+    group: int  # which group (passage for RAG-Sequence) produced it
+
+
+def logits_processors(generator: Generator, *, prefix_len: int, max_new_tokens: int, generation_config=None):
+    """The generation-config constraints transformers applies (forced BOS/EOS, min length, n-gram bans)."""
+    from transformers import (
+        ForcedBOSTokenLogitsProcessor,
+        ForcedEOSTokenLogitsProcessor,
+        LogitsProcessorList,
+        MinLengthLogitsProcessor,
+        NoRepeatNGramLogitsProcessor,
+        RepetitionPenaltyLogitsProcessor,
+    )
+
+    config = generation_config or generator.model.generation_config
+    eos = sorted(generator.eos_ids)
+    max_length = prefix_len + max_new_tokens
+    processors = LogitsProcessorList()
+    if config.min_length and config.min_length > 0 and eos:
+        processors.append(MinLengthLogitsProcessor(config.min_length, eos))
+    if config.repetition_penalty not in (None, 1.0):
+        processors.append(RepetitionPenaltyLogitsProcessor(config.repetition_penalty))
+    if config.no_repeat_ngram_size:
+        processors.append(NoRepeatNGramLogitsProcessor(config.no_repeat_ngram_size))
+    if config.forced_bos_token_id is not None:
+        processors.append(ForcedBOSTokenLogitsProcessor(config.forced_bos_token_id))
+    if config.forced_eos_token_id is not None:
+        processors.append(ForcedEOSTokenLogitsProcessor(max_length, config.forced_eos_token_id))
+    return processors
+
+
+class _Search:
+    """Step function of one decoding problem: G independent groups, B beams each."""
+
+    def __init__(self, generator: Generator, state: DecodeState, groups: int, doc_lp: torch.Tensor | None):
+        self.generator = generator
+        self.state = state
+        self.groups = groups
+        self.doc_lp = doc_lp  # (K,) for RAG-Token (rows are beam x passage); None: one row per beam
+        self.docs = 1 if doc_lp is None else int(doc_lp.shape[0])
+
+    def expand(self, beams: int) -> None:
+        if beams > 1:
+            rows = torch.arange(self.state.rows).view(self.groups, 1, self.docs).expand(-1, beams, -1).reshape(-1)
+            self.state = self.generator.select(self.state, rows)
+
+    def logprobs(self, beams: int) -> torch.Tensor:
+        """(G, B, V) log-probs of the next token."""
+        lp = self.state.logprobs
+        if self.doc_lp is not None:
+            lp = next_token_marginal(lp.view(-1, self.docs, lp.shape[-1]), self.doc_lp.to(lp.device).expand(lp.shape[0] // self.docs, -1))
+        return lp.view(self.groups, beams, -1)
+
+    def advance(self, source_beams: torch.Tensor, tokens: torch.Tensor) -> None:
+        """source_beams, tokens: (G, B'); row (g, b) continues beam source_beams[g, b] with tokens[g, b]."""
+        groups, beams = source_beams.shape
+        beam_rows = (torch.arange(groups)[:, None] * source_beams.new_tensor(self.state.rows // groups // self.docs) + source_beams)
+        rows = (beam_rows.reshape(-1, 1) * self.docs + torch.arange(self.docs)).reshape(-1)
+        if not torch.equal(rows, torch.arange(self.state.rows)):
+            self.state = self.generator.select(self.state, rows)
+        self.state = self.generator.advance(self.state, tokens.reshape(-1).repeat_interleave(self.docs))
+
+
+def _processed(processors, sequences: torch.Tensor, logprobs: torch.Tensor) -> torch.Tensor:
+    """Apply processors to (N, V) log-probs given (N, L) sequences so far."""
+    return processors(sequences, logprobs) if len(processors) else logprobs
+
+
+def greedy(
+    generator: Generator,
+    state: DecodeState,
+    *,
+    groups: int,
+    doc_lp: torch.Tensor | None,
+    prefix: tuple[int, ...],
+    max_new_tokens: int,
+    stop_ids: frozenset[int],
+    generation_config=None,
+) -> list[Hypothesis]:
+    """Greedy decoding of G groups at once; one hypothesis per group."""
+    search = _Search(generator, state, groups, doc_lp)
+    processors = logits_processors(generator, prefix_len=len(prefix), max_new_tokens=max_new_tokens, generation_config=generation_config)
+    sequences = torch.tensor([list(prefix)] * groups, dtype=torch.long).view(groups, len(prefix))
+    scores = torch.zeros(groups)
+    done = torch.zeros(groups, dtype=torch.bool)
+    stop = torch.tensor(sorted(stop_ids), dtype=torch.long)
+    for step in range(max_new_tokens):
+        lp = _processed(processors, sequences, search.logprobs(1)[:, 0].cpu())  # (G, V)
+        tokens = lp.argmax(-1)
+        tokens = torch.where(done, sequences[:, -1], tokens)  # finished groups repeat their last token (ignored)
+        scores = scores + torch.where(done, torch.zeros(()), lp.gather(1, tokens[:, None]).squeeze(1))
+        sequences = torch.cat([sequences, tokens[:, None]], dim=1)
+        done = done | torch.isin(tokens, stop)
+        if bool(done.all()) or step == max_new_tokens - 1:
+            break
+        search.advance(torch.zeros(groups, 1, dtype=torch.long), tokens[:, None])
+    hypotheses = []
+    for g in range(groups):
+        ids = sequences[g, len(prefix) :].tolist()
+        cut = next((i + 1 for i, t in enumerate(ids) if t in stop_ids), len(ids))
+        hypotheses.append(Hypothesis(ids=tuple(ids[:cut]), score=float(scores[g]), group=g))
+    return hypotheses
+
+
+def beam_search(
+    generator: Generator,
+    state: DecodeState,
+    *,
+    groups: int,
+    doc_lp: torch.Tensor | None,
+    prefix: tuple[int, ...],
+    max_new_tokens: int,
+    stop_ids: frozenset[int],
+    num_beams: int,
+    length_penalty: float | None = None,
+    generation_config=None,
+) -> list[list[Hypothesis]]:
+    """Beam search for G groups at once; returns each group's finished hypotheses, best first."""
+    if length_penalty is None:
+        length_penalty = float((generation_config or generator.model.generation_config).length_penalty or 1.0)
+    B, G = num_beams, groups
+    search = _Search(generator, state, groups, doc_lp)
+    search.expand(B)
+    processors = logits_processors(generator, prefix_len=len(prefix), max_new_tokens=max_new_tokens, generation_config=generation_config)
+    stop = torch.tensor(sorted(stop_ids), dtype=torch.long)
+    keep = max(2, 1 + len(stop_ids)) * B
+
+    running = torch.tensor([list(prefix)] * (G * B), dtype=torch.long).view(G, B, len(prefix))
+    running_scores = torch.zeros(G, B)
+    running_scores[:, 1:] = NEG
+    finished: list[list[tuple[float, tuple[int, ...]]]] = [[] for _ in range(G)]
+    open_groups = [True] * G
+
+    for step in range(max_new_tokens):
+        length = step + 1  # generated tokens once this step's token is appended
+        lp = search.logprobs(B).cpu()  # (G, B, V)
+        vocab = lp.shape[-1]
+        lp = _processed(processors, running.view(G * B, -1), lp.view(G * B, vocab)).view(G, B, vocab)
+        total = (lp + running_scores[:, :, None]).view(G, B * vocab)
+        top_scores, top_index = total.topk(min(keep, B * vocab), dim=1)  # (G, keep)
+        source, tokens = top_index // vocab, top_index % vocab
+        hits_stop = torch.isin(tokens, stop) | (length == max_new_tokens)
+        for g in range(G):
+            if not open_groups[g]:
+                continue
+            for rank in range(min(B, top_scores.shape[1])):  # only the top-B ranks may finish
+                if hits_stop[g, rank]:
+                    seq = tuple(running[g, source[g, rank], len(prefix) :].tolist()) + (int(tokens[g, rank]),)
+                    finished[g].append((float(top_scores[g, rank]) / length**length_penalty, seq))
+            finished[g] = sorted(finished[g], key=lambda item: -item[0])[:B]
+        # the best B continuations that did not stop keep running
+        masked = top_scores + hits_stop.float() * NEG
+        next_scores, order = masked.topk(B, dim=1)  # (G, B)
+        next_source = source.gather(1, order)
+        next_tokens = tokens.gather(1, order)
+        running = torch.cat([running.gather(1, next_source[:, :, None].expand(-1, -1, running.shape[2])), next_tokens[:, :, None]], 2)
+        running_scores = next_scores
+        for g in range(G):
+            if open_groups[g] and len(finished[g]) == B:
+                best_possible = float(running_scores[g, 0]) / length**length_penalty
+                if best_possible <= finished[g][-1][0]:
+                    open_groups[g] = False
+        if not any(open_groups) or bool(hits_stop.all()) or length == max_new_tokens:
+            break
+        search.advance(next_source, next_tokens)
+    return [[Hypothesis(ids=seq, score=score, group=g) for score, seq in finished[g]] for g in range(G)]

@@ -1,0 +1,427 @@
+"""The RAG engine: encode the question, search, weigh passages, generate, marginalize.
+
+One `RagEngine` holds the models and knowledge bases read-only; each call returns a typed
+`AskResult` with the numbers behind every answer and the time each stage took.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import OrderedDict
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from . import decoding
+from .config import DECODINGS, INDEX_KINDS, VARIANTS, EngineConfig
+from .corpus import KnowledgeBase, Passage, load_kb, make_kb
+from .encoders import Encoder
+from .errors import InputError, KnowledgeBaseError
+from .generator import DecodeState, Generator, Target
+from .index import SearchIndex, cached_index, measure, recall_at_k
+from .marginalize import (
+    doc_logprobs,
+    rag_sequence_logprob,
+    rag_sequence_posteriors,
+    rag_sequence_token_logprobs,
+    rag_token_logprob,
+    rag_token_posteriors,
+    rag_token_token_logprobs,
+)
+from .results import AskResult, ClosedBookResult, IndexReport, RetrievedPassage, VariantResult
+
+log = logging.getLogger(__name__)
+
+MAX_NEW_TOKENS_LIMIT = 64
+MAX_BEAMS = 8
+MAX_QUESTION_CHARS = 2000
+PRIVATE_INDEX_SLOTS = 16  # indexes of visitors' own KBs kept in memory, least recently used dropped
+
+
+@dataclass(frozen=True)
+class _Retrieval:
+    passages: tuple[RetrievedPassage, ...]
+    doc_lp: torch.Tensor  # (K,) log p(z|x)
+    generator_question: str  # the question as the generator reads it
+    recall: float | None
+    notices: tuple[str, ...]
+
+
+def clean_text(text: str, *, what: str, limit: int = MAX_QUESTION_CHARS) -> tuple[str, tuple[str, ...]]:
+    """Strip control characters and surrounding space; refuse empty text; cut very long text."""
+    if not isinstance(text, str):
+        raise InputError(f"the {what} must be text")
+    cleaned = "".join(ch if ch.isprintable() or ch in "\n\t" else " " for ch in text)
+    cleaned = " ".join(cleaned.split())
+    if not cleaned:
+        raise InputError(f"the {what} is empty; type a {what}")
+    if len(cleaned) > limit:
+        return cleaned[:limit], (f"the {what} was cut to its first {limit} characters",)
+    return cleaned, ()
+
+
+class RagEngine:
+    """Composes an encoder, a generator and knowledge bases; see `ask` and `score`."""
+
+    def __init__(
+        self,
+        *,
+        encoder: Encoder,
+        generator: Generator,
+        kbs: dict[str, KnowledgeBase],
+        config: EngineConfig = EngineConfig(),
+        index_cache: Path | None = None,
+        token_generation_config=None,
+        question_for_generator=None,
+        examples: dict[str, list[str]] | None = None,
+    ):
+        if not kbs:
+            raise KnowledgeBaseError("the engine needs at least one knowledge base")
+        for kb in kbs.values():
+            check_kb_matches_encoder(kb, encoder)
+        self.encoder = encoder
+        self.generator = generator
+        self.kbs = dict(kbs)
+        self.config = config
+        self.index_cache = index_cache
+        # transformers' RagTokenForGeneration decodes with the RAG model's generation config,
+        # RAG-Sequence with the generator's own; a checkpoint may set them differently.
+        self.token_generation_config = token_generation_config or generator.model.generation_config
+        self._question_for_generator = question_for_generator or (lambda q: q)
+        self._examples = examples or {}
+        self._indexes: dict[tuple[str, str], SearchIndex] = {}
+        self._private: OrderedDict[tuple[str, str], SearchIndex] = OrderedDict()
+        self._reports: dict[tuple[str, str], IndexReport] = {}
+        self._lock = threading.RLock()
+
+    # -- construction -------------------------------------------------------------------------
+    @classmethod
+    def from_config(cls, config: EngineConfig = EngineConfig(), *, kb_paths: dict[str, str] | None = None, progress=None) -> "RagEngine":
+        """Load models and KBs. With defaults everywhere, fetch/build the offline default first."""
+        from .loading import engine_from_config
+
+        return engine_from_config(config, kb_paths=kb_paths, progress=progress)
+
+    # -- knowledge bases and indexes ------------------------------------------------------------
+    @property
+    def kb_names(self) -> tuple[str, ...]:
+        return tuple(self.kbs)
+
+    @property
+    def default_kb(self) -> str:
+        return next(iter(self.kbs))
+
+    def resolve_kb(self, kb: str | KnowledgeBase | None) -> KnowledgeBase:
+        if isinstance(kb, KnowledgeBase):
+            check_kb_matches_encoder(kb, self.encoder)
+            return kb
+        name = kb or self.default_kb
+        if name in self.kbs:
+            return self.kbs[name]
+        if Path(name).expanduser().is_dir():
+            loaded = load_kb(Path(name).expanduser())
+            check_kb_matches_encoder(loaded, self.encoder)
+            with self._lock:
+                self.kbs.setdefault(str(name), loaded)
+            return loaded
+        raise InputError(f"unknown knowledge base {name!r}; choose one of {', '.join(self.kbs)} or give a KB folder")
+
+    def _index_for(self, kb: KnowledgeBase, kind: str) -> SearchIndex:
+        if kind not in INDEX_KINDS:
+            raise InputError(f"unknown index {kind!r}; choose one of {', '.join(INDEX_KINDS)}")
+        key = (kb.fingerprint, kind)
+        registered = any(k is kb for k in self.kbs.values())
+        with self._lock:
+            store = self._indexes if registered else self._private
+            if key in store:
+                if not registered:
+                    store.move_to_end(key)
+                return store[key]
+            cache_dir = (kb.path / "indexes") if (registered and kb.path is not None) else None
+            if cache_dir is None and registered and self.index_cache is not None:
+                cache_dir = self.index_cache / kb.fingerprint
+            index = cached_index(kind, kb.embeddings, kb.fingerprint, cache_dir, self.config.index, device=self.encoder.device)
+            store[key] = index
+            if not registered:
+                while len(store) > PRIVATE_INDEX_SLOTS:
+                    store.popitem(last=False)
+            return index
+
+    def index_reports(self, kb: str | KnowledgeBase | None = None, *, k: int = 10) -> list[IndexReport]:
+        """Build time, bytes, recall@k against flat and query latency of each index variant."""
+        knowledge = self.resolve_kb(kb)
+        flat = self._index_for(knowledge, "flat")
+        reports = []
+        for kind in INDEX_KINDS:
+            key = (knowledge.fingerprint, f"{kind}@{k}")
+            with self._lock:
+                if key not in self._reports:
+                    self._reports[key] = measure(self._index_for(knowledge, kind), flat, knowledge.embeddings, k=k)
+                reports.append(self._reports[key])
+        return reports
+
+    def build_kb(self, name: str, passages: list[Passage], *, progress=None) -> KnowledgeBase:
+        """Embed `passages` into an in-memory KB (e.g. a visitor's own text); nothing is written."""
+        if not passages:
+            raise InputError("no passages to index; paste or upload some text")
+        callback = None if progress is None else (lambda done, total: progress("embedding passages", done, total))
+        vectors = self.encoder.encode_passages(passages, batch_size=32, progress=callback)
+        return make_kb(name, passages, vectors, encoder=self.encoder.name)
+
+    def example_questions(self, kb: str | None = None, n: int = 8) -> list[str]:
+        return list(self._examples.get(kb or self.default_kb, []))[:n]
+
+    # -- retrieval ------------------------------------------------------------------------------
+    def retrieve(self, question: str, *, kb: str | KnowledgeBase | None = None, k: int = 5, index: str = "flat",
+                 timings: dict[str, float] | None = None) -> _Retrieval:
+        knowledge = self.resolve_kb(kb)
+        if not isinstance(k, int) or isinstance(k, bool) or k < 1:
+            raise InputError("k must be a whole number of at least 1")
+        if k > len(knowledge):
+            raise InputError(f"k={k} is larger than the knowledge base ({len(knowledge)} passages); choose k <= {len(knowledge)}")
+        timings = {} if timings is None else timings
+        notices = []
+        started = time.perf_counter()
+        question_tokens = len(self.encoder.tokenizer(question)["input_ids"])
+        if question_tokens > self.encoder.max_length:
+            notices.append(f"the question is {question_tokens} tokens; the retriever read its first {self.encoder.max_length}")
+        xq = self.encoder.encode_questions([question])  # (1, D)
+        timings["encode"] = (time.perf_counter() - started) * 1000
+        started = time.perf_counter()
+        searcher = self._index_for(knowledge, index)
+        query = xq.float().cpu().numpy()
+        _, found = searcher.search(query, k)
+        ids = [int(i) for i in found[0] if i >= 0]
+        recall = None
+        if index != "flat":
+            _, exact = self._index_for(knowledge, "flat").search(query, k)
+            recall = recall_at_k(found, exact)
+        if len(ids) < k:
+            notices.append(f"the {index} index returned {len(ids)} of {k} passages")
+        # Scores are exact inner products with the stored vectors, as transformers' RagModel does,
+        # so an approximate index changes which passages come back, not how they are weighed.
+        vectors = torch.from_numpy(knowledge.embeddings[ids])  # (K, D)
+        scores = (xq.float().cpu() @ vectors.T)[0]  # (K,)
+        order = torch.argsort(scores, descending=True, stable=True)
+        scores = scores[order]
+        ids = [ids[i] for i in order.tolist()]
+        doc_lp = doc_logprobs(scores[None], scale=self.encoder.scale)[0]
+        timings["search"] = (time.perf_counter() - started) * 1000
+        passages = tuple(
+            RetrievedPassage(
+                rank=rank + 1, id=row, title=knowledge.titles[row], text=knowledge.texts[row],
+                score=float(scores[rank]), prob=float(doc_lp[rank].exp()), logit=float(scores[rank] * self.encoder.scale),
+            )
+            for rank, row in enumerate(ids)
+        )
+        return _Retrieval(passages, doc_lp, self._question_for_generator(question), recall, tuple(notices))
+
+    # -- generation helpers --------------------------------------------------------------------
+    def _inputs(self, retrieval: _Retrieval) -> list[str]:
+        return [
+            self.generator.format_input(retrieval.generator_question, Passage(p.title, p.text)) for p in retrieval.passages
+        ]
+
+    def _doc_token_logprobs(self, state: DecodeState, targets: list[tuple[int, ...]], rows_per_target: list[list[int]]) -> list[torch.Tensor]:
+        """Teacher-forced log p(y_t|x,z,y<t) of each target under the given rows of `state`."""
+        pairs = [(t, r) for t, rows in enumerate(rows_per_target) for r in rows]
+        if not pairs:
+            return [torch.zeros(0, len(t)) for t in targets]
+        length = max(len(targets[t]) for t, _ in pairs)
+        ids = torch.full((len(pairs), max(length, 1)), 0, dtype=torch.long)
+        mask = torch.zeros(len(pairs), max(length, 1), dtype=torch.bool)
+        for i, (t, _) in enumerate(pairs):
+            ids[i, : len(targets[t])] = torch.tensor(targets[t], dtype=torch.long)
+            mask[i, : len(targets[t])] = True
+        branch = self.generator.fork(state, torch.tensor([r for _, r in pairs]))
+        logprobs = self.generator.continuation_logprobs(branch, ids, mask)  # (P, T)
+        out, cursor = [], 0
+        for t, rows in enumerate(rows_per_target):
+            out.append(logprobs[cursor : cursor + len(rows), : len(targets[t])])
+            cursor += len(rows)
+        return out
+
+    def _variant_result(self, variant: str, ids: tuple[int, ...], per_doc: torch.Tensor, doc_lp: torch.Tensor,
+                        closed: torch.Tensor, *, decoding_name: str, candidates=()) -> VariantResult:
+        tl, lp = per_doc[None], doc_lp[None]  # (1, K, T), (1, K)
+        mask = torch.ones(1, per_doc.shape[1], dtype=torch.bool)
+        if variant == "token":
+            logprob = rag_token_logprob(tl, lp, mask)[0]
+            token_lps = rag_token_token_logprobs(tl, lp)[0]
+            posteriors = rag_token_posteriors(tl, lp)[0]
+        else:
+            logprob = rag_sequence_logprob(tl, lp, mask)[0]
+            token_lps = rag_sequence_token_logprobs(tl, lp)[0]
+            posteriors = rag_sequence_posteriors(tl, lp)[0]
+        return VariantResult(
+            variant=variant,
+            answer=self.generator.decode(list(ids)),
+            tokens=tuple(self.generator.token_text(i) for i in ids),
+            token_ids=tuple(int(i) for i in ids),
+            logprob=float(logprob),
+            token_logprobs=tuple(float(x) for x in token_lps),
+            doc_token_logprobs=tuple(tuple(float(x) for x in row) for row in per_doc.T),
+            posteriors=tuple(tuple(float(x) for x in row) for row in posteriors),
+            closed_book_token_logprobs=tuple(float(x) for x in closed),
+            candidates=tuple(candidates),
+            decoding=decoding_name,
+        )
+
+    def _closed_book_state(self, question: str, prefix: tuple[int, ...]) -> DecodeState:
+        return self.generator.start([self.generator.format_input(question, None)], prefix)
+
+    # -- decoding -------------------------------------------------------------------------------
+    def _decode_token(self, state: DecodeState, doc_lp: torch.Tensor, prefix, *, num_beams: int, max_new_tokens: int) -> tuple[int, ...]:
+        gen = self.generator
+        branch = gen.fork(state, torch.arange(state.rows))
+        stop = self._stop_ids()
+        options = dict(prefix=prefix, max_new_tokens=max_new_tokens, stop_ids=stop, generation_config=self.token_generation_config)
+        if num_beams == 1:
+            return decoding.greedy(gen, branch, groups=1, doc_lp=doc_lp, **options)[0].ids
+        return decoding.beam_search(gen, branch, groups=1, doc_lp=doc_lp, num_beams=num_beams, **options)[0][0].ids
+
+    def _decode_sequence(self, state: DecodeState, doc_lp: torch.Tensor, prefix, *, num_beams: int, max_new_tokens: int,
+                         sequence_decoding: str) -> tuple[tuple[int, ...], list[tuple[tuple[int, ...], float]]]:
+        """Per-passage beams, then the marginal over passages (thorough) or over finders (fast)."""
+        gen = self.generator
+        docs = state.rows
+        branch = gen.fork(state, torch.arange(docs))
+        stop = self._stop_ids()
+        if num_beams == 1:
+            per_group = [[h] for h in decoding.greedy(gen, branch, groups=docs, doc_lp=None, prefix=prefix,
+                                                      max_new_tokens=max_new_tokens, stop_ids=stop)]
+        else:
+            per_group = decoding.beam_search(gen, branch, groups=docs, doc_lp=None, prefix=prefix,
+                                             max_new_tokens=max_new_tokens, stop_ids=stop, num_beams=num_beams)
+        found_by: dict[tuple[int, ...], list[int]] = {}
+        for z, hyps in enumerate(per_group):
+            for h in hyps:
+                finders = found_by.setdefault(h.ids, [])
+                if z not in finders:
+                    finders.append(z)
+        candidates = list(found_by)
+        rows = [list(range(docs)) if sequence_decoding == "thorough" else found_by[c] for c in candidates]
+        per_doc = self._doc_token_logprobs(state, candidates, rows)
+        scored = []
+        for cand, lps, zs in zip(candidates, per_doc, rows):
+            scored.append((cand, float(torch.logsumexp(lps.sum(-1) + doc_lp[zs], dim=0))))
+        best = max(range(len(scored)), key=lambda i: scored[i][1])
+        return scored[best][0], sorted(scored, key=lambda item: -item[1])
+
+    def _stop_ids(self) -> frozenset[int]:
+        return getattr(self.generator, "stop_ids", self.generator.eos_ids)
+
+    # -- public API -----------------------------------------------------------------------------
+    def _check_options(self, variants, num_beams, max_new_tokens, sequence_decoding) -> tuple[str, ...]:
+        if isinstance(variants, str):
+            variants = VARIANTS if variants == "both" else (variants,)
+        variants = tuple(variants)
+        unknown = [v for v in variants if v not in VARIANTS]
+        if unknown or not variants:
+            raise InputError(f"unknown variant {unknown[0] if unknown else ''!r}; choose token, sequence or both")
+        if not isinstance(num_beams, int) or not 1 <= num_beams <= MAX_BEAMS:
+            raise InputError(f"num_beams must be between 1 and {MAX_BEAMS}")
+        if not isinstance(max_new_tokens, int) or not 1 <= max_new_tokens <= MAX_NEW_TOKENS_LIMIT:
+            raise InputError(f"max_new_tokens must be between 1 and {MAX_NEW_TOKENS_LIMIT}")
+        if sequence_decoding not in DECODINGS:
+            raise InputError(f"unknown decoding {sequence_decoding!r}; choose thorough or fast")
+        return variants
+
+    def ask(self, question: str, *, kb: str | KnowledgeBase | None = None, k: int = 5, index: str = "flat",
+            variants=VARIANTS, num_beams: int | None = None, sequence_decoding: str | None = None,
+            max_new_tokens: int | None = None, closed_book: bool = True) -> AskResult:
+        """Retrieve k passages, answer with each variant, and trace every token to its passages."""
+        num_beams = self.config.decoding.num_beams if num_beams is None else num_beams
+        max_new_tokens = self.config.decoding.max_new_tokens if max_new_tokens is None else max_new_tokens
+        sequence_decoding = sequence_decoding or self.config.decoding.sequence_decoding
+        variants = self._check_options(variants, num_beams, max_new_tokens, sequence_decoding)
+        question, notices = clean_text(question, what="question")
+        total_started = time.perf_counter()
+        timings: dict[str, float] = {}
+        retrieval = self.retrieve(question, kb=kb, k=k, index=index, timings=timings)
+        started = time.perf_counter()
+        gen = self.generator
+        prefix = gen.generation_prefix()
+        with torch.inference_mode():
+            state = gen.start(self._inputs(retrieval), prefix)
+            answers: dict[str, tuple[tuple[int, ...], list]] = {}
+            if "token" in variants:
+                answers["token"] = (self._decode_token(state, retrieval.doc_lp, prefix, num_beams=num_beams, max_new_tokens=max_new_tokens), [])
+            if "sequence" in variants:
+                answers["sequence"] = self._decode_sequence(state, retrieval.doc_lp, prefix, num_beams=num_beams,
+                                                            max_new_tokens=max_new_tokens, sequence_decoding=sequence_decoding)
+            targets = [ids for ids, _ in answers.values()]
+            per_doc = self._doc_token_logprobs(state, targets, [list(range(state.rows))] * len(targets))
+            closed_state = self._closed_book_state(retrieval.generator_question, prefix) if closed_book else None
+            closed_lps = (self._doc_token_logprobs(closed_state, targets, [[0]] * len(targets)) if closed_book
+                          else [torch.full((1, len(t)), float("nan")) for t in targets])
+            results = {}
+            decoding_name = "greedy" if num_beams == 1 else f"beam {num_beams}"
+            for (variant, (ids, candidates)), lps, closed in zip(answers.items(), per_doc, closed_lps):
+                name = decoding_name if variant == "token" else f"{decoding_name}, {sequence_decoding}"
+                results[variant] = self._variant_result(
+                    variant, ids, lps, retrieval.doc_lp, closed[0], decoding_name=name,
+                    candidates=[(gen.decode(list(c)), s) for c, s in candidates],
+                )
+            closed_result = self._closed_book_answer(closed_state, prefix, max_new_tokens) if closed_book else None
+        timings["generate"] = (time.perf_counter() - started) * 1000
+        timings["total"] = (time.perf_counter() - total_started) * 1000
+        return AskResult(
+            question=question, kb=self.resolve_kb(kb).name, index=index, k=k, passages=retrieval.passages,
+            variants=results, closed_book=closed_result, timings_ms=timings,
+            notices=notices + retrieval.notices, index_recall=retrieval.recall, scale=self.encoder.scale,
+        )
+
+    def _closed_book_answer(self, state: DecodeState, prefix, max_new_tokens: int) -> ClosedBookResult:
+        gen = self.generator
+        hyp = decoding.greedy(gen, gen.fork(state, torch.arange(1)), groups=1, doc_lp=None, prefix=prefix,
+                              max_new_tokens=max_new_tokens, stop_ids=self._stop_ids())[0]
+        lps = self._doc_token_logprobs(state, [hyp.ids], [[0]])[0][0]
+        return ClosedBookResult(
+            answer=gen.decode(list(hyp.ids)), tokens=tuple(gen.token_text(i) for i in hyp.ids),
+            token_logprobs=tuple(float(x) for x in lps), logprob=float(lps.sum()),
+        )
+
+    def score(self, question: str, answer: str, *, kb: str | KnowledgeBase | None = None, k: int = 5,
+              index: str = "flat", variants=VARIANTS) -> AskResult:
+        """log p(answer|x) under each variant, with per-token provenance, for an answer the user gives."""
+        variants = self._check_options(variants, 1, 1, "thorough")
+        question, notices = clean_text(question, what="question")
+        answer, answer_notices = clean_text(answer, what="answer", limit=500)
+        total_started = time.perf_counter()
+        timings: dict[str, float] = {}
+        retrieval = self.retrieve(question, kb=kb, k=k, index=index, timings=timings)
+        started = time.perf_counter()
+        gen = self.generator
+        target: Target = gen.answer_target(answer)
+        with torch.inference_mode():
+            state = gen.start(self._inputs(retrieval), target.prefix)
+            per_doc = self._doc_token_logprobs(state, [target.ids], [list(range(state.rows))])[0]
+            closed_state = self._closed_book_state(retrieval.generator_question, target.prefix)
+            closed = self._doc_token_logprobs(closed_state, [target.ids], [[0]])[0][0]
+        results = {
+            v: self._variant_result(v, target.ids, per_doc, retrieval.doc_lp, closed, decoding_name="scored") for v in variants
+        }
+        closed_result = ClosedBookResult(
+            answer=answer, tokens=tuple(gen.token_text(i) for i in target.ids),
+            token_logprobs=tuple(float(x) for x in closed), logprob=float(closed.sum()),
+        )
+        timings["generate"] = (time.perf_counter() - started) * 1000
+        timings["total"] = (time.perf_counter() - total_started) * 1000
+        return AskResult(
+            question=question, kb=self.resolve_kb(kb).name, index=index, k=k, passages=retrieval.passages,
+            variants=results, closed_book=closed_result, timings_ms=timings,
+            notices=notices + answer_notices + retrieval.notices, index_recall=retrieval.recall, scale=self.encoder.scale,
+        )
+
+
+def check_kb_matches_encoder(kb: KnowledgeBase, encoder: Encoder) -> None:
+    if kb.dim != encoder.dim:
+        raise KnowledgeBaseError(
+            f"knowledge base {kb.name!r} has {kb.dim}-dim embeddings but the encoder {encoder.name!r} makes "
+            f"{encoder.dim}-dim vectors; rebuild the KB with this encoder (`python -m rag_demo build-kb ... --encoder {encoder.name}`)"
+        )

@@ -1,0 +1,297 @@
+"""The generator p(y_i | x, z, y<i): seq2seq (BART, T5) or causal LMs behind one small interface.
+
+Rows are (passage, hypothesis) pairs: the k passages of a question run as one batch with a
+KV cache, so one forward pass gives every passage's next-token distribution.
+
+    state = generator.start(inputs)            # prompts in, state.logprobs (R, V) out
+    state = generator.advance(state, tokens)   # one token per row
+    state = generator.select(state, rows)      # reorder / expand rows (beam search)
+    generator.continuation_logprobs(state, targets, mask)  # teacher-forced (R, T)
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+from dataclasses import dataclass, replace
+
+import torch
+
+from . import prompts
+from .config import GeneratorConfig
+from .corpus import Passage
+from .errors import ModelLoadError
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class DecodeState:
+    """Per-row decoding state. R rows; S encoder positions; L prompt + generated positions."""
+
+    logprobs: torch.Tensor  # (R, V) float32 log p(next token | row so far)
+    cache: object  # transformers Cache
+    encoder_hidden: torch.Tensor | None = None  # (R, S, H) seq2seq only
+    encoder_mask: torch.Tensor | None = None  # (R, S)
+    attention_mask: torch.Tensor | None = None  # (R, L) causal only
+    next_position: torch.Tensor | None = None  # (R,) causal only
+
+    @property
+    def rows(self) -> int:
+        return int(self.logprobs.shape[0])
+
+
+@dataclass(frozen=True)
+class Target:
+    """An answer as the generator scores it: `prefix` is fed, `ids` are scored (EOS / stop included)."""
+
+    prefix: tuple[int, ...]
+    ids: tuple[int, ...]
+
+
+def _index_rows(tensor: torch.Tensor | None, rows: torch.Tensor) -> torch.Tensor | None:
+    return None if tensor is None else tensor.index_select(0, rows)
+
+
+class Generator:
+    """What seq2seq and causal generators share; see the module docstring for the protocol."""
+
+    kind = "base"
+
+    def __init__(self, model, tokenizer, config: GeneratorConfig, *, name: str):
+        self.model = model.eval()
+        self.tokenizer = tokenizer
+        self.config = config
+        self.name = name
+        self.device = next(model.parameters()).device
+
+    # -- text <-> ids -------------------------------------------------------------------------
+    @property
+    def eos_ids(self) -> frozenset[int]:
+        ids = self.model.generation_config.eos_token_id
+        if ids is None:
+            ids = self.tokenizer.eos_token_id
+        return frozenset(ids if isinstance(ids, (list, tuple)) else [ids])
+
+    def token_text(self, token_id: int) -> str:
+        return self.tokenizer.decode([token_id])
+
+    def decode(self, ids: list[int]) -> str:
+        return self.tokenizer.decode(ids, skip_special_tokens=True).strip()
+
+    # -- rows ---------------------------------------------------------------------------------
+    def select(self, state: DecodeState, rows: torch.Tensor) -> DecodeState:
+        """Keep / repeat / reorder rows in place of `state` (its cache is reordered, not copied)."""
+        rows = rows.to(self.device)
+        state.cache.reorder_cache(rows)
+        return replace(
+            state,
+            logprobs=state.logprobs.index_select(0, rows.to(state.logprobs.device)),
+            encoder_hidden=_index_rows(state.encoder_hidden, rows),
+            encoder_mask=_index_rows(state.encoder_mask, rows),
+            attention_mask=_index_rows(state.attention_mask, rows),
+            next_position=_index_rows(state.next_position, rows),
+        )
+
+    def fork(self, state: DecodeState, rows: torch.Tensor) -> DecodeState:
+        """Like `select`, but leaves `state` usable."""
+        return self.select(replace(state, cache=copy.deepcopy(state.cache)), rows)
+
+    def continuation_logprobs(self, state: DecodeState, targets: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """log p(target_t | row, target<t) for each row; `state` is left unchanged.
+
+        targets, mask: (R, T) (mask marks real tokens; padded positions get 0) -> (R, T) float32.
+        """
+        rows, length = targets.shape
+        if length == 0:
+            return torch.zeros(rows, 0)
+        first = state.logprobs.gather(1, targets[:, :1].to(state.logprobs.device))  # (R, 1)
+        if length == 1:
+            return (first * mask).float()
+        branch = self.fork(state, torch.arange(rows, device=self.device))
+        logits = self._forward_tokens(branch, targets[:, :-1].to(self.device))  # (R, T-1, V)
+        rest = torch.log_softmax(logits.float(), dim=-1).gather(2, targets[:, 1:, None].to(logits.device)).squeeze(-1)
+        return (torch.cat([first.cpu(), rest.cpu()], dim=1) * mask).float()
+
+    def step_logprobs(self, logits: torch.Tensor) -> torch.Tensor:
+        return torch.log_softmax(logits.float(), dim=-1)
+
+
+class Seq2SeqGenerator(Generator):
+    """BART / T5: each row's input is encoded once; the decoder runs on top with a cache."""
+
+    kind = "seq2seq"
+
+    def format_input(self, question: str, passage: Passage | None) -> str:
+        """transformers' RagRetriever format: prefix + title + title_sep + text + doc_sep + question."""
+        if passage is None:
+            return question
+        title = passage.title.removeprefix('"').removesuffix('"')
+        prefix = self.config.prefix or ""
+        return (prefix + title + self.config.title_sep + passage.text + self.config.doc_sep + question).replace("  ", " ")
+
+    @property
+    def decoder_start(self) -> int:
+        start = self.model.generation_config.decoder_start_token_id
+        return int(start if start is not None else self.model.config.decoder_start_token_id)
+
+    def answer_target(self, answer: str) -> Target:
+        """As transformers' RAG scores `labels`: a leading BOS is fed, not scored; EOS is scored."""
+        ids = self.tokenizer(answer, add_special_tokens=True)["input_ids"]
+        bos = self.tokenizer.bos_token_id
+        if bos is not None and ids and ids[0] == bos:
+            return Target(prefix=(bos,), ids=tuple(ids[1:]))
+        return Target(prefix=(self.decoder_start,), ids=tuple(ids))
+
+    def generation_prefix(self) -> tuple[int, ...]:
+        return (self.decoder_start,)
+
+    def count_input_tokens(self, text: str) -> int:
+        return len(self.tokenizer(text)["input_ids"])
+
+    @torch.inference_mode()
+    def start(self, texts: list[str], prefix: tuple[int, ...]) -> DecodeState:
+        batch = self.tokenizer(
+            texts, max_length=self.config.max_combined_length, truncation=True, padding=True, return_tensors="pt"
+        ).to(self.device)
+        encoder = self.model.get_encoder()
+        hidden = encoder(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).last_hidden_state
+        from transformers import DynamicCache, EncoderDecoderCache
+
+        state = DecodeState(
+            logprobs=torch.empty(0),
+            cache=EncoderDecoderCache(DynamicCache(), DynamicCache()),
+            encoder_hidden=hidden,
+            encoder_mask=batch["attention_mask"],
+        )
+        decoder_ids = torch.tensor([list(prefix)] * len(texts), dtype=torch.long, device=self.device)
+        logits = self._forward_tokens(state, decoder_ids)[:, -1]
+        state.logprobs = self.step_logprobs(logits)
+        return state
+
+    def _forward_tokens(self, state: DecodeState, tokens: torch.Tensor) -> torch.Tensor:
+        """Feed (R, n) decoder tokens; the cache grows by n. Returns (R, n, V) logits."""
+        with torch.inference_mode():
+            out = self.model(
+                encoder_outputs=(state.encoder_hidden,),
+                attention_mask=state.encoder_mask,
+                decoder_input_ids=tokens,
+                cache=state.cache,
+                use_cache=True,
+            )
+        return out.logits
+
+    @torch.inference_mode()
+    def advance(self, state: DecodeState, tokens: torch.Tensor) -> DecodeState:
+        logits = self._forward_tokens(state, tokens.view(-1, 1).to(self.device))[:, -1]
+        return replace(state, logprobs=self.step_logprobs(logits))
+
+
+class CausalGenerator(Generator):
+    """Decoder-only LMs: a few-shot prompt per passage (see `rag_demo.prompts`), left-padded."""
+
+    kind = "causal"
+
+    def format_input(self, question: str, passage: Passage | None) -> str:
+        if passage is None:
+            return prompts.closed_book_prompt(question)
+        text = self._fit_passage(question, passage)
+        return prompts.rag_prompt(question, passage.title, text)
+
+    def _fit_passage(self, question: str, passage: Passage) -> str:
+        """Cut the passage (never the question) so the prompt fits max_prompt_tokens."""
+        budget = self.config.max_prompt_tokens - self.count_input_tokens(prompts.rag_prompt(question, passage.title, ""))
+        ids = self.tokenizer(passage.text, add_special_tokens=False)["input_ids"]
+        if len(ids) <= budget:
+            return passage.text
+        return self.tokenizer.decode(ids[: max(budget, 0)])
+
+    @property
+    def stop_ids(self) -> frozenset[int]:
+        newline = self.tokenizer(prompts.ANSWER_STOP, add_special_tokens=False)["input_ids"]
+        return self.eos_ids | frozenset(newline[-1:])
+
+    def answer_target(self, answer: str) -> Target:
+        """The answer as it follows 'Answer:', ended by the newline that stops generation."""
+        ids = self.tokenizer(" " + answer.strip() + prompts.ANSWER_STOP, add_special_tokens=False)["input_ids"]
+        return Target(prefix=(), ids=tuple(ids))
+
+    def generation_prefix(self) -> tuple[int, ...]:
+        return ()
+
+    def count_input_tokens(self, text: str) -> int:
+        return len(self.tokenizer(text)["input_ids"])
+
+    @torch.inference_mode()
+    def start(self, texts: list[str], prefix: tuple[int, ...] = ()) -> DecodeState:
+        batch = self.tokenizer(texts, padding=True, padding_side="left", return_tensors="pt").to(self.device)
+        input_ids, attention = batch["input_ids"], batch["attention_mask"]
+        if prefix:
+            extra = torch.tensor([list(prefix)] * len(texts), dtype=torch.long, device=self.device)
+            input_ids = torch.cat([input_ids, extra], dim=1)
+            attention = torch.cat([attention, torch.ones_like(extra)], dim=1)
+        positions = (attention.cumsum(-1) - 1).clamp(min=0)
+        from transformers import DynamicCache
+
+        cache = DynamicCache(config=self.model.config)
+        out = self.model(
+            input_ids=input_ids, attention_mask=attention, position_ids=positions, cache=cache, use_cache=True, logits_to_keep=1
+        )
+        return DecodeState(
+            logprobs=self.step_logprobs(out.logits[:, -1]),
+            cache=cache,
+            attention_mask=attention,
+            next_position=positions[:, -1] + 1,
+        )
+
+    def _forward_tokens(self, state: DecodeState, tokens: torch.Tensor) -> torch.Tensor:
+        """Feed (R, n) tokens after the rows so far; mutates `state`. Returns (R, n, V) logits."""
+        n = tokens.shape[1]
+        steps = torch.arange(n, device=self.device)
+        positions = state.next_position[:, None] + steps  # (R, n)
+        state.attention_mask = torch.cat([state.attention_mask, torch.ones_like(tokens)], dim=1)
+        state.next_position = state.next_position + n
+        with torch.inference_mode():
+            out = self.model(
+                input_ids=tokens,
+                attention_mask=state.attention_mask,
+                position_ids=positions,
+                cache=state.cache,
+                use_cache=True,
+            )
+        return out.logits
+
+    @torch.inference_mode()
+    def advance(self, state: DecodeState, tokens: torch.Tensor) -> DecodeState:
+        state = replace(state)
+        logits = self._forward_tokens(state, tokens.view(-1, 1).to(self.device))[:, -1]
+        state.logprobs = self.step_logprobs(logits)
+        return state
+
+
+def generator_from_model(model, tokenizer, config: GeneratorConfig, *, name: str) -> Generator:
+    """Wrap a loaded transformers model in the generator interface that fits its architecture."""
+    if getattr(model.config, "is_encoder_decoder", False):
+        return Seq2SeqGenerator(model, tokenizer, config, name=name)
+    return CausalGenerator(model, tokenizer, config, name=name)
+
+
+def load_generator(config: GeneratorConfig, *, path: str | None = None, device: torch.device | None = None) -> Generator:
+    """Load a seq2seq or causal LM by hub id or folder (`path` overrides `config.model`)."""
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForSeq2SeqLM, AutoTokenizer
+
+    from .encoders import load_pretrained
+
+    source = path or config.model
+    model_config = load_pretrained(AutoConfig, source, "generator")
+    seq2seq = config.kind == "seq2seq" or (config.kind == "auto" and getattr(model_config, "is_encoder_decoder", False))
+    loader = AutoModelForSeq2SeqLM if seq2seq else AutoModelForCausalLM
+    dtype = getattr(torch, config.dtype, None)
+    if not isinstance(dtype, torch.dtype):
+        raise ModelLoadError(f"unknown dtype {config.dtype!r}; use float32, bfloat16 or float16")
+    model = load_pretrained(loader, source, "generator", dtype=dtype)
+    tokenizer = load_pretrained(AutoTokenizer, source, "generator tokenizer")
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    model.to(device or torch.device("cpu"))
+    return generator_from_model(model, tokenizer, config, name=config.model)

@@ -1,0 +1,120 @@
+"""Building a `RagEngine` from settings: the offline default, hub ids / folders, or a RAG checkpoint."""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import replace
+from pathlib import Path
+
+import torch
+
+from .config import DEFAULT_ENCODER, DEFAULT_GENERATOR, EngineConfig, GeneratorConfig, cache_root
+from .corpus import KnowledgeBase, load_kb
+from .encoders import encoder_from_modules, load_encoder, load_pretrained
+from .errors import InputError, ModelLoadError
+from .generator import generator_from_model, load_generator
+
+log = logging.getLogger(__name__)
+
+
+def pick_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name == "cuda" and not torch.cuda.is_available():
+        raise InputError("--device cuda was asked for but no CUDA GPU is visible; use --device cpu")
+    if name not in ("cpu", "cuda"):
+        raise InputError(f"unknown device {name!r}; use auto, cpu or cuda")
+    return torch.device(name)
+
+
+def _examples_for(kb: KnowledgeBase) -> list[str]:
+    if kb.path is None:
+        return []
+    questions = kb.path / "questions.jsonl"
+    if not questions.is_file():
+        return []
+    picked = []
+    with questions.open(encoding="utf-8") as handle:
+        for line in handle:
+            record = json.loads(line)
+            if record.get("example"):
+                picked.append(record["question"])
+    return picked
+
+
+def rag_engine_from_modules(*, question_encoder, question_tokenizer, generator_model, generator_tokenizer,
+                            rag_config, kbs: dict[str, KnowledgeBase], config: EngineConfig = EngineConfig(),
+                            token_generation_config=None):
+    """An engine that reproduces transformers' RAG classes for these modules and KBs.
+
+    Generator inputs follow RagRetriever: the question is the question-encoder tokenizer's
+    decoding of its own tokens (so an uncased encoder lower-cases what the generator reads).
+    """
+    from .engine import RagEngine
+
+    generator_config = replace(
+        config.generator,
+        title_sep=rag_config.title_sep,
+        doc_sep=rag_config.doc_sep,
+        max_combined_length=rag_config.max_combined_length,
+        prefix=getattr(rag_config.generator, "prefix", None) if hasattr(rag_config, "generator") else None,
+    )
+    encoder = encoder_from_modules("rag-question-encoder", question_encoder, question_tokenizer, kind="dpr",
+                                   scale=1.0 if config.encoder.scale is None else config.encoder.scale)
+    generator = generator_from_model(generator_model, generator_tokenizer, generator_config, name="rag-generator")
+
+    def as_retriever_reads(question: str) -> str:
+        ids = question_tokenizer(question, truncation=True, max_length=encoder.max_length)["input_ids"]
+        return question_tokenizer.decode(ids, skip_special_tokens=True)
+
+    return RagEngine(encoder=encoder, generator=generator, kbs=kbs, config=replace(config, generator=generator_config),
+                     token_generation_config=token_generation_config, question_for_generator=as_retriever_reads)
+
+
+def engine_from_rag_checkpoint(config: EngineConfig, kbs: dict[str, KnowledgeBase], device: torch.device):
+    """Question encoder, generator and tokenizers from a facebook/rag-* id or a saved Rag* folder."""
+    from transformers import AutoConfig, RagSequenceForGeneration, RagTokenForGeneration, RagTokenizer
+
+    source = config.rag_checkpoint
+    rag_config = load_pretrained(AutoConfig, source, "RAG checkpoint")
+    if rag_config.model_type != "rag":
+        raise ModelLoadError(f"{source} is not a RAG checkpoint (model_type {rag_config.model_type!r})")
+    architecture = (rag_config.architectures or ["RagTokenForGeneration"])[0]
+    model_cls = RagSequenceForGeneration if "Sequence" in architecture else RagTokenForGeneration
+    model = load_pretrained(model_cls, source, "RAG checkpoint").to(device).eval()
+    tokenizer = load_pretrained(RagTokenizer, source, "RAG tokenizer")
+    return rag_engine_from_modules(
+        question_encoder=model.rag.question_encoder, question_tokenizer=tokenizer.question_encoder,
+        generator_model=model.rag.generator, generator_tokenizer=tokenizer.generator, rag_config=rag_config,
+        kbs=kbs, config=config, token_generation_config=model.generation_config,
+    )
+
+
+def load_kbs(kb_paths: dict[str, str]) -> dict[str, KnowledgeBase]:
+    return {name: load_kb(Path(path).expanduser(), name=name) for name, path in kb_paths.items()}
+
+
+def engine_from_config(config: EngineConfig = EngineConfig(), *, kb_paths: dict[str, str] | None = None, progress=None):
+    """Load everything `config` names. The offline default's models and KBs are prepared (fetched,
+    converted, embedded, cached) on first use; later starts only load them."""
+    from .engine import RagEngine
+
+    device = pick_device(config.device)
+    needs_default_data = kb_paths is None or config.generator.model == DEFAULT_GENERATOR
+    prepared = None
+    if needs_default_data:
+        from . import data
+
+        prepared = data.prepare(progress=progress, build_kbs=kb_paths is None)
+    if kb_paths is None:
+        kb_paths = {name: str(path) for name, path in prepared.kb_paths.items()}
+    kbs = load_kbs(kb_paths)
+    if config.rag_checkpoint:
+        return engine_from_rag_checkpoint(config, kbs, device)
+    encoder = load_encoder(config.encoder, device=device)
+    generator_path = str(prepared.generator_path) if config.generator.model == DEFAULT_GENERATOR else None
+    generator = load_generator(config.generator, path=generator_path, device=device)
+    examples = {name: _examples_for(kb) for name, kb in kbs.items()}
+    return RagEngine(encoder=encoder, generator=generator, kbs=kbs, config=config,
+                     index_cache=cache_root() / "indexes", examples=examples)

@@ -1,0 +1,61 @@
+"""Prompts that make a small base causal LM answer with a short answer span.
+
+A base model (no instruction tuning) continues text; it answers in the wanted form only when
+the prompt shows that form. Three short examples, written for this project, show: read the
+passage, answer with the span, end the line. Generation stops at the newline. The shared
+examples come first so that every passage's prompt starts with the same tokens.
+"""
+
+from __future__ import annotations
+
+INSTRUCTION = "Answer each question with a short answer taken from the passage.\n\n"
+
+EXAMPLES = (
+    (
+        "Lake Baikal",
+        "Lake Baikal is a rift lake in Siberia, Russia. It is the deepest lake in the world, "
+        "reaching 1,642 metres, and holds about a fifth of the Earth's unfrozen fresh water.",
+        "how deep is the deepest point of lake baikal",
+        "1,642 metres",
+    ),
+    (
+        "The Magic Flute",
+        "The Magic Flute is an opera in two acts by Wolfgang Amadeus Mozart to a German libretto "
+        "by Emanuel Schikaneder. It premiered in Vienna in September 1791.",
+        "who composed the opera the magic flute",
+        "Wolfgang Amadeus Mozart",
+    ),
+    (
+        "Penny Black",
+        "The Penny Black was the world's first adhesive postage stamp used in a public postal "
+        "system. It was issued in the United Kingdom on 1 May 1840.",
+        "when was the penny black first issued",
+        "1 May 1840",
+    ),
+)
+
+CLOSED_BOOK_INSTRUCTION = "Answer each question with a short answer.\n\n"
+ANSWER_STOP = "\n"
+
+
+def _passage_block(title: str, text: str) -> str:
+    return f"Passage: {title}: {text}\n" if title else f"Passage: {text}\n"
+
+
+def few_shot_prefix(*, with_passages: bool = True) -> str:
+    """The instruction and worked examples shared by every prompt of one kind."""
+    if not with_passages:
+        return CLOSED_BOOK_INSTRUCTION + "".join(f"Question: {q}\nAnswer: {a}\n\n" for _, _, q, a in EXAMPLES)
+    return INSTRUCTION + "".join(
+        f"{_passage_block(title, text)}Question: {q}\nAnswer: {a}\n\n" for title, text, q, a in EXAMPLES
+    )
+
+
+def rag_prompt(question: str, title: str, text: str) -> str:
+    """The prompt for one retrieved passage; the answer follows 'Answer:'."""
+    return few_shot_prefix() + f"{_passage_block(title, text)}Question: {question}\nAnswer:"
+
+
+def closed_book_prompt(question: str) -> str:
+    """The same task without any passage: the generator's parametric memory alone."""
+    return few_shot_prefix(with_passages=False) + f"Question: {question}\nAnswer:"

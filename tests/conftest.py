@@ -1,0 +1,61 @@
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")  # a download attempt fails loudly instead of hanging
+
+import pytest
+import torch
+
+from tests import tiny
+
+
+@pytest.fixture(autouse=True)
+def _offline_and_private_cache(monkeypatch, tmp_path_factory):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    if "RAG_DEMO_CACHE_FOR_TESTS" not in os.environ:  # the slow tests opt into the real cache
+        monkeypatch.setenv("RAG_DEMO_CACHE", str(tmp_path_factory.getbasetemp() / "rag-demo-cache"))
+
+
+@pytest.fixture(scope="session")
+def tiny_parts(tmp_path_factory):
+    """Tokenizers, a DPR question/context encoder pair and a BART generator, all tiny and random."""
+    folder = tmp_path_factory.mktemp("tiny")
+    gen_tok = tiny.bart_tokenizer(folder / "bart")
+    q_tok = tiny.dpr_tokenizer(folder / "dpr")
+    q_enc, ctx_enc = tiny.tiny_dpr(q_tok.vocab_size)
+    bart = tiny.tiny_bart(len(gen_tok))
+    return {"gen_tok": gen_tok, "q_tok": q_tok, "q_enc": q_enc, "ctx_enc": ctx_enc, "bart": bart, "folder": folder}
+
+
+@pytest.fixture(scope="session")
+def tiny_kb(tiny_parts):
+    from rag_demo.corpus import Passage, make_kb
+
+    passages = [Passage(t, x) for t, x in tiny.PASSAGES]
+    tok = tiny_parts["q_tok"]
+    with torch.no_grad():
+        batch = tok([p.title for p in passages], [p.text for p in passages], padding=True, return_tensors="pt")
+        vectors = tiny_parts["ctx_enc"](**batch).pooler_output
+    return make_kb("tiny", passages, vectors.numpy(), encoder="tiny-dpr")
+
+
+@pytest.fixture(scope="session")
+def rag_config(tiny_parts):
+    from transformers import RagConfig
+
+    return RagConfig.from_question_encoder_generator_configs(
+        tiny_parts["q_enc"].config, tiny_parts["bart"].config, n_docs=3, max_combined_length=64,
+    )
+
+
+@pytest.fixture(scope="session")
+def tiny_engine(tiny_parts, tiny_kb, rag_config):
+    """A RAG engine over the tiny BART and DPR that mirrors transformers' RAG classes."""
+    from rag_demo.loading import rag_engine_from_modules
+
+    return rag_engine_from_modules(
+        question_encoder=tiny_parts["q_enc"], question_tokenizer=tiny_parts["q_tok"],
+        generator_model=tiny_parts["bart"], generator_tokenizer=tiny_parts["gen_tok"],
+        rag_config=rag_config, kbs={"tiny": tiny_kb},
+    )

@@ -1,0 +1,82 @@
+"""Tiny random models of real architectures, built from config in milliseconds (no downloads)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import torch
+
+SENTENCES = [
+    "the quick brown fox jumps over the lazy dog",
+    "paris is the capital of france and a large city",
+    "ernest hemingway wrote a farewell to arms and the sun also rises",
+    "lake baikal is the deepest lake in the world",
+    "who wrote the novel about the war in italy",
+    "the penny black was the first adhesive postage stamp",
+    "mozart composed the magic flute in vienna",
+]
+
+PASSAGES = [
+    ("Hemingway", "Ernest Hemingway wrote A Farewell to Arms and The Sun Also Rises."),
+    ("Paris", "Paris is the capital of France and a large city on the Seine."),
+    ("Baikal", "Lake Baikal is the deepest lake in the world, in Siberia."),
+    ("Penny Black", "The Penny Black was the first adhesive postage stamp, issued in 1840."),
+    ("Magic Flute", "Mozart composed The Magic Flute, which premiered in Vienna."),
+    ("Fox", "The quick brown fox jumps over the lazy dog again and again."),
+]
+
+
+def bart_tokenizer(folder: Path):
+    from tokenizers import ByteLevelBPETokenizer
+    from transformers import BartTokenizerFast
+
+    folder.mkdir(parents=True, exist_ok=True)
+    trainer = ByteLevelBPETokenizer()
+    trainer.train_from_iterator(SENTENCES * 3, vocab_size=300, min_frequency=1,
+                                special_tokens=["<s>", "<pad>", "</s>", "<unk>", "<mask>"])
+    trainer.save_model(str(folder))
+    return BartTokenizerFast(vocab=str(folder / "vocab.json"), merges=str(folder / "merges.txt"))
+
+
+def dpr_tokenizer(folder: Path):
+    from transformers import DPRQuestionEncoderTokenizerFast
+
+    folder.mkdir(parents=True, exist_ok=True)
+    words = sorted({w for s in SENTENCES + [t + " " + x for t, x in PASSAGES] for w in s.lower().replace(",", " ").replace(".", " ").split()})
+    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", ",", "."] + words
+    (folder / "vocab.txt").write_text("\n".join(vocab) + "\n")
+    return DPRQuestionEncoderTokenizerFast(vocab=str(folder / "vocab.txt"))
+
+
+def tiny_bart(vocab_size: int, seed: int = 0):
+    from transformers import BartConfig, BartForConditionalGeneration
+
+    torch.manual_seed(seed)
+    config = BartConfig(
+        vocab_size=vocab_size, d_model=16, encoder_layers=2, decoder_layers=2, encoder_attention_heads=2,
+        decoder_attention_heads=2, encoder_ffn_dim=32, decoder_ffn_dim=32, max_position_embeddings=512,
+        pad_token_id=1, bos_token_id=0, eos_token_id=2, decoder_start_token_id=2, forced_eos_token_id=2,
+        init_std=0.5,  # large random weights: outputs then depend clearly on the passage
+    )
+    return BartForConditionalGeneration(config).eval()
+
+
+def tiny_dpr(vocab_size: int, seed: int = 1):
+    from transformers import DPRConfig, DPRContextEncoder, DPRQuestionEncoder
+
+    torch.manual_seed(seed)
+    config = DPRConfig(vocab_size=vocab_size, hidden_size=24, num_hidden_layers=2, num_attention_heads=2,
+                       intermediate_size=32, max_position_embeddings=128, initializer_range=0.5)
+    return DPRQuestionEncoder(config).eval(), DPRContextEncoder(config).eval()
+
+
+def tiny_causal(vocab_size: int, seed: int = 2):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(seed)
+    config = LlamaConfig(vocab_size=vocab_size, hidden_size=16, intermediate_size=32, num_hidden_layers=2,
+                         num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=1024,
+                         bos_token_id=0, eos_token_id=2, pad_token_id=1, initializer_range=0.5)
+    return LlamaForCausalLM(config).eval()
