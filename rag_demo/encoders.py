@@ -112,6 +112,12 @@ class Encoder:
         return np.concatenate(chunks).astype(np.float32) if chunks else np.zeros((0, self.dim), np.float32)
 
 
+def _fit_length(model: torch.nn.Module, wanted: int) -> int:
+    """The retriever reads at most what its position embeddings cover."""
+    limit = getattr(model.config, "max_position_embeddings", None) or wanted
+    return min(wanted, int(limit))
+
+
 def load_encoder(config: EncoderConfig, *, device: torch.device | None = None) -> Encoder:
     """Load a DPR or sentence-transformers encoder from a hub id, a folder, or the offline default."""
     from transformers import AutoConfig, AutoModel, AutoTokenizer
@@ -136,11 +142,12 @@ def load_encoder(config: EncoderConfig, *, device: torch.device | None = None) -
         tokenizer = load_pretrained(tok_cls, path, "encoder tokenizer")
         # One DPR folder is one side; the same weights then serve both, which keeps a KB buildable.
         scale = 1.0 if config.scale is None else config.scale
-        return Encoder(config.model, tokenizer, model, model, tokenizer, "dpr", scale, config.max_length, device)
+        return Encoder(config.model, tokenizer, model, model, tokenizer, "dpr", scale, _fit_length(model, config.max_length), device)
     model = load_pretrained(AutoModel, path, "encoder").to(device).eval()
     tokenizer = load_pretrained(AutoTokenizer, path, "encoder tokenizer")
     scale = SENTENCE_TRANSFORMERS_SCALE if config.scale is None else config.scale
-    return Encoder(config.model, tokenizer, model, model, tokenizer, "sentence-transformers", scale, config.max_length, device)
+    return Encoder(config.model, tokenizer, model, model, tokenizer, "sentence-transformers", scale,
+                   _fit_length(model, config.max_length), device)
 
 
 def encoder_from_modules(
@@ -148,4 +155,4 @@ def encoder_from_modules(
 ) -> Encoder:
     """Wrap an already loaded question encoder (e.g. a RAG checkpoint's) without a passage side."""
     device = next(question_model.parameters()).device
-    return Encoder(name, tokenizer, question_model.eval(), None, None, kind, scale, max_length, device)
+    return Encoder(name, tokenizer, question_model.eval(), None, None, kind, scale, _fit_length(question_model, max_length), device)

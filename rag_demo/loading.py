@@ -101,7 +101,8 @@ def engine_from_config(config: EngineConfig = EngineConfig(), *, kb_paths: dict[
     from .engine import RagEngine
 
     device = pick_device(config.device)
-    needs_default_data = kb_paths is None or config.generator.model == DEFAULT_GENERATOR
+    uses_default_generator = not config.rag_checkpoint and config.generator.model == DEFAULT_GENERATOR
+    needs_default_data = kb_paths is None or uses_default_generator
     prepared = None
     if needs_default_data:
         from . import data
@@ -113,7 +114,7 @@ def engine_from_config(config: EngineConfig = EngineConfig(), *, kb_paths: dict[
     if config.rag_checkpoint:
         return engine_from_rag_checkpoint(config, kbs, device)
     encoder = load_encoder(config.encoder, device=device)
-    generator_path = str(prepared.generator_path) if config.generator.model == DEFAULT_GENERATOR else None
+    generator_path = str(prepared.generator_path) if uses_default_generator else None
     generator = load_generator(config.generator, path=generator_path, device=device)
     examples = {name: _examples_for(kb) for name, kb in kbs.items()}
     return RagEngine(encoder=encoder, generator=generator, kbs=kbs, config=config,

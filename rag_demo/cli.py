@@ -1,0 +1,257 @@
+"""Command line: `python -m rag_demo ask|score|build-kb|prepare|eval ...`.
+
+Bad input ends with one line on stderr and exit code 2; `--json` prints the same object the
+web API returns.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import math
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+from .config import DECODINGS, INDEX_KINDS, DecodingConfig, EncoderConfig, EngineConfig, GeneratorConfig
+from .errors import RagDemoError
+
+log = logging.getLogger(__name__)
+
+
+class UsageError(RagDemoError):
+    pass
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # one line, exit 2, no usage dump
+        raise UsageError(f"{message} (see `python -m rag_demo {self.prog.split()[-1]} --help`)")
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    return value
+
+
+def _model_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--kb", default=None, help="knowledge base name or folder (default: the first one)")
+    parser.add_argument("--k", type=_positive_int, default=5, help="passages to retrieve (default 5)")
+    parser.add_argument("--index", default="flat", choices=INDEX_KINDS, help="index variant (default flat)")
+    parser.add_argument("--rag-checkpoint", default=None, help="facebook/rag-* id or a saved Rag* folder")
+    parser.add_argument("--generator", default=None, help="generator hub id or folder (seq2seq or causal LM)")
+    parser.add_argument("--question-encoder", default=None, help="question encoder hub id or folder")
+    parser.add_argument("--scale", type=float, default=None, help="retrieval logit scale (default: the encoder's)")
+    parser.add_argument("--kb-path", action="append", default=[], metavar="NAME=PATH",
+                        help="use this KB folder under NAME (repeatable); skips building the default KBs")
+    parser.add_argument("--device", default="auto", help="auto, cpu or cuda")
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="rag_demo", description="Retrieval-Augmented Generation with provenance.")
+    parser.add_argument("-v", "--verbose", action="store_true")
+    commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    ask = commands.add_parser("ask", help="answer a question with RAG-Token and/or RAG-Sequence")
+    ask.add_argument("question")
+    ask.add_argument("--variant", default="both", choices=("token", "sequence", "both"))
+    ask.add_argument("--num-beams", type=_positive_int, default=1)
+    ask.add_argument("--max-new-tokens", type=_positive_int, default=16)
+    ask.add_argument("--decoding", default="thorough", choices=DECODINGS, help="RAG-Sequence decoding (default thorough)")
+    ask.add_argument("--no-closed-book", action="store_true", help="skip the generator-only answer")
+    _model_options(ask)
+
+    score = commands.add_parser("score", help="log p(answer|question) under both variants")
+    score.add_argument("question")
+    score.add_argument("answer")
+    score.add_argument("--variant", default="both", choices=("token", "sequence", "both"))
+    _model_options(score)
+
+    build = commands.add_parser("build-kb", help="make a KB from .txt/.md files or a .jsonl/.csv with title,text")
+    build.add_argument("source")
+    build.add_argument("out")
+    build.add_argument("--encoder", default=EncoderConfig().model, help="passage encoder id or folder")
+    build.add_argument("--words", type=_positive_int, default=100, help="words per passage (default 100, as DPR)")
+
+    prepare = commands.add_parser("prepare", help="fetch, convert, embed and index the offline default ahead of time")
+    prepare.add_argument("--json", action="store_true")
+
+    evaluate = commands.add_parser("eval", help="exact match / F1 / recall on sampled KB questions")
+    evaluate.add_argument("--variant", default="token", choices=("token", "sequence", "closed-book"))
+    evaluate.add_argument("--n", type=_positive_int, default=100)
+    evaluate.add_argument("--seed", type=int, default=0)
+    evaluate.add_argument("--num-beams", type=_positive_int, default=1)
+    evaluate.add_argument("--max-new-tokens", type=_positive_int, default=16)
+    evaluate.add_argument("--decoding", default="thorough", choices=DECODINGS)
+    _model_options(evaluate)
+    return parser
+
+
+def engine_config(args) -> EngineConfig:
+    config = EngineConfig(device=args.device, rag_checkpoint=args.rag_checkpoint)
+    if args.generator:
+        config = replace(config, generator=GeneratorConfig(model=args.generator))
+    if args.question_encoder or args.scale is not None:
+        encoder = EncoderConfig(model=args.question_encoder or EncoderConfig().model, scale=args.scale)
+        config = replace(config, encoder=encoder)
+    if getattr(args, "max_new_tokens", None) or getattr(args, "num_beams", None):
+        config = replace(config, decoding=DecodingConfig(
+            max_new_tokens=getattr(args, "max_new_tokens", 16), num_beams=getattr(args, "num_beams", 1),
+            sequence_decoding=getattr(args, "decoding", "thorough")))
+    return config
+
+
+def _kb_paths(args) -> dict[str, str] | None:
+    if not args.kb_path:
+        return None
+    paths = {}
+    for item in args.kb_path:
+        name, sep, path = item.partition("=")
+        if not sep or not name or not path:
+            raise UsageError(f"--kb-path takes NAME=PATH, got {item!r}")
+        paths[name] = path
+    return paths
+
+
+def _progress():
+    from .data import ConsoleProgress
+
+    return ConsoleProgress()
+
+
+def make_engine(args):
+    from .engine import RagEngine
+
+    return RagEngine.from_config(engine_config(args), kb_paths=_kb_paths(args), progress=_progress())
+
+
+def _fmt_prob(logprob: float) -> str:
+    return f"{math.exp(logprob):.3f}" if logprob > -700 else "0"
+
+
+def print_summary(result, out=sys.stdout) -> None:
+    w = out.write
+    w(f"Question: {result.question}\n")
+    for notice in result.notices:
+        w(f"Note: {notice}\n")
+    recall = "" if result.index_recall is None else f", recall@{result.k} vs flat {result.index_recall:.2f}"
+    w(f"\nRetrieved from {result.kb} ({result.index} index{recall}):\n")
+    for p in result.passages:
+        snippet = p.text if len(p.text) <= 160 else p.text[:157] + "..."
+        w(f"  {p.rank:>2}. p(z|x)={p.prob:.3f} score={p.score:.3f}  {p.title}: {snippet}\n")
+    for name, variant in result.variants.items():
+        label = "RAG-Token" if name == "token" else "RAG-Sequence"
+        w(f"\n{label} ({variant.decoding}): {variant.answer!r}  log p(y|x)={variant.logprob:.3f}\n")
+        for t, token in enumerate(variant.tokens):
+            top = max(range(len(variant.posteriors[t])), key=lambda z: variant.posteriors[t][z])
+            closed = variant.closed_book_token_logprobs[t] if variant.closed_book_token_logprobs else float("nan")
+            w(f"    {token!r:>16}  p={_fmt_prob(variant.token_logprobs[t])}  closed-book p={_fmt_prob(closed)}"
+              f"  top passage #{top + 1} ({variant.posteriors[t][top]:.2f})\n")
+    if result.closed_book is not None:
+        w(f"\nClosed-book (no passages): {result.closed_book.answer!r}  log p={result.closed_book.logprob:.3f}\n")
+    t = result.timings_ms
+    w(f"\nTimings: encode {t['encode']:.0f} ms, search {t['search']:.0f} ms, generate {t['generate']:.0f} ms, total {t['total']:.0f} ms\n")
+
+
+def _check_cheap_options(args) -> None:
+    """Refuse what needs no model before spending seconds on loading one."""
+    if args.k < 1:
+        raise UsageError("--k must be at least 1")
+    for name in ("num_beams", "max_new_tokens"):
+        if getattr(args, name, 1) < 1:
+            raise UsageError(f"--{name.replace('_', '-')} must be at least 1")
+    for text, what in ((getattr(args, "question", "x"), "question"), (getattr(args, "answer", "x"), "answer")):
+        if not text.strip():
+            raise UsageError(f"the {what} is empty; give a non-blank {what}")
+
+
+def cmd_ask(args) -> int:
+    _check_cheap_options(args)
+    engine = make_engine(args)
+    result = engine.ask(args.question, kb=args.kb, k=args.k, index=args.index, variants=args.variant,
+                        num_beams=args.num_beams, max_new_tokens=args.max_new_tokens,
+                        sequence_decoding=args.decoding, closed_book=not args.no_closed_book)
+    if args.json:
+        print(json.dumps(result.to_json(), ensure_ascii=False))
+    else:
+        print_summary(result)
+    return 0
+
+
+def cmd_score(args) -> int:
+    _check_cheap_options(args)
+    engine = make_engine(args)
+    result = engine.score(args.question, args.answer, kb=args.kb, k=args.k, index=args.index, variants=args.variant)
+    if args.json:
+        print(json.dumps(result.to_json(), ensure_ascii=False))
+    else:
+        print_summary(result)
+    return 0
+
+
+def cmd_build_kb(args) -> int:
+    from .corpus import make_kb, read_source, save_kb
+    from .encoders import load_encoder
+
+    passages = read_source(args.source, words_per_passage=args.words)
+    out = Path(args.out)
+    if out.exists() and not out.is_dir():
+        raise UsageError(f"{out} exists and is not a folder; choose another output path")
+    encoder = load_encoder(EncoderConfig(model=args.encoder))
+    progress = _progress()
+    vectors = encoder.encode_passages(passages, progress=lambda done, total: progress("embedding passages", done, total))
+    try:
+        save_kb(make_kb(out.name, passages, vectors, encoder=args.encoder), out)
+    except OSError as err:
+        raise UsageError(f"could not write {out}: {err.strerror}; choose a writable folder") from None
+    print(f"wrote {len(passages)} passages ({encoder.dim}-dim embeddings from {args.encoder}) to {out}")
+    return 0
+
+
+def cmd_prepare(args) -> int:
+    from . import data
+
+    prepared = data.prepare(progress=_progress())
+    if args.json:
+        print(json.dumps({"generator": str(prepared.generator_path), "encoder": str(prepared.encoder_path),
+                          "kbs": {k: str(v) for k, v in prepared.kb_paths.items()}}))
+    else:
+        print(f"generator: {prepared.generator_path}\nencoder: {prepared.encoder_path}")
+        for name, path in prepared.kb_paths.items():
+            print(f"kb {name}: {path}")
+    return 0
+
+
+def cmd_eval(args) -> int:
+    _check_cheap_options(args)
+    from .evaluate import evaluate, print_report
+
+    engine = make_engine(args)
+    report = evaluate(engine, kb=args.kb or engine.default_kb, variant=args.variant, n=args.n, seed=args.seed,
+                      k=args.k, index=args.index, num_beams=args.num_beams, max_new_tokens=args.max_new_tokens,
+                      sequence_decoding=args.decoding)
+    if args.json:
+        print(json.dumps(report))
+    else:
+        print_report(report)
+    return 0
+
+
+COMMANDS = {"ask": cmd_ask, "score": cmd_score, "build-kb": cmd_build_kb, "prepare": cmd_prepare, "eval": cmd_eval}
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        args = build_parser().parse_args(argv)
+        logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+        return COMMANDS[args.command](args)
+    except RagDemoError as err:
+        print(f"rag_demo: {err}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("rag_demo: interrupted", file=sys.stderr)
+        return 130

@@ -1,0 +1,189 @@
+"""Engine behaviour on tiny random models: identities, references, provenance, bad input."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from rag_demo.errors import InputError, KnowledgeBaseError
+
+QUESTION = "who wrote a farewell to arms"
+
+
+def _gen_batch(parts, texts):
+    return parts["gen_tok"](texts, max_length=64, padding=True, truncation=True, return_tensors="pt")
+
+
+def _plain_logprob(bart, batch_row, labels):
+    """log p(labels[1:] | input, labels[:1]) from one un-batched BART forward."""
+    with torch.no_grad():
+        logits = bart(**batch_row, decoder_input_ids=labels[:, :-1]).logits
+    return logits.log_softmax(-1).gather(-1, labels[:, 1:, None]).squeeze(-1)[0]
+
+
+def test_k1_equals_the_plain_generator(tiny_engine, tiny_parts):
+    result = tiny_engine.ask(QUESTION, k=1, max_new_tokens=8, closed_book=False)
+    text = tiny_engine._inputs(tiny_engine.retrieve(QUESTION, k=1))
+    with torch.no_grad():
+        plain = tiny_parts["bart"].generate(**_gen_batch(tiny_parts, text), max_length=9, num_beams=1, do_sample=False)
+    expected = plain[0, 1:].tolist()
+    assert list(result.variants["token"].token_ids) == expected
+    assert list(result.variants["sequence"].token_ids) == expected
+    labels = plain[:, :]
+    direct = float(_plain_logprob(tiny_parts["bart"], _gen_batch(tiny_parts, text), labels).sum())
+    assert result.variants["token"].logprob == pytest.approx(direct, abs=1e-4)
+    assert result.variants["sequence"].logprob == pytest.approx(direct, abs=1e-4)
+    assert result.passages[0].prob == pytest.approx(1.0)
+
+
+def test_per_passage_logprobs_equal_unbatched_forwards(tiny_engine, tiny_parts):
+    result = tiny_engine.score(QUESTION, "ernest hemingway", k=4)
+    texts = tiny_engine._inputs(tiny_engine.retrieve(QUESTION, k=4))
+    labels = tiny_parts["gen_tok"](["ernest hemingway"], return_tensors="pt")["input_ids"]
+    variant = result.variants["token"]
+    for z, text in enumerate(texts):
+        direct = _plain_logprob(tiny_parts["bart"], _gen_batch(tiny_parts, [text]), labels)
+        assert [row[z] for row in variant.doc_token_logprobs] == pytest.approx(direct.tolist(), abs=1e-4)
+
+
+def test_provenance_shapes_and_sums(tiny_engine):
+    result = tiny_engine.ask(QUESTION, k=4, max_new_tokens=6)
+    assert len(result.passages) == 4
+    assert sum(p.prob for p in result.passages) == pytest.approx(1.0, abs=1e-5)
+    assert [p.rank for p in result.passages] == [1, 2, 3, 4]
+    assert all(a.score >= b.score for a, b in zip(result.passages, result.passages[1:]))
+    for variant in result.variants.values():
+        T = len(variant.tokens)
+        assert T == len(variant.token_ids) == len(variant.token_logprobs) == len(variant.closed_book_token_logprobs)
+        assert len(variant.posteriors) == T and all(len(row) == 4 for row in variant.posteriors)
+        assert all(sum(row) == pytest.approx(1.0, abs=1e-5) for row in variant.posteriors)
+        assert sum(variant.token_logprobs) == pytest.approx(variant.logprob, abs=1e-3)
+    seq = result.variants["sequence"]
+    # the running posterior's last row is p(z|x,y) = p(z|x) p(y|x,z) / p(y|x)
+    per_doc = [sum(row[z] for row in seq.doc_token_logprobs) for z in range(4)]
+    expected = [math.exp(math.log(p.prob) + lp - seq.logprob) for p, lp in zip(result.passages, per_doc)]
+    assert list(seq.posteriors[-1]) == pytest.approx(expected, abs=1e-4)
+    assert set(result.timings_ms) >= {"encode", "search", "generate", "total"}
+
+
+def test_closed_book_matches_generator_without_passages(tiny_engine, tiny_parts):
+    result = tiny_engine.ask(QUESTION, k=2, max_new_tokens=6)
+    question_as_read = tiny_engine.retrieve(QUESTION, k=1).generator_question
+    with torch.no_grad():
+        plain = tiny_parts["bart"].generate(**_gen_batch(tiny_parts, [question_as_read]), max_length=7, num_beams=1, do_sample=False)
+    assert result.closed_book.answer == tiny_parts["gen_tok"].decode(plain[0, 1:], skip_special_tokens=True).strip()
+    assert result.closed_book.logprob == pytest.approx(sum(result.closed_book.token_logprobs), abs=1e-5)
+
+
+def _reference_sequence_decode(engine, parts, rag_config, question, k, num_beams, new_tokens, fast):
+    """RAG-Sequence decoding from transformers' pieces, with the attention mask kept."""
+    from transformers import RagSequenceForGeneration
+
+    retrieval = engine.retrieve(question, k=k)
+    texts = engine._inputs(retrieval)
+    batch = parts["gen_tok"](texts, max_length=64, padding="max_length", truncation=True, return_tensors="pt")
+    with torch.no_grad():
+        outs = parts["bart"].generate(**batch, num_beams=num_beams, num_return_sequences=num_beams,
+                                      max_length=new_tokens + 1, do_sample=False)
+    pad = parts["gen_tok"].pad_token_id
+    found: dict[tuple, list[int]] = {}
+    for row, seq in enumerate(outs.tolist()):
+        while seq and seq[-1] == pad:
+            seq.pop()
+        found.setdefault(tuple(seq), [])
+        if row // num_beams not in found[tuple(seq)]:
+            found[tuple(seq)].append(row // num_beams)
+    model = RagSequenceForGeneration(config=rag_config, question_encoder=parts["q_enc"], generator=parts["bart"]).eval()
+    scores = torch.tensor([[p.score for p in retrieval.passages]])
+    best, best_score = None, -float("inf")
+    for seq, finders in found.items():
+        docs = list(range(k)) if not fast else finders
+        labels = torch.tensor([list(seq)])
+        with torch.no_grad():
+            loss = model(context_input_ids=batch.input_ids[docs], context_attention_mask=batch.attention_mask[docs],
+                         doc_scores=scores[:, docs], labels=labels, n_docs=len(docs), reduce_loss=False).loss
+        # renormalizing over the finders' priors would change the score; add their prior mass back
+        score = -float(loss) + (float(torch.logsumexp(retrieval.doc_lp[docs], 0)) if fast else 0.0)
+        if score > best_score:
+            best, best_score = seq, score
+    return list(best[1:]), best_score
+
+
+@pytest.mark.parametrize("num_beams", [1, 2, 3])
+@pytest.mark.parametrize("decoding", ["thorough", "fast"])
+@pytest.mark.parametrize("question", [QUESTION, "capital of france"])
+def test_rag_sequence_decoding_equals_reference(tiny_engine, tiny_parts, rag_config, num_beams, decoding, question):
+    k, new_tokens = 3, 6
+    ours = tiny_engine.ask(question, k=k, variants=("sequence",), num_beams=num_beams, max_new_tokens=new_tokens,
+                           sequence_decoding=decoding, closed_book=False).variants["sequence"]
+    ids, score = _reference_sequence_decode(tiny_engine, tiny_parts, rag_config, question, k, num_beams, new_tokens, decoding == "fast")
+    assert list(ours.token_ids) == ids
+    assert max(s for _, s in ours.candidates) == pytest.approx(score, abs=1e-4)
+    if decoding == "thorough":
+        assert ours.logprob == pytest.approx(score, abs=1e-4)
+
+
+def test_index_variants_answer_and_report_recall(tiny_engine):
+    flat = tiny_engine.ask(QUESTION, k=3, index="flat", closed_book=False)
+    assert flat.index_recall is None
+    for kind in ("hnsw", "ivfpq"):
+        result = tiny_engine.ask(QUESTION, k=3, index=kind, closed_book=False)
+        assert result.index == kind and 0.0 <= result.index_recall <= 1.0
+    reports = {r.kind: r for r in tiny_engine.index_reports("tiny", k=3)}
+    assert set(reports) == {"flat", "hnsw", "ivfpq"}
+    assert reports["flat"].recall_at_k == 1.0 and reports["hnsw"].recall_at_k == 1.0  # 6 vectors: HNSW is exact
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"question": "   "}, "empty"),
+        ({"question": "\x00\x07"}, "empty"),
+        ({"k": 0}, "at least 1"),
+        ({"k": 99}, "larger than the knowledge base"),
+        ({"index": "annoy"}, "unknown index"),
+        ({"variants": ("beam",)}, "unknown variant"),
+        ({"kb": "nope"}, "unknown knowledge base"),
+        ({"num_beams": 0}, "num_beams"),
+        ({"max_new_tokens": 10_000}, "max_new_tokens"),
+        ({"sequence_decoding": "quick"}, "unknown decoding"),
+    ],
+)
+def test_bad_input_gets_a_clear_error(tiny_engine, kwargs, message):
+    kwargs = {"question": QUESTION, **kwargs}
+    with pytest.raises(InputError, match=message):
+        tiny_engine.ask(kwargs.pop("question"), **kwargs)
+
+
+def test_blank_answer_is_refused(tiny_engine):
+    with pytest.raises(InputError, match="answer is empty"):
+        tiny_engine.score(QUESTION, "  ")
+
+
+def test_long_question_is_cut_with_a_notice(tiny_engine):
+    result = tiny_engine.ask("lake " * 3000, k=2, max_new_tokens=2, closed_book=False)
+    assert any("cut" in n for n in result.notices) and any("retriever read" in n for n in result.notices)
+
+
+def test_kb_with_other_dimension_is_refused(tiny_engine):
+    import numpy as np
+
+    from rag_demo.corpus import Passage, make_kb
+
+    other = make_kb("other", [Passage("a", "b")], np.ones((1, 7), np.float32))
+    with pytest.raises(KnowledgeBaseError, match="7-dim"):
+        tiny_engine.ask(QUESTION, kb=other, k=1)
+
+
+def test_private_kb_changes_the_answer_source(tiny_engine, tiny_parts):
+    from rag_demo.corpus import Passage, make_kb
+
+    passages = [Passage("Swap", "Swapped text about an unrelated topic entirely."), Passage("Other", "More text.")]
+    with torch.no_grad():
+        batch = tiny_parts["q_tok"]([p.title for p in passages], [p.text for p in passages], padding=True, return_tensors="pt")
+        vectors = tiny_parts["ctx_enc"](**batch).pooler_output
+    private = make_kb("private", passages, vectors.numpy())
+    result = tiny_engine.ask(QUESTION, kb=private, k=2, closed_book=False)
+    assert {p.title for p in result.passages} == {"Swap", "Other"} and result.kb == "private"

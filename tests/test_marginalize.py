@@ -1,0 +1,88 @@
+"""The marginalizations against identities and a brute-force loop over passages."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from rag_demo import marginalize as M
+
+
+def _random(batch=2, docs=4, length=5, vocab=7, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    step = torch.randn(batch, docs, length, vocab, generator=g).log_softmax(-1)  # (B, K, T, V)
+    targets = torch.randint(vocab, (batch, length), generator=g)
+    token_lp = step.gather(-1, targets[:, None, :, None].expand(-1, docs, -1, 1)).squeeze(-1)  # (B, K, T)
+    doc_lp = M.doc_logprobs(torch.randn(batch, docs, generator=g), scale=3.0)
+    return step, targets, token_lp, doc_lp
+
+
+def test_doc_logprobs_is_softmax_over_top_k_with_scale():
+    scores = torch.tensor([[1.0, 0.5, -0.2]])
+    expected = [math.exp(20 * s) for s in scores[0].tolist()]
+    expected = [e / sum(expected) for e in expected]
+    assert M.doc_logprobs(scores, scale=20).exp()[0].tolist() == pytest.approx(expected, rel=1e-5)
+
+
+def test_brute_force_loop_gives_the_same_numbers():
+    _, _, token_lp, doc_lp = _random()
+    mask = torch.ones(token_lp.shape[0], token_lp.shape[2], dtype=torch.bool)
+    B, K, T = token_lp.shape
+    for b in range(B):
+        seq = sum(math.exp(doc_lp[b, z]) * math.prod(math.exp(token_lp[b, z, t]) for t in range(T)) for z in range(K))
+        tok = math.prod(sum(math.exp(doc_lp[b, z] + token_lp[b, z, t]) for z in range(K)) for t in range(T))
+        assert float(M.rag_sequence_logprob(token_lp, doc_lp, mask)[b]) == pytest.approx(math.log(seq), rel=1e-5)
+        assert float(M.rag_token_logprob(token_lp, doc_lp, mask)[b]) == pytest.approx(math.log(tok), rel=1e-5)
+        for t in range(T):
+            joint = [math.exp(doc_lp[b, z] + token_lp[b, z, t]) for z in range(K)]
+            assert M.rag_token_posteriors(token_lp, doc_lp)[b, t].tolist() == pytest.approx([j / sum(joint) for j in joint], rel=1e-4)
+            running = [math.exp(doc_lp[b, z] + token_lp[b, z, : t + 1].sum()) for z in range(K)]
+            assert M.rag_sequence_posteriors(token_lp, doc_lp)[b, t].tolist() == pytest.approx([r / sum(running) for r in running], rel=1e-4)
+
+
+def test_posteriors_are_distributions():
+    _, _, token_lp, doc_lp = _random(seed=3)
+    for post in (M.rag_token_posteriors(token_lp, doc_lp), M.rag_sequence_posteriors(token_lp, doc_lp)):
+        assert torch.allclose(post.sum(-1), torch.ones(post.shape[:2]), atol=1e-5)
+        assert (post >= 0).all()
+
+
+def test_one_passage_reduces_both_variants_to_the_generator():
+    _, _, token_lp, _ = _random(docs=1)
+    doc_lp = torch.zeros(token_lp.shape[0], 1)
+    mask = torch.ones(token_lp.shape[0], token_lp.shape[2], dtype=torch.bool)
+    plain = token_lp[:, 0].sum(-1)
+    assert torch.allclose(M.rag_sequence_logprob(token_lp, doc_lp, mask), plain, atol=1e-5)
+    assert torch.allclose(M.rag_token_logprob(token_lp, doc_lp, mask), plain, atol=1e-5)
+
+
+def test_one_token_answer_makes_the_variants_agree():
+    _, _, token_lp, doc_lp = _random(length=1)
+    mask = torch.ones(token_lp.shape[0], 1, dtype=torch.bool)
+    assert torch.allclose(M.rag_sequence_logprob(token_lp, doc_lp, mask), M.rag_token_logprob(token_lp, doc_lp, mask), atol=1e-5)
+    assert torch.allclose(M.rag_token_posteriors(token_lp, doc_lp), M.rag_sequence_posteriors(token_lp, doc_lp), atol=1e-6)
+
+
+def test_per_token_logprobs_sum_to_the_answer_logprob():
+    _, _, token_lp, doc_lp = _random(seed=5)
+    mask = torch.ones(token_lp.shape[0], token_lp.shape[2], dtype=torch.bool)
+    assert torch.allclose(M.rag_sequence_token_logprobs(token_lp, doc_lp).sum(-1), M.rag_sequence_logprob(token_lp, doc_lp, mask), atol=1e-4)
+    assert torch.allclose(M.rag_token_token_logprobs(token_lp, doc_lp).sum(-1), M.rag_token_logprob(token_lp, doc_lp, mask), atol=1e-4)
+
+
+def test_next_token_marginal_is_a_distribution_matching_per_token_marginal():
+    step, targets, token_lp, doc_lp = _random()
+    marginal = M.next_token_marginal(step[:, :, 0], doc_lp)  # (B, V)
+    assert torch.allclose(marginal.exp().sum(-1), torch.ones(step.shape[0]), atol=1e-5)
+    assert torch.allclose(marginal.gather(1, targets[:, :1]).squeeze(1), M.rag_token_token_logprobs(token_lp, doc_lp)[:, 0], atol=1e-5)
+
+
+def test_padding_positions_are_ignored():
+    _, _, token_lp, doc_lp = _random(length=4)
+    mask = torch.tensor([[True, True, False, False], [True, True, True, True]])
+    padded = token_lp * mask[:, None, :]
+    short = token_lp[:1, :, :2]
+    assert torch.allclose(M.rag_sequence_logprob(padded, doc_lp, mask)[:1],
+                          M.rag_sequence_logprob(short, doc_lp[:1], torch.ones(1, 2, dtype=torch.bool)), atol=1e-5)
