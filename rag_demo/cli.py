@@ -10,6 +10,7 @@ import argparse
 import json
 import logging
 import math
+import os
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -118,7 +119,7 @@ def _kb_paths(args) -> dict[str, str] | None:
 
 
 def _progress():
-    from .data import ConsoleProgress
+    from .progress import ConsoleProgress
 
     return ConsoleProgress()
 
@@ -245,6 +246,9 @@ COMMANDS = {"ask": cmd_ask, "score": cmd_score, "build-kb": cmd_build_kb, "prepa
 
 
 def main(argv: list[str] | None = None) -> int:
+    # Library download / loading bars would bury the one line a user needs; ours stay.
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    os.environ.setdefault("HF_DATASETS_DISABLE_PROGRESS_BARS", "1")
     try:
         args = build_parser().parse_args(argv)
         logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")

@@ -113,7 +113,8 @@ def greedy(
     for step in range(max_new_tokens):
         lp = _processed(processors, sequences, search.logprobs(1)[:, 0].cpu())  # (G, V)
         tokens = lp.argmax(-1)
-        tokens = torch.where(done, sequences[:, -1], tokens)  # finished groups repeat their last token (ignored)
+        if step > 0:  # finished groups repeat their last token; it is cut off below
+            tokens = torch.where(done, sequences[:, -1], tokens)
         scores = scores + torch.where(done, torch.zeros(()), lp.gather(1, tokens[:, None]).squeeze(1))
         sequences = torch.cat([sequences, tokens[:, None]], dim=1)
         done = done | torch.isin(tokens, stop)

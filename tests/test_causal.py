@@ -1,0 +1,89 @@
+"""The causal-LM generator path: left padding, caches and decoding against plain full forwards."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from rag_demo.config import EngineConfig, GeneratorConfig
+from rag_demo.generator import CausalGenerator
+
+QUESTION = "who wrote a farewell to arms"
+
+
+@pytest.fixture(scope="module")
+def causal_engine(tiny_parts, tiny_kb):
+    from rag_demo.encoders import encoder_from_modules
+    from rag_demo.engine import RagEngine
+    from tests import tiny
+
+    tokenizer = tiny_parts["gen_tok"]
+    model = tiny.tiny_causal(len(tokenizer))
+    generator = CausalGenerator(model, tokenizer, GeneratorConfig(model="tiny-llama", max_prompt_tokens=400), name="tiny-llama")
+    encoder = encoder_from_modules("tiny-dpr", tiny_parts["q_enc"], tiny_parts["q_tok"])
+    return RagEngine(encoder=encoder, generator=generator, kbs={"tiny": tiny_kb}, config=EngineConfig())
+
+
+def _full_forward_logprobs(model, tokenizer, prompt: str, continuation: list[int]) -> list[float]:
+    """log p(continuation | prompt) from one unpadded forward without a cache."""
+    ids = tokenizer(prompt, return_tensors="pt")["input_ids"]
+    full = torch.cat([ids, torch.tensor([continuation])], dim=1)
+    with torch.no_grad():
+        logits = model(full).logits[0, ids.shape[1] - 1 : -1]
+    return logits.log_softmax(-1).gather(1, torch.tensor(continuation)[:, None]).squeeze(1).tolist()
+
+
+def test_left_padded_batch_equals_single_prompts(causal_engine):
+    gen = causal_engine.generator
+    result = causal_engine.score(QUESTION, "ernest hemingway", k=4)
+    target = gen.answer_target("ernest hemingway")
+    texts = causal_engine._inputs(causal_engine.retrieve(QUESTION, k=4))
+    assert len({len(gen.tokenizer(t)["input_ids"]) for t in texts}) > 1  # prompts really differ in length
+    for z, text in enumerate(texts):
+        direct = _full_forward_logprobs(gen.model, gen.tokenizer, text, list(target.ids))
+        assert [row[z] for row in result.variants["token"].doc_token_logprobs] == pytest.approx(direct, abs=1e-4)
+
+
+def test_rag_token_greedy_equals_a_loop_of_full_forwards(causal_engine):
+    from rag_demo.marginalize import next_token_marginal
+
+    gen = causal_engine.generator
+    new_tokens = 6
+    result = causal_engine.ask(QUESTION, k=3, variants=("token",), max_new_tokens=new_tokens, closed_book=False)
+    retrieval = causal_engine.retrieve(QUESTION, k=3)
+    texts = causal_engine._inputs(retrieval)
+    generated: list[int] = []
+    for _ in range(new_tokens):
+        rows = []
+        for text in texts:
+            ids = gen.tokenizer(text)["input_ids"] + generated
+            with torch.no_grad():
+                rows.append(gen.model(torch.tensor([ids])).logits[0, -1].log_softmax(-1))
+        token = int(next_token_marginal(torch.stack(rows)[None], retrieval.doc_lp[None])[0].argmax())
+        generated.append(token)
+        if token in gen.stop_ids:
+            break
+    assert list(result.variants["token"].token_ids) == generated
+
+
+def test_beams_and_sequence_decoding_run_on_causal(causal_engine):
+    result = causal_engine.ask(QUESTION, k=3, num_beams=2, max_new_tokens=5, sequence_decoding="fast")
+    for variant in result.variants.values():
+        assert 1 <= len(variant.token_ids) <= 5
+        assert all(abs(sum(row) - 1) < 1e-5 for row in variant.posteriors)
+    assert result.closed_book is not None
+
+
+def test_long_passage_is_cut_to_fit_the_prompt(causal_engine):
+    from rag_demo.corpus import Passage
+
+    from dataclasses import replace
+
+    from rag_demo import prompts
+
+    base = causal_engine.generator
+    bare = base.count_input_tokens(prompts.rag_prompt(QUESTION, "Long", ""))
+    gen = CausalGenerator(base.model, base.tokenizer, replace(base.config, max_prompt_tokens=bare + 40), name="tiny")
+    text = gen.format_input(QUESTION, Passage("Long", "word " * 2000))
+    assert bare + 30 <= gen.count_input_tokens(text) <= bare + 42
+    assert text.endswith(f"Question: {QUESTION}\nAnswer:")

@@ -1,0 +1,98 @@
+"""`python -m rag_demo` end to end on a saved tiny RAG checkpoint and KB folder."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def saved(tiny_parts, tiny_kb, rag_config, tmp_path_factory):
+    from transformers import RagTokenForGeneration, RagTokenizer
+
+    from rag_demo.corpus import save_kb
+
+    folder = tmp_path_factory.mktemp("cli")
+    model = RagTokenForGeneration(config=rag_config, question_encoder=tiny_parts["q_enc"], generator=tiny_parts["bart"])
+    model.save_pretrained(folder / "rag")
+    RagTokenizer(question_encoder=tiny_parts["q_tok"], generator=tiny_parts["gen_tok"]).save_pretrained(folder / "rag")
+    save_kb(tiny_kb, folder / "kb")
+    return folder
+
+
+def run(*args, cache=None):
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT)}
+    if cache:
+        env["RAG_DEMO_CACHE"] = str(cache)
+    return subprocess.run([sys.executable, "-m", "rag_demo", *args], capture_output=True, text=True, env=env, timeout=300)
+
+
+def test_ask_json_end_to_end(saved, tiny_engine):
+    out = run("ask", "who wrote a farewell to arms", "--rag-checkpoint", str(saved / "rag"),
+              "--kb-path", f"tiny={saved / 'kb'}", "--k", "3", "--max-new-tokens", "6", "--json")
+    assert out.returncode == 0, out.stderr
+    data = json.loads(out.stdout)
+    assert set(data) >= {"question", "passages", "variants", "closed_book", "timings_ms"}
+    assert [set(p) >= {"rank", "id", "title", "text", "score", "prob"} for p in data["passages"]] == [True] * 3
+    assert set(data["variants"]) == {"token", "sequence"}
+    for variant in data["variants"].values():
+        assert set(variant) >= {"answer", "tokens", "logprob", "posteriors"}
+        assert all(abs(sum(row) - 1) < 1e-5 for row in variant["posteriors"])
+    assert set(data["closed_book"]) >= {"answer", "token_logprobs"}
+    assert set(data["timings_ms"]) >= {"encode", "search", "generate", "total"}
+    # the loaded checkpoint answers exactly as the in-memory engine over the same modules
+    expected = tiny_engine.ask("who wrote a farewell to arms", k=3, max_new_tokens=6)
+    assert data["variants"]["token"]["token_ids"] == list(expected.variants["token"].token_ids)
+    assert data["variants"]["sequence"]["logprob"] == pytest.approx(expected.variants["sequence"].logprob, abs=1e-4)
+
+
+def test_score_and_readable_summary(saved):
+    out = run("score", "capital of france", "paris", "--rag-checkpoint", str(saved / "rag"),
+              "--kb-path", f"tiny={saved / 'kb'}", "--k", "2", "--index", "hnsw")
+    assert out.returncode == 0, out.stderr
+    assert "RAG-Token" in out.stdout and "RAG-Sequence" in out.stdout and "p(z|x)=" in out.stdout
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["ask", "  "], "question is empty"),
+        (["ask", "q", "--k", "0"], "--k must be at least 1"),
+        (["ask", "q", "--index", "lsh"], "invalid choice"),
+        (["ask", "q", "--variant", "beam"], "invalid choice"),
+        (["ask", "q", "--k", "50"], "larger than the knowledge base"),
+        (["ask", "q", "--kb", "nope"], "unknown knowledge base"),
+        (["ask", "q", "--kb-path", "x=/does/not/exist"], "does not exist"),
+        (["ask", "q", "--generator", "/no/such/model"], "does not exist"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(saved, args, message, tmp_path):
+    base = ["--rag-checkpoint", str(saved / "rag"), "--kb-path", f"tiny={saved / 'kb'}"]
+    if "--kb-path" in args:
+        base = ["--rag-checkpoint", str(saved / "rag")]
+    if "--generator" in args:
+        base = ["--kb-path", f"tiny={saved / 'kb'}"]
+    out = run(*args, *base, cache=tmp_path)
+    assert out.returncode == 2, out.stderr
+    assert message in out.stderr and "Traceback" not in out.stderr
+    assert len(out.stderr.strip().splitlines()) == 1
+
+
+def test_build_kb_from_files(tmp_path):
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "a.txt").write_text("word " * 150)
+    (src / "b.md").write_text("the quick brown fox")
+    out = run("build-kb", str(src), str(tmp_path / "kb"))
+    assert out.returncode == 0, out.stderr
+    from rag_demo.corpus import load_kb
+
+    kb = load_kb(tmp_path / "kb")
+    assert len(kb) == 3 and kb.dim == 384 and kb.normalized
