@@ -386,6 +386,16 @@ class RagEngine:
             token_logprobs=tuple(float(x) for x in lps), logprob=float(lps.sum()),
         )
 
+    def closed_book(self, question: str, *, max_new_tokens: int | None = None) -> ClosedBookResult:
+        """The generator's greedy answer without any passage: its parametric memory alone."""
+        max_new_tokens = self.config.decoding.max_new_tokens if max_new_tokens is None else max_new_tokens
+        self._check_options(VARIANTS, 1, max_new_tokens, "thorough")
+        question, _ = clean_text(question, what="question")
+        prefix = self.generator.generation_prefix()
+        with torch.inference_mode():
+            state = self._closed_book_state(self._question_for_generator(question), prefix)
+            return self._closed_book_answer(state, prefix, max_new_tokens)
+
     def score(self, question: str, answer: str, *, kb: str | KnowledgeBase | None = None, k: int = 5,
               index: str = "flat", variants=VARIANTS) -> AskResult:
         """log p(answer|x) under each variant, with per-token provenance, for an answer the user gives."""
