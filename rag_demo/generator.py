@@ -12,6 +12,7 @@ KV cache, so one forward pass gives every passage's next-token distribution.
 from __future__ import annotations
 
 import copy
+import functools
 import logging
 from dataclasses import dataclass, replace
 
@@ -206,10 +207,13 @@ class CausalGenerator(Generator):
             return passage.text
         return self.tokenizer.decode(ids[: max(budget, 0)])
 
-    @property
+    @functools.cached_property
     def stop_ids(self) -> frozenset[int]:
-        newline = self.tokenizer(prompts.ANSWER_STOP, add_special_tokens=False)["input_ids"]
-        return self.eos_ids | frozenset(newline[-1:])
+        """EOS and every token that contains a line break ("\n", "\n\n", ...): the answer line ends."""
+        vocab = self.tokenizer.get_vocab()
+        newline_tokens = {i for token, i in vocab.items() if "\n" in token or "Ċ" in token}  # Ċ: byte-level BPE's newline
+        newline_tokens |= set(self.tokenizer(prompts.ANSWER_STOP, add_special_tokens=False)["input_ids"][-1:])
+        return self.eos_ids | frozenset(newline_tokens)
 
     def answer_target(self, answer: str) -> Target:
         """The answer as it follows 'Answer:', ended by the newline that stops generation."""
