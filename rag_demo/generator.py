@@ -14,6 +14,7 @@ from __future__ import annotations
 import copy
 import functools
 import logging
+import threading
 from dataclasses import dataclass, replace
 
 import torch
@@ -193,6 +194,11 @@ class CausalGenerator(Generator):
 
     kind = "causal"
 
+    def __init__(self, model, tokenizer, config: GeneratorConfig, *, name: str):
+        super().__init__(model, tokenizer, config, name=name)
+        self._prefix_states: dict[str, tuple[list[int], object]] = {}
+        self._prefix_lock = threading.Lock()
+
     def format_input(self, question: str, passage: Passage | None) -> str:
         if passage is None:
             return prompts.closed_book_prompt(question)
@@ -228,18 +234,22 @@ class CausalGenerator(Generator):
 
     @torch.inference_mode()
     def start(self, texts: list[str], prefix: tuple[int, ...] = ()) -> DecodeState:
-        batch = self.tokenizer(texts, padding=True, padding_side="left", return_tensors="pt").to(self.device)
-        input_ids, attention = batch["input_ids"], batch["attention_mask"]
-        if prefix:
-            extra = torch.tensor([list(prefix)] * len(texts), dtype=torch.long, device=self.device)
-            input_ids = torch.cat([input_ids, extra], dim=1)
-            attention = torch.cat([attention, torch.ones_like(extra)], dim=1)
-        positions = (attention.cumsum(-1) - 1).clamp(min=0)
-        from transformers import DynamicCache
-
-        cache = DynamicCache(config=self.model.config)
+        """Run the prompts. The few-shot block they all begin with is computed once per generator
+        and its KV cache reused; each row then feeds only its own rest (left-padded)."""
+        rows = [self.tokenizer(text)["input_ids"] + list(prefix) for text in texts]
+        shared, cache = self._shared_prefix(rows)
+        width = max(len(r) - len(shared) for r in rows)
+        ids = torch.full((len(rows), width), self.tokenizer.pad_token_id, dtype=torch.long)
+        rest_mask = torch.zeros(len(rows), width, dtype=torch.long)
+        for i, r in enumerate(rows):
+            rest = r[len(shared) :]
+            ids[i, width - len(rest) :] = torch.tensor(rest, dtype=torch.long)
+            rest_mask[i, width - len(rest) :] = 1
+        ids, rest_mask = ids.to(self.device), rest_mask.to(self.device)
+        attention = torch.cat([torch.ones(len(rows), len(shared), dtype=torch.long, device=self.device), rest_mask], dim=1)
+        positions = (len(shared) + rest_mask.cumsum(-1) - 1).clamp(min=0)
         out = self.model(
-            input_ids=input_ids, attention_mask=attention, position_ids=positions, cache=cache, use_cache=True, logits_to_keep=1
+            input_ids=ids, attention_mask=attention, position_ids=positions, cache=cache, use_cache=True, logits_to_keep=1
         )
         return DecodeState(
             logprobs=self.step_logprobs(out.logits[:, -1]),
@@ -247,6 +257,33 @@ class CausalGenerator(Generator):
             attention_mask=attention,
             next_position=positions[:, -1] + 1,
         )
+
+    def _shared_prefix(self, rows: list[list[int]]) -> tuple[list[int], object]:
+        """The longest cached few-shot block that begins every row, with a cache of it for len(rows) rows."""
+        from transformers import DynamicCache
+
+        for text in (prompts.few_shot_prefix(), prompts.few_shot_prefix(with_passages=False)):
+            ids, cache = self._prefix_state(text)
+            if ids and all(len(r) > len(ids) and r[: len(ids)] == ids for r in rows):
+                copied = copy.deepcopy(cache)
+                copied.reorder_cache(torch.zeros(len(rows), dtype=torch.long, device=self.device))
+                return ids, copied
+        return [], DynamicCache(config=self.model.config)
+
+    def _prefix_state(self, text: str) -> tuple[list[int], object]:
+        with self._prefix_lock:
+            if text not in self._prefix_states:
+                from transformers import DynamicCache
+
+                ids = self.tokenizer(text)["input_ids"]
+                # the block's last token is left to the rows: its tokenization can merge with what follows
+                ids = ids[:-1]
+                cache = DynamicCache(config=self.model.config)
+                if ids:
+                    tensor = torch.tensor([ids], dtype=torch.long, device=self.device)
+                    self.model(input_ids=tensor, cache=cache, use_cache=True, logits_to_keep=1)
+                self._prefix_states[text] = (ids, cache)
+            return self._prefix_states[text]
 
     def _forward_tokens(self, state: DecodeState, tokens: torch.Tensor) -> torch.Tensor:
         """Feed (R, n) tokens after the rows so far; mutates `state`. Returns (R, n, V) logits."""

@@ -87,3 +87,13 @@ def test_long_passage_is_cut_to_fit_the_prompt(causal_engine):
     text = gen.format_input(QUESTION, Passage("Long", "word " * 2000))
     assert bare + 30 <= gen.count_input_tokens(text) <= bare + 42
     assert text.endswith(f"Question: {QUESTION}\nAnswer:")
+
+
+def test_few_shot_block_is_computed_once_and_shared(causal_engine):
+    gen = causal_engine.generator
+    texts = causal_engine._inputs(causal_engine.retrieve(QUESTION, k=3))
+    rows = [gen.tokenizer(t)["input_ids"] for t in texts]
+    shared, cache = gen._shared_prefix(rows)
+    assert len(shared) > 50 and cache.get_seq_length() == len(shared)
+    closed = [gen.tokenizer(gen.format_input(QUESTION, None))["input_ids"]]
+    assert len(gen._shared_prefix(closed)[0]) > 20
