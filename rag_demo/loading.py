@@ -107,7 +107,7 @@ def engine_from_config(config: EngineConfig = EngineConfig(), *, kb_paths: dict[
     if needs_default_data:
         from . import data
 
-        prepared = data.prepare(progress=progress, build_kbs=kb_paths is None)
+        prepared = data.prepare(progress=progress, build_kbs=kb_paths is None, encoder_config=config.encoder)
     if kb_paths is None:
         kb_paths = {name: str(path) for name, path in prepared.kb_paths.items()}
     kbs = load_kbs(kb_paths)

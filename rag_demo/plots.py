@@ -16,7 +16,7 @@ from .results import AskResult, IndexReport, RetrievedPassage, VariantResult
 PALETTE = ("#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#b07aa1", "#ff9da7", "#9c755f", "#bab0ac")
 VARIANT_NAMES = {"token": "RAG-Token", "sequence": "RAG-Sequence"}
 VARIANT_COLORS = {"token": "#4338ca", "sequence": "#0f766e"}
-FONT = dict(family="Inter, ui-sans-serif, system-ui, sans-serif", size=13)
+FONT = dict(family="ui-sans-serif, system-ui, sans-serif", size=13, color="#1f2937")
 
 
 def passage_color(rank: int) -> str:
@@ -60,9 +60,21 @@ def token_label(token: str) -> str:
     return "↵" if "\n" in token else "␣"
 
 
+def passage_name(title: str, text: str) -> str:
+    """A passage's title, or its opening words when it has none (plain text, not escaped).
+
+    >>> passage_name("", "Notes on the State of Virginia is a book")
+    '“Notes on the State of…”'
+    """
+    if title.strip():
+        return title.strip()
+    opening = " ".join(text.split()[:5])
+    return f"“{opening}…”" if opening else "untitled"
+
+
 def passage_label(passage: RetrievedPassage, width: int = 24) -> str:
-    """'#rank title' for axes, escaped for plotly."""
-    return html.escape(f"#{passage.rank} {shorten(passage.title or 'untitled', width)}")
+    """'#rank name' for axes, escaped for plotly."""
+    return html.escape(f"#{passage.rank} {shorten(passage_name(passage.title, passage.text), width)}")
 
 
 def _layout(fig, *, title: str, height: int) -> None:
@@ -71,8 +83,8 @@ def _layout(fig, *, title: str, height: int) -> None:
         height=height,
         margin=dict(l=10, r=10, t=48, b=10),
         font=FONT,
-        paper_bgcolor="rgba(0,0,0,0)",
-        plot_bgcolor="rgba(0,0,0,0)",
+        paper_bgcolor="white",  # white cards stay legible in gradio's dark mode too
+        plot_bgcolor="white",
     )
 
 
@@ -103,16 +115,18 @@ def doc_prob_figure(result: AskResult, *, height: int = 300):
             marker_color=[passage_color(r) for r in ranks],
             text=[f"{p.prob:.2f}" for p in passages],
             textposition="outside",
-            customdata=[[html.escape(shorten(p.title, 60)), p.score, p.logit] for p in passages],
+            cliponaxis=False,
+            customdata=[[html.escape(shorten(passage_name(p.title, p.text), 60)), p.score, p.logit] for p in passages],
             hovertemplate="%{customdata[0]}<br>p(z|x) = %{x:.3f}<br>score = %{customdata[1]:.3f}"
             "<br>logit = %{customdata[2]:.2f}<extra></extra>",
         )
     )
-    fig.update_yaxes(title_text="passage", tickvals=ranks, ticktext=[passage_label(p) for p in passages],
+    fig.update_yaxes(title_text="passage", tickvals=ranks, ticktext=[passage_label(p, 18) for p in passages],
                      autorange="reversed")
-    fig.update_xaxes(title_text="p(z|x)", range=[0, 1.15], gridcolor="rgba(128,128,128,0.2)")
-    _layout(fig, title=f"Retriever: p(z|x) = softmax({result.scale:g} × score) over the top {len(passages)}",
+    fig.update_xaxes(title_text="p(z|x)", range=[0, 1.0], gridcolor="rgba(128,128,128,0.2)")
+    _layout(fig, title=f"p(z|x) = softmax({result.scale:g}·score), top {len(passages)}",
             height=max(height, 90 + 26 * len(passages)))
+    fig.update_layout(margin=dict(l=10, r=36, t=48, b=10))
     return fig
 
 
@@ -129,7 +143,7 @@ def posterior_heatmap(variant: VariantResult, passages: Sequence[RetrievedPassag
     z = [[variant.posteriors[t][j] for t in range(num_tokens)] for j in range(len(passages))]  # (K, T)
     doc_p = [[math.exp(variant.doc_token_logprobs[t][j]) for t in range(num_tokens)] for j in range(len(passages))]
     tokens = [html.escape(token_label(t)) for t in variant.tokens]
-    custom = [[[tokens[t], html.escape(shorten(p.title, 40)), doc_p[j][t]] for t in range(num_tokens)]
+    custom = [[[tokens[t], html.escape(shorten(passage_name(p.title, p.text), 40)), doc_p[j][t]] for t in range(num_tokens)]
               for j, p in enumerate(passages)]
     fig = go.Figure(
         go.Heatmap(
@@ -140,7 +154,7 @@ def posterior_heatmap(variant: VariantResult, passages: Sequence[RetrievedPassag
             zmax=1.0,
             colorscale="Blues",
             colorbar=dict(title=dict(text="posterior", side="right"), thickness=12, len=0.9),
-            texttemplate="%{z:.2f}" if num_tokens * len(passages) <= 160 else None,
+            texttemplate="%{z:.2f}" if num_tokens <= 10 and len(passages) <= 10 else None,  # legible cells only
             textfont=dict(size=10),
             customdata=custom,
             hovertemplate="token “%{customdata[0]}”<br>#%{y} %{customdata[1]}<br>posterior = %{z:.3f}"

@@ -11,9 +11,10 @@ from tests import tiny
 
 
 @pytest.fixture(autouse=True)
-def _offline_and_private_cache(monkeypatch, tmp_path_factory):
+def _offline_and_private_cache(request, monkeypatch, tmp_path_factory):
+    """Fast tests get a throw-away cache; slow tests share the real one (built once, minutes)."""
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    if "RAG_DEMO_CACHE_FOR_TESTS" not in os.environ:  # the slow tests opt into the real cache
+    if request.node.get_closest_marker("slow") is None:
         monkeypatch.setenv("RAG_DEMO_CACHE", str(tmp_path_factory.getbasetemp() / "rag-demo-cache"))
 
 

@@ -1,0 +1,53 @@
+"""Run the demo: config -> engine -> page -> launch.
+
+    python app.py        # http://127.0.0.1:7860; GRADIO_SERVER_NAME / GRADIO_SERVER_PORT override
+
+The engine is built in a background thread, so on a first start (models to fetch, indexes to
+build) the page comes up at once and shows progress until it is ready. Pass another factory
+to `main` / `create_demo` to serve a different engine.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable, Mapping
+
+from rag_demo.ui import BackgroundEngine, Engine, ProgressFn, build_demo, launch_options
+
+log = logging.getLogger("rag_demo.app")
+
+
+def default_engine(progress: ProgressFn) -> Engine:
+    """The real engine with the default config (heavy imports happen here, not at import time)."""
+    from rag_demo.config import EngineConfig
+    from rag_demo.engine import RagEngine
+
+    return RagEngine.from_config(EngineConfig(), progress=progress)
+
+
+def server_options(environ: Mapping[str, str]) -> dict:
+    """Host and port from GRADIO_SERVER_NAME / GRADIO_SERVER_PORT (defaults: 127.0.0.1, first free from 7860).
+
+    >>> server_options({"GRADIO_SERVER_NAME": "0.0.0.0", "GRADIO_SERVER_PORT": "7861"})
+    {'server_name': '0.0.0.0', 'server_port': 7861}
+    """
+    port = environ.get("GRADIO_SERVER_PORT")
+    return {"server_name": environ.get("GRADIO_SERVER_NAME") or "127.0.0.1", "server_port": int(port) if port else None}
+
+
+def create_demo(factory: Callable[[ProgressFn], Engine] = default_engine):
+    """Start building the engine in the background and return the page that waits for it."""
+    return build_demo(BackgroundEngine(factory).start())
+
+
+def main(factory: Callable[[ProgressFn], Engine] = default_engine) -> None:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    demo = create_demo(factory)
+    options = server_options(os.environ)
+    log.info("serving on %s:%s", options["server_name"], options["server_port"] or "7860+")
+    demo.launch(**options, max_file_size="10mb", **launch_options())
+
+
+if __name__ == "__main__":
+    main()

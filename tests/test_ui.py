@@ -1,0 +1,442 @@
+"""The UI without a browser: formatters, figures and event callbacks called directly.
+
+The tests drive `ui_engine`, today the toy `FakeEngine`; they assert on what any engine that
+keeps the contract must do (escaping, messages, JSON shape, answers that follow the index),
+not on the fake's particular answers.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import time
+from pathlib import Path
+
+import gradio as gr
+import pytest
+
+from tests.fake_engine import FakeEngine
+from rag_demo import plots, ui
+from rag_demo.corpus import Passage
+from rag_demo.errors import InputError, RagDemoError
+from rag_demo.results import AskResult, ClosedBookResult, IndexReport, RetrievedPassage, VariantResult
+
+EVIL_TITLE = '<img src=x onerror="window.__pwned=1">Evil & co'
+EVIL_TEXT = "<script>window.__pwned=2</script> Paris <b>bold</b> is where the evil passage lives <img src=x onerror=window.__pwned=3>"
+QUESTION = "What is the capital of France?"
+
+
+@pytest.fixture(scope="module")
+def ui_engine():
+    """The engine under the UI. To test against the tiny real engine, return it here instead."""
+    return FakeEngine()
+
+
+@pytest.fixture()
+def actions(ui_engine):
+    return ui.DemoActions(ui_engine)
+
+
+def ask(actions, question=QUESTION, variant="both", kb=None, mine=None, k=3, index="flat"):
+    kb = kb or actions.engine.default_kb
+    return actions.ask(question, variant, k, index, kb, 1, "thorough", mine)
+
+
+def is_skip(value) -> bool:
+    return isinstance(value, dict) and value.get("__type__") == "update" and len(value) == 1
+
+
+def assert_no_raw_html(markup: str) -> None:
+    for needle in ("<script", "<img", "<b>bold", "<b>x", "<b>flat", "<i>plain", "<kb>", "<x>", "x</b>"):
+        assert needle not in markup, needle
+
+
+def evil_result() -> AskResult:
+    """A hand-made result whose every string is hostile; the numbers are consistent (T=2, K=2)."""
+    passages = (
+        RetrievedPassage(rank=1, id=0, title=EVIL_TITLE, text=EVIL_TEXT, score=0.9, prob=0.75, logit=0.9),
+        RetrievedPassage(rank=2, id=1, title="<i>plain</i>", text="a & b < c", score=0.8, prob=0.25, logit=0.8),
+    )
+    posteriors = ((0.9, 0.1), (0.6, 0.4))
+    variant = VariantResult(
+        variant="token", answer="<b>x</b>", tokens=("<b>", "x</b>"), token_ids=(1, 2), logprob=-1.0,
+        token_logprobs=(-0.5, -0.5), doc_token_logprobs=((-0.2, -1.5), (-0.6, -0.4)), posteriors=posteriors,
+        closed_book_token_logprobs=(-2.0, -0.1), candidates=(("<script>c</script>", -1.0),),
+    )
+    closed = ClosedBookResult(answer="<img src=x onerror=alert(1)>", tokens=("<img src=x onerror=alert(1)>",),
+                              token_logprobs=(-1.0,), logprob=-1.0)
+    return AskResult(question="<script>q</script>?", kb="<kb>", index="flat", k=2, passages=passages,
+                     variants={"token": variant}, closed_book=closed, timings_ms={"encode": 1.0, "<x>": 2.0},
+                     notices=("<img src=x onerror=alert(2)>",), index_recall=1.0, scale=1.0)
+
+
+# ---- formatters ----------------------------------------------------------------------------
+
+
+def test_formatters_escape_every_string():
+    result = evil_result()
+    for markup in (
+        ui.format_answer_html(result),
+        ui.format_passages_html(result.passages),
+        ui.format_swap_column(result),
+        ui.format_swap_summary(result, result),
+        ui.format_score_html(result),
+        ui.format_learn_html(result, 1),
+        ui.format_status("<img src=x onerror=alert(1)>"),
+        ui.format_index_table([IndexReport("<b>flat</b>", 0.1, 10, 1.0, 5, 0.1)], "<kb>"),
+    ):
+        assert_no_raw_html(markup)
+    passages_html = ui.format_passages_html(result.passages)
+    assert "&lt;script&gt;window.__pwned=2&lt;/script&gt;" in passages_html
+    assert "&lt;img src=x onerror=&quot;window.__pwned=1&quot;&gt;Evil &amp; co" in passages_html
+
+
+def test_plot_labels_are_escaped():
+    result = evil_result()
+    figs = [plots.doc_prob_figure(result), plots.posterior_heatmap(result.variants["token"], result.passages),
+            plots.retrieval_gain_figure(list(result.variants.values()))]
+    for fig in figs:
+        text = json.dumps(fig.to_plotly_json(), default=str)
+        assert "<img" not in text and "<script" not in text and "<b>" not in text
+
+
+def test_token_spans_tint_by_dominant_passage_and_show_closed_book():
+    result = evil_result()
+    markup = ui.format_token_spans(result.variants["token"], result.passages)
+    assert markup.count('tabindex="0"') == 2
+    first, second = re.split(r'<span class="rag-tok[ "]', markup)[1:]
+    assert plots.rgba(plots.passage_color(1), 0.12 + 0.6 * 0.9) in first  # argmax posterior = passage 1
+    assert "0.135" in first  # closed-book p = exp(-2)
+    assert "rag-parametric" in second  # closed-book p = exp(-0.1) >= 0.5
+
+
+def test_format_helpers():
+    assert ui.fmt_prob(0.5) == "0.500"
+    assert ui.fmt_log(float("-inf")) == "−∞"
+    assert ui.format_status("") == ""
+    assert "rag-status-error" in ui.format_status("boom")
+    timings = ui.format_timings({"total": 10.0, "search": 1.0, "encode": 2.0, "generate": 7.0})
+    assert timings.index("encode") < timings.index("search") < timings.index("generate") < timings.index("total")
+
+
+def test_learn_numbers_come_from_the_result(actions):
+    result = ui.unwrap(ask(actions, k=4)[-1])
+    variant = result.variants["token"]
+    t = 0
+    marginal = sum(p.prob * math.exp(lp) for p, lp in zip(result.passages, variant.doc_token_logprobs[t]))
+    assert math.isclose(marginal, math.exp(variant.token_logprobs[t]), rel_tol=1e-3)
+    markup = ui.format_learn_html(result, t)
+    assert ui.fmt_prob(marginal) in markup
+    # softmax(scale * score) reproduces the engine's p(z|x)
+    logits = [result.scale * p.score for p in result.passages]
+    top = max(logits)
+    prior = [math.exp(x - top) for x in logits]
+    assert [round(x / sum(prior), 4) for x in prior] == pytest.approx([p.prob for p in result.passages], abs=2e-4)
+    sequence = result.variants["sequence"]
+    p_seq = sum(p.prob * math.exp(sum(row[j] for row in sequence.doc_token_logprobs))
+                for j, p in enumerate(result.passages))
+    assert ui.fmt_prob(p_seq) in markup
+    assert "Ask a question" in ui.format_learn_html(None)
+
+
+# ---- figures -------------------------------------------------------------------------------
+
+
+def test_figures_have_titles_axes_and_legends(actions):
+    result = ui.unwrap(ask(actions, k=3)[-1])
+    heat = plots.posterior_heatmap(result.variants["token"], result.passages)
+    trace = heat.data[0]
+    assert len(trace.z) == 3 and len(trace.z[0]) == len(result.variants["token"].tokens)  # (K, T)
+    assert trace.colorbar.title.text == "posterior" and trace.zmin == 0 and trace.zmax == 1
+    assert heat.layout.title.text and heat.layout.xaxis.title.text and heat.layout.yaxis.title.text
+    for col in range(len(trace.z[0])):
+        assert sum(row[col] for row in trace.z) == pytest.approx(1.0, abs=1e-6)
+
+    gain = plots.retrieval_gain_figure(list(result.variants.values()))
+    v = result.variants["token"]
+    assert list(gain.data[0].y) == pytest.approx([a - b for a, b in zip(v.token_logprobs, v.closed_book_token_logprobs)])
+    assert gain.layout.yaxis.title.text and gain.layout.title.text and len(gain.data) == 2
+
+    bars = plots.doc_prob_figure(result)
+    assert list(bars.data[0].x) == pytest.approx([p.prob for p in result.passages])
+    assert bars.layout.xaxis.title.text == "p(z|x)"
+
+    reports = actions.engine.index_reports(actions.engine.default_kb)
+    fig = plots.index_report_figure(reports)
+    assert len(fig.data) == 3 and fig.layout.title.text
+
+
+# ---- Ask -----------------------------------------------------------------------------------
+
+
+def test_ask_returns_every_output(actions):
+    status, answer, passages, prob_fig, heat_token, heat_seq, gain, last = ask(actions, k=3)
+    assert status == ""
+    result = ui.unwrap(last)
+    assert isinstance(last, ui.Held) and isinstance(result, AskResult)
+    for v in result.variants.values():
+        assert ui.esc(v.tokens[0]) in answer
+    assert "Closed-book" in answer and "encode" in answer and "recall@3" in answer
+    assert passages.count('class="rag-passage"') == 3
+    assert heat_token["visible"] and heat_seq["visible"]
+    assert prob_fig is not None and gain is not None
+
+
+def test_ask_one_variant_hides_the_other_heatmap(actions):
+    out = ask(actions, variant="token")
+    assert out[4]["visible"] is True and out[5]["visible"] is False
+
+
+@pytest.mark.parametrize("question", ["", "   ", None])
+def test_empty_question_is_a_friendly_message(actions, question):
+    out = ask(actions, question=question)
+    assert "Type a question" in out[0] and "rag-status-error" in out[0]
+    assert all(is_skip(v) for v in out[1:])
+
+
+def test_bad_option_is_a_message_not_a_traceback(actions):
+    out = actions.ask(QUESTION, "nonsense", 5, "flat", actions.engine.default_kb, 1, "thorough", None)
+    assert "unknown variant" in out[0]
+
+
+def test_unexpected_engine_error_is_hidden(ui_engine):
+    class Broken(FakeEngine):
+        def ask(self, question, **options):
+            raise RuntimeError("secret internals")
+
+    out = ask(ui.DemoActions(Broken()))
+    assert "Something went wrong" in out[0] and "secret internals" not in out[0] and "Traceback" not in out[0]
+
+
+def test_kb_swap_changes_the_answer(actions):
+    names = actions.engine.kb_names
+    assert len(names) >= 2
+    status, summary, left, right = actions.swap(QUESTION, names[0], names[1], "both", 5, None)
+    assert status == ""
+    a = ui.unwrap(ask(actions, kb=names[0])[-1])
+    b = ui.unwrap(ask(actions, kb=names[1])[-1])
+    assert a.variants["token"].answer != b.variants["token"].answer
+    assert ui.esc(a.variants["token"].answer) in left and ui.esc(b.variants["token"].answer) in right
+    assert "the answer follows the index" in summary
+
+
+def test_ask_json_shape(actions):
+    data = actions.ask_json(QUESTION, "both", 4, "hnsw", "")
+    json.dumps(data)  # plain JSON
+    assert set(data) >= {"question", "kb", "index", "k", "passages", "variants", "closed_book", "timings_ms",
+                         "notices", "index_recall", "scale"}
+    assert data["index"] == "hnsw" and data["k"] == 4 and len(data["passages"]) == 4
+    assert set(data["variants"]) == {"token", "sequence"}
+    assert set(data["timings_ms"]) >= {"encode", "search", "generate", "total"}
+    for v in data["variants"].values():
+        assert len(v["posteriors"]) == len(v["tokens"]) == len(v["token_logprobs"])
+        assert all(sum(row) == pytest.approx(1.0, abs=1e-4) for row in v["posteriors"])
+        assert sum(v["token_logprobs"]) == pytest.approx(v["logprob"], abs=1e-4)
+    assert set(actions.ask_json(QUESTION, "token")["variants"]) == {"token"}
+    with pytest.raises(gr.Error, match="Type a question"):
+        actions.ask_json("  ")
+
+
+def test_demo_builds_with_named_endpoints_and_one_engine_lane(ui_engine):
+    demo = ui.build_demo(ui_engine)
+    endpoints = demo.get_api_info()["named_endpoints"]
+    for name in ("/ask", "/ask_json", "/swap", "/score", "/index_reports", "/build_kb", "/edit_passage", "/ask_mine"):
+        assert name in endpoints
+    assert [p["parameter_name"] for p in endpoints["/ask_json"]["parameters"]] == ["question", "variant", "k", "index", "kb"]
+    engine_fns = [fn for fn in demo.fns.values() if fn.concurrency_id == ui.ENGINE_GROUP]
+    assert len(engine_fns) >= 8 and all(fn.concurrency_limit == 1 for fn in engine_fns)
+
+
+# ---- Your knowledge ------------------------------------------------------------------------
+
+
+def write(tmp_path: Path, name: str, data: bytes | str) -> str:
+    path = tmp_path / name
+    path.write_bytes(data if isinstance(data, bytes) else data.encode("utf-8"))
+    return str(path)
+
+
+def test_upload_paste_edit_and_reask(actions, tmp_path):
+    files = [write(tmp_path, "notes.txt", "Zorblax is the capital of Plutonia, a city of glass domes."),
+             write(tmp_path, "facts.jsonl", json.dumps({"title": "Moons", "text": "Plutonia has three moons."}) + "\n")]
+    out = actions.build_mine(files, "Pasted", "Quixel invented the hover bicycle in 2091.", None)
+    status, mine = out[0], out[1]
+    assert "rag-status-ok" in status and "Indexed 3 passages" in status
+    kb = ui.unwrap(mine)
+    assert len(kb) == 3
+    assert out[2]["choices"][0][1] == 0 and out[3] == kb.titles[0]
+    for dropdown in out[6:]:
+        assert (ui.PRIVATE_LABEL + ": 3 passages", ui.PRIVATE_KB) in dropdown["choices"]
+
+    status, answer, passages = actions.ask_mine("What is the capital of Plutonia?", mine)
+    assert status == "" and "Zorblax" in passages
+
+    result = ui.unwrap(ask(actions, question="What is the capital of Plutonia?", kb=ui.PRIVATE_KB, mine=mine)[-1])
+    assert result.kb == ui.PRIVATE_NAME
+
+    edited = actions.save_passage(0, "notes", "Glimmerton is the capital of Plutonia, a city of glass domes.", mine)
+    assert "Saved passage 1" in edited[0]
+    assert "Glimmerton" in ui.unwrap(edited[1]).texts[0]
+    removed = actions.save_passage(2, "", "", edited[1])
+    assert "Removed passage 3" in removed[0] and len(ui.unwrap(removed[1])) == 2
+
+
+@pytest.mark.parametrize(
+    ("name", "data", "message"),
+    [
+        ("blob.txt", b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR", "binary"),
+        ("latin.txt", "caf\xe9".encode("latin-1"), "UTF-8"),
+        ("paper.pdf", b"%PDF-1.4", "unsupported file type"),
+        ("rows.jsonl", "{not json}\n", "not valid JSON"),
+        ("rows.csv", "name,body\nx,y\n", "header row"),
+        ("empty.md", b"", "empty"),
+    ],
+)
+def test_bad_upload_is_a_message_and_the_session_goes_on(actions, tmp_path, name, data, message):
+    before = ui.Held(None)
+    out = actions.build_mine([write(tmp_path, name, data)], "", "", before)
+    assert message in out[0] and "rag-status-error" in out[0]
+    assert out[1] is before and all(is_skip(v) for v in out[2:])
+    ok = actions.build_mine(None, "", "Some text that is fine to index.", before)
+    assert "rag-status-ok" in ok[0]
+
+
+def test_upload_limits(ui_engine, tmp_path):
+    small = ui.DemoActions(ui_engine, limits=ui.UploadLimits(max_files=2, max_file_bytes=100, max_passages=2,
+                                                             max_paste_chars=50))
+    many = [write(tmp_path, f"{i}.txt", "hello") for i in range(3)]
+    assert "the limit is 2" in small.build_mine(many, "", "", None)[0]
+    big = write(tmp_path, "big.txt", "word " * 100)
+    assert "per file" in small.build_mine([big], "", "", None)[0]
+    assert "characters" in small.build_mine(None, "", "x" * 51, None)[0]
+    long_text = " ".join(["w"] * 300)
+    assert "limit" in ui.DemoActions(ui_engine, limits=ui.UploadLimits(max_passages=2)).build_mine(None, "", long_text, None)[0]
+    assert "Nothing to index" in small.build_mine(None, "", "   ", None)[0]
+    assert "limits" not in ui.UploadLimits().describe() and "2 MB" in ui.UploadLimits().describe()
+
+
+def test_evil_passage_is_escaped_end_to_end(actions):
+    out = actions.build_mine(None, EVIL_TITLE, EVIL_TEXT, None)
+    assert "rag-status-ok" in out[0]
+    assert_no_raw_html(out[5])  # preview
+    status, answer, passages = actions.ask_mine("Where does the evil passage live?", out[1])
+    assert status == ""
+    assert_no_raw_html(answer)
+    assert_no_raw_html(passages)
+    assert "&lt;script&gt;" in passages
+
+
+def test_private_kb_needs_building_first(actions):
+    out = ask(actions, kb=ui.PRIVATE_KB, mine=None)
+    assert "Build your knowledge base first" in out[0]
+    assert "Build your knowledge base first" in actions.ask_mine("q?", None)[0]
+    assert "Build your knowledge base first" in actions.save_passage(0, "t", "x", None)[0]
+
+
+# ---- Score, index variants, Learn ----------------------------------------------------------
+
+
+def test_score_your_answer(actions):
+    status, markup, heat_token, heat_seq, gain = actions.score(QUESTION, "Paris", actions.engine.default_kb, 3, "flat", None)
+    assert status == "" and "closed-book log p" in markup and "RAG-Token" in markup and "RAG-Sequence" in markup
+    assert heat_token["visible"] and heat_seq["visible"]
+    assert "Type an answer" in actions.score(QUESTION, "  ", actions.engine.default_kb, 3, "flat", None)[0]
+    assert "Type a question" in actions.score("", "Paris", actions.engine.default_kb, 3, "flat", None)[0]
+
+
+def test_index_reports(actions):
+    status, table, fig = actions.index_reports(actions.engine.default_kb, None)
+    assert status == "" and table.count("<tr>") == 4  # header + flat, hnsw, ivfpq
+    assert "recall@" in table and fig["visible"] and len(fig["value"].data) == 3
+
+
+def test_learn_events(actions):
+    last = ask(actions)[-1]
+    picker, markup = actions.learn_tokens(last)
+    assert picker["value"] == 0 and len(picker["choices"]) == len(ui.unwrap(last).variants["token"].tokens)
+    assert "RAG-Token" in markup and "RAG-Sequence" in markup
+    assert "Token 2" in actions.learn(last, 1)
+    token_only = ask(actions, variant="token")[-1]
+    assert "Ask with RAG-Sequence" in actions.learn(token_only, 0)
+
+
+# ---- first start ---------------------------------------------------------------------------
+
+
+def test_background_engine_reports_progress_then_serves():
+    gate = []
+
+    def factory(progress):
+        progress("downloading models", 1, 3)
+        while not gate:
+            time.sleep(0.01)
+        return FakeEngine()
+
+    engine = ui.BackgroundEngine(factory).start()
+    actions = ui.DemoActions(engine)
+    time.sleep(0.05)
+    assert not engine.ready and "downloading models (1/3" in engine.status_text()
+    banner, timer, announced, *rest = actions.poll(False)
+    assert "downloading models" in banner and announced is False and all(is_skip(v) for v in rest)
+    out = ask(actions, kb="nq-wiki")
+    assert "Preparing" in out[0] and "rag-status-wait" in out[0]
+    demo = ui.build_demo(engine)  # builds while not ready
+    assert demo is not None
+    gate.append(True)
+    assert engine.wait(5)
+    banner, timer, announced, *rest = actions.poll(False)
+    assert banner == "" and announced is True
+    assert rest[0]["value"] == engine.default_kb and ("nq-wiki", "nq-wiki") in rest[0]["choices"]
+    assert ask(actions)[0] == ""
+    assert all(is_skip(v) for v in actions.poll(True)[3:])
+
+
+def test_background_engine_failure_is_shown():
+    def factory(progress):
+        raise InputError("model folder /nope is missing; set RAG_DEMO_CACHE")
+
+    engine = ui.BackgroundEngine(factory).start()
+    assert not engine.wait(5) and engine.failed
+    banner = ui.DemoActions(engine).poll(False)[0]
+    assert "could not start" in banner and "/nope" in banner and "rag-status-error" in banner
+    with pytest.raises(RagDemoError):
+        engine.ask(QUESTION, kb="nq-wiki")
+
+
+def test_passages_from_inputs_pasted_title_default():
+    passages = ui.passages_from_inputs(None, "", "one two three")
+    assert passages == [Passage("Pasted text", "one two three")]
+    with pytest.raises(InputError):
+        ui.passages_from_inputs(None, None, None)
+
+
+def test_k_is_fitted_to_a_small_private_kb(actions):
+    mine = actions.build_mine(None, "", "Zorblax is the capital of Plutonia.", None)[1]
+    result = ui.unwrap(ask(actions, question="What is the capital of Plutonia?", kb=ui.PRIVATE_KB, mine=mine, k=5)[-1])
+    assert result.k == 1 and len(result.passages) == 1
+
+
+# ---- app.py --------------------------------------------------------------------------------
+
+
+def test_app_server_options_and_lazy_engine():
+    import app
+
+    assert app.server_options({}) == {"server_name": "127.0.0.1", "server_port": None}
+    assert app.server_options({"GRADIO_SERVER_NAME": "0.0.0.0", "GRADIO_SERVER_PORT": "9000"}) == {
+        "server_name": "0.0.0.0", "server_port": 9000}
+    seen = []
+
+    def factory(progress):
+        progress("loading", 1, 1)
+        seen.append(True)
+        return FakeEngine()
+
+    demo = app.create_demo(factory)
+    assert isinstance(demo, gr.Blocks)
+    for _ in range(100):
+        if seen:
+            break
+        time.sleep(0.02)
+    assert seen
