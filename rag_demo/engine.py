@@ -10,10 +10,9 @@ import logging
 import threading
 import time
 from collections import OrderedDict
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
 import torch
 
 from . import decoding

@@ -18,7 +18,7 @@ import math
 import os
 import tempfile
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -191,6 +191,3 @@ def measure(index: SearchIndex, flat: SearchIndex, xb: np.ndarray, *, k: int = 1
         num_vectors=int(xb.shape[0]),
     )
 
-
-def report_dict(report: IndexReport) -> dict:
-    return asdict(report)

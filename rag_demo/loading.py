@@ -9,7 +9,7 @@ from pathlib import Path
 
 import torch
 
-from .config import DEFAULT_ENCODER, DEFAULT_GENERATOR, EngineConfig, GeneratorConfig, cache_root
+from .config import DEFAULT_GENERATOR, EngineConfig, cache_root
 from .corpus import KnowledgeBase, load_kb
 from .encoders import encoder_from_modules, load_encoder, load_pretrained
 from .errors import InputError, ModelLoadError
