@@ -236,8 +236,8 @@ class RagEngine:
         for i, (t, _) in enumerate(pairs):
             ids[i, : len(targets[t])] = torch.tensor(targets[t], dtype=torch.long)
             mask[i, : len(targets[t])] = True
-        branch = self.generator.fork(state, torch.tensor([r for _, r in pairs]))
-        logprobs = self.generator.continuation_logprobs(branch, ids, mask)  # (P, T)
+        rows = torch.tensor([r for _, r in pairs])
+        logprobs = self.generator.continuation_logprobs(state, rows, ids, mask)  # (P, T)
         out, cursor = [], 0
         for t, rows in enumerate(rows_per_target):
             out.append(logprobs[cursor : cursor + len(rows), : len(targets[t])])

@@ -6,7 +6,7 @@ KV cache, so one forward pass gives every passage's next-token distribution.
     state = generator.start(inputs)            # prompts in, state.logprobs (R, V) out
     state = generator.advance(state, tokens)   # one token per row
     state = generator.select(state, rows)      # reorder / expand rows (beam search)
-    generator.continuation_logprobs(state, targets, mask)  # teacher-forced (R, T)
+    generator.continuation_logprobs(state, rows, targets, mask)  # teacher-forced (P, T)
 """
 
 from __future__ import annotations
@@ -99,21 +99,29 @@ class Generator:
         """Like `select`, but leaves `state` usable."""
         return self.select(replace(state, cache=copy.deepcopy(state.cache)), rows)
 
-    def continuation_logprobs(self, state: DecodeState, targets: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        """log p(target_t | row, target<t) for each row; `state` is left unchanged.
+    def continuation_logprobs(self, state: DecodeState, rows: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """log p(target_t | row, target<t), pairing target i with row rows[i]; `state` is left unchanged.
 
-        targets, mask: (R, T) (mask marks real tokens; padded positions get 0) -> (R, T) float32.
+        rows: (P,) row indices; targets, mask: (P, T) (mask marks real tokens; padded positions get 0) -> (P, T).
         """
-        rows, length = targets.shape
+        pairs, length = targets.shape
         if length == 0:
-            return torch.zeros(rows, 0)
-        first = state.logprobs.gather(1, targets[:, :1].to(state.logprobs.device))  # (R, 1)
+            return torch.zeros(pairs, 0)
+        first = state.logprobs.index_select(0, rows.to(state.logprobs.device)).gather(1, targets[:, :1].to(state.logprobs.device))
         if length == 1:
-            return (first * mask).float()
-        branch = self.fork(state, torch.arange(rows, device=self.device))
-        logits = self._forward_tokens(branch, targets[:, :-1].to(self.device))  # (R, T-1, V)
+            return (first.cpu() * mask).float()
+        branch = self.fork(state, rows)
+        logits = self._forward_tokens(branch, targets[:, :-1].to(self.device))  # (P, T-1, V)
         rest = torch.log_softmax(logits.float(), dim=-1).gather(2, targets[:, 1:, None].to(logits.device)).squeeze(-1)
         return (torch.cat([first.cpu(), rest.cpu()], dim=1) * mask).float()
+
+    @torch.inference_mode()
+    def advance(self, state: DecodeState, tokens: torch.Tensor) -> DecodeState:
+        """Feed one token per row; the cache of `state` grows (the returned state replaces it)."""
+        state = replace(state)
+        logits = self._forward_tokens(state, tokens.view(-1, 1).to(self.device))[:, -1]
+        state.logprobs = self.step_logprobs(logits)
+        return state
 
     def step_logprobs(self, logits: torch.Tensor) -> torch.Tensor:
         return torch.log_softmax(logits.float(), dim=-1)
@@ -182,11 +190,6 @@ class Seq2SeqGenerator(Generator):
                 use_cache=True,
             )
         return out.logits
-
-    @torch.inference_mode()
-    def advance(self, state: DecodeState, tokens: torch.Tensor) -> DecodeState:
-        logits = self._forward_tokens(state, tokens.view(-1, 1).to(self.device))[:, -1]
-        return replace(state, logprobs=self.step_logprobs(logits))
 
 
 class CausalGenerator(Generator):
@@ -302,12 +305,6 @@ class CausalGenerator(Generator):
             )
         return out.logits
 
-    @torch.inference_mode()
-    def advance(self, state: DecodeState, tokens: torch.Tensor) -> DecodeState:
-        state = replace(state)
-        logits = self._forward_tokens(state, tokens.view(-1, 1).to(self.device))[:, -1]
-        state.logprobs = self.step_logprobs(logits)
-        return state
 
 
 def generator_from_model(model, tokenizer, config: GeneratorConfig, *, name: str) -> Generator:
