@@ -25,6 +25,8 @@ class Hypothesis:
     ids: tuple[int, ...]  # generated ids after the prefix, stop token included when produced
     score: float  # sum of (processed) log-probs divided by length ** length_penalty
     group: int  # which group (passage for RAG-Sequence) produced it
+    # greedy only: (rows of the group, len(ids)) unprocessed log p(y_t | row, y<t), as teacher forcing gives them
+    row_logprobs: torch.Tensor | None = None
 
 
 def logits_processors(generator: Generator, *, prefix_len: int, max_new_tokens: int, generation_config=None):
@@ -110,22 +112,26 @@ def greedy(
     scores = torch.zeros(groups)
     done = torch.zeros(groups, dtype=torch.bool)
     stop = torch.tensor(sorted(stop_ids), dtype=torch.long)
+    row_steps = []  # per step (G, D): each row's log-prob of its group's token
     for step in range(max_new_tokens):
         lp = _processed(processors, sequences, search.logprobs(1)[:, 0].cpu())  # (G, V)
         tokens = lp.argmax(-1)
         if step > 0:  # finished groups repeat their last token; it is cut off below
             tokens = torch.where(done, sequences[:, -1], tokens)
+        rows_lp = search.state.logprobs  # (G * D, V)
+        row_steps.append(rows_lp.gather(1, tokens.repeat_interleave(search.docs)[:, None].to(rows_lp.device)).view(groups, -1).cpu())
         scores = scores + torch.where(done, torch.zeros(()), lp.gather(1, tokens[:, None]).squeeze(1))
         sequences = torch.cat([sequences, tokens[:, None]], dim=1)
         done = done | torch.isin(tokens, stop)
         if bool(done.all()) or step == max_new_tokens - 1:
             break
         search.advance(torch.zeros(groups, 1, dtype=torch.long), tokens[:, None])
+    per_row = torch.stack(row_steps, dim=2).float()  # (G, D, steps)
     hypotheses = []
     for g in range(groups):
         ids = sequences[g, len(prefix) :].tolist()
         cut = next((i + 1 for i, t in enumerate(ids) if t in stop_ids), len(ids))
-        hypotheses.append(Hypothesis(ids=tuple(ids[:cut]), score=float(scores[g]), group=g))
+        hypotheses.append(Hypothesis(ids=tuple(ids[:cut]), score=float(scores[g]), group=g, row_logprobs=per_row[g, :, :cut]))
     return hypotheses
 
 

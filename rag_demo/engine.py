@@ -244,6 +244,18 @@ class RagEngine:
             cursor += len(rows)
         return out
 
+    def _all_rows_logprobs(self, state: DecodeState, targets: list[tuple[int, ...]],
+                           known: list[dict[int, torch.Tensor]]) -> list[torch.Tensor]:
+        """(R, T) log p(y_t|x,z,y<t) of each target under every row: rows that decoding already scored
+        (`known[i][row]`, (T,)) are reused, the rest are teacher-forced in one pass."""
+        missing = [[r for r in range(state.rows) if r not in have] for have in known]
+        forced = self._doc_token_logprobs(state, targets, missing)
+        out = []
+        for target, have, rows, lps in zip(targets, known, missing, forced):
+            got = dict(have) | {r: lps[i] for i, r in enumerate(rows)}
+            out.append(torch.stack([got[r] for r in range(state.rows)]) if got else torch.zeros(0, len(target)))
+        return out
+
     def _variant_result(self, variant: str, ids: tuple[int, ...], per_doc: torch.Tensor, doc_lp: torch.Tensor,
                         closed: torch.Tensor, *, decoding_name: str, candidates=()) -> VariantResult:
         tl, lp = per_doc[None], doc_lp[None]  # (1, K, T), (1, K)
@@ -274,18 +286,24 @@ class RagEngine:
         return self.generator.start([self.generator.format_input(question, None)], prefix)
 
     # -- decoding -------------------------------------------------------------------------------
-    def _decode_token(self, state: DecodeState, doc_lp: torch.Tensor, prefix, *, num_beams: int, max_new_tokens: int) -> tuple[int, ...]:
+    def _decode_token(self, state: DecodeState, doc_lp: torch.Tensor, prefix, *, num_beams: int,
+                      max_new_tokens: int) -> tuple[tuple[int, ...], dict[int, torch.Tensor]]:
+        """The answer and the per-row log-probs decoding already gave for it ({} after beam search)."""
         gen = self.generator
         branch = gen.fork(state, torch.arange(state.rows))
         stop = self._stop_ids()
         options = dict(prefix=prefix, max_new_tokens=max_new_tokens, stop_ids=stop, generation_config=self.token_generation_config)
         if num_beams == 1:
-            return decoding.greedy(gen, branch, groups=1, doc_lp=doc_lp, **options)[0].ids
-        return decoding.beam_search(gen, branch, groups=1, doc_lp=doc_lp, num_beams=num_beams, **options)[0][0].ids
+            hyp = decoding.greedy(gen, branch, groups=1, doc_lp=doc_lp, **options)[0]
+            return hyp.ids, dict(enumerate(hyp.row_logprobs))
+        return decoding.beam_search(gen, branch, groups=1, doc_lp=doc_lp, num_beams=num_beams, **options)[0][0].ids, {}
 
     def _decode_sequence(self, state: DecodeState, doc_lp: torch.Tensor, prefix, *, num_beams: int, max_new_tokens: int,
-                         sequence_decoding: str) -> tuple[tuple[int, ...], list[tuple[tuple[int, ...], float]]]:
-        """Per-passage beams, then the marginal over passages (thorough) or over finders (fast)."""
+                         sequence_decoding: str) -> tuple[tuple[int, ...], list[tuple[tuple[int, ...], float]], dict[int, torch.Tensor]]:
+        """Per-passage beams, then the marginal over passages (thorough) or over finders (fast).
+
+        Returns the best answer, all candidates with their scores, and the best answer's per-row
+        log-probs known so far (greedy gives the finders' rows; thorough scoring gives every row)."""
         gen = self.generator
         docs = state.rows
         branch = gen.fork(state, torch.arange(docs))
@@ -297,19 +315,25 @@ class RagEngine:
             per_group = decoding.beam_search(gen, branch, groups=docs, doc_lp=None, prefix=prefix,
                                              max_new_tokens=max_new_tokens, stop_ids=stop, num_beams=num_beams)
         found_by: dict[tuple[int, ...], list[int]] = {}
+        known: dict[tuple[int, ...], dict[int, torch.Tensor]] = {}
         for z, hyps in enumerate(per_group):
             for h in hyps:
                 finders = found_by.setdefault(h.ids, [])
                 if z not in finders:
                     finders.append(z)
+                if h.row_logprobs is not None:
+                    known.setdefault(h.ids, {})[z] = h.row_logprobs[0]
         candidates = list(found_by)
         rows = [list(range(docs)) if sequence_decoding == "thorough" else found_by[c] for c in candidates]
-        per_doc = self._doc_token_logprobs(state, candidates, rows)
+        missing = [[z for z in zs if z not in known.get(c, {})] for c, zs in zip(candidates, rows)]
+        for cand, zs, lps in zip(candidates, missing, self._doc_token_logprobs(state, candidates, missing)):
+            known.setdefault(cand, {}).update({z: lps[i] for i, z in enumerate(zs)})
         scored = []
-        for cand, lps, zs in zip(candidates, per_doc, rows):
+        for cand, zs in zip(candidates, rows):
+            lps = torch.stack([known[cand][z] for z in zs])  # (len(zs), T)
             scored.append((cand, float(torch.logsumexp(lps.sum(-1) + doc_lp[zs], dim=0))))
         best = max(range(len(scored)), key=lambda i: scored[i][1])
-        return scored[best][0], sorted(scored, key=lambda item: -item[1])
+        return scored[best][0], sorted(scored, key=lambda item: -item[1]), known[scored[best][0]]
 
     def _stop_ids(self) -> frozenset[int]:
         return getattr(self.generator, "stop_ids", self.generator.eos_ids)
@@ -347,20 +371,21 @@ class RagEngine:
         prefix = gen.generation_prefix()
         with torch.inference_mode():
             state = gen.start(self._inputs(retrieval), prefix)
-            answers: dict[str, tuple[tuple[int, ...], list]] = {}
+            answers: dict[str, tuple[tuple[int, ...], list, dict[int, torch.Tensor]]] = {}
             if "token" in variants:
-                answers["token"] = (self._decode_token(state, retrieval.doc_lp, prefix, num_beams=num_beams, max_new_tokens=max_new_tokens), [])
+                ids, known = self._decode_token(state, retrieval.doc_lp, prefix, num_beams=num_beams, max_new_tokens=max_new_tokens)
+                answers["token"] = (ids, [], known)
             if "sequence" in variants:
                 answers["sequence"] = self._decode_sequence(state, retrieval.doc_lp, prefix, num_beams=num_beams,
                                                             max_new_tokens=max_new_tokens, sequence_decoding=sequence_decoding)
-            targets = [ids for ids, _ in answers.values()]
-            per_doc = self._doc_token_logprobs(state, targets, [list(range(state.rows))] * len(targets))
+            targets = [ids for ids, _, _ in answers.values()]
+            per_doc = self._all_rows_logprobs(state, targets, [known for _, _, known in answers.values()])
             closed_state = self._closed_book_state(retrieval.generator_question, prefix) if closed_book else None
             closed_lps = (self._doc_token_logprobs(closed_state, targets, [[0]] * len(targets)) if closed_book
                           else [torch.full((1, len(t)), float("nan")) for t in targets])
             results = {}
             decoding_name = "greedy" if num_beams == 1 else f"beam {num_beams}"
-            for (variant, (ids, candidates)), lps, closed in zip(answers.items(), per_doc, closed_lps):
+            for (variant, (ids, candidates, _)), lps, closed in zip(answers.items(), per_doc, closed_lps):
                 name = decoding_name if variant == "token" else f"{decoding_name}, {sequence_decoding}"
                 results[variant] = self._variant_result(
                     variant, ids, lps, retrieval.doc_lp, closed[0], decoding_name=name,
@@ -379,7 +404,7 @@ class RagEngine:
         gen = self.generator
         hyp = decoding.greedy(gen, gen.fork(state, torch.arange(1)), groups=1, doc_lp=None, prefix=prefix,
                               max_new_tokens=max_new_tokens, stop_ids=self._stop_ids())[0]
-        lps = self._doc_token_logprobs(state, [hyp.ids], [[0]])[0][0]
+        lps = hyp.row_logprobs[0]  # greedy's own log-probs of its tokens
         return ClosedBookResult(
             answer=gen.decode(list(hyp.ids)), tokens=tuple(gen.token_text(i) for i in hyp.ids),
             token_logprobs=tuple(float(x) for x in lps), logprob=float(lps.sum()),

@@ -26,6 +26,8 @@ from .errors import ModelLoadError
 
 log = logging.getLogger(__name__)
 
+PACK_TOKENS = 1024  # causal prefill: rows are packed into forwards of at most this many tokens
+
 
 @dataclass
 class DecodeState:
@@ -53,6 +55,34 @@ class Target:
 
 def _index_rows(tensor: torch.Tensor | None, rows: torch.Tensor) -> torch.Tensor | None:
     return None if tensor is None else tensor.index_select(0, rows)
+
+
+def copy_cache(cache):
+    """A new cache object over the same key/value tensors.
+
+    Dynamic cache layers never write into their tensors (`update` concatenates, `reorder_cache`
+    index-selects; both rebind), so a copy of the layer objects is an independent cache at no cost.
+    """
+    if hasattr(cache, "self_attention_cache"):  # EncoderDecoderCache
+        copied = copy.copy(cache)
+        copied.self_attention_cache = copy_cache(cache.self_attention_cache)
+        copied.cross_attention_cache = copy_cache(cache.cross_attention_cache)
+        copied.is_updated = dict(cache.is_updated)
+        return copied
+    from transformers import DynamicCache
+
+    if not isinstance(cache, DynamicCache) or not all(type(layer) in _rebinding_layers() for layer in cache.layers):
+        return copy.deepcopy(cache)
+    copied = copy.copy(cache)
+    copied.layers = [copy.copy(layer) for layer in cache.layers]
+    return copied
+
+
+@functools.cache
+def _rebinding_layers() -> tuple[type, ...]:
+    from transformers.cache_utils import DynamicLayer, DynamicSlidingWindowLayer
+
+    return (DynamicLayer, DynamicSlidingWindowLayer)
 
 
 class Generator:
@@ -85,6 +115,8 @@ class Generator:
     def select(self, state: DecodeState, rows: torch.Tensor) -> DecodeState:
         """Keep / repeat / reorder rows in place of `state` (its cache is reordered, not copied)."""
         rows = rows.to(self.device)
+        if torch.equal(rows.cpu(), torch.arange(state.rows)):
+            return state
         state.cache.reorder_cache(rows)
         return replace(
             state,
@@ -97,7 +129,7 @@ class Generator:
 
     def fork(self, state: DecodeState, rows: torch.Tensor) -> DecodeState:
         """Like `select`, but leaves `state` usable."""
-        return self.select(replace(state, cache=copy.deepcopy(state.cache)), rows)
+        return self.select(replace(state, cache=copy_cache(state.cache)), rows)
 
     def continuation_logprobs(self, state: DecodeState, rows: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         """log p(target_t | row, target<t), pairing target i with row rows[i]; `state` is left unchanged.
@@ -238,40 +270,131 @@ class CausalGenerator(Generator):
     @torch.inference_mode()
     def start(self, texts: list[str], prefix: tuple[int, ...] = ()) -> DecodeState:
         """Run the prompts. The few-shot block they all begin with is computed once per generator
-        and its KV cache reused; each row then feeds only its own rest (left-padded)."""
+        and its KV cache reused; each row then feeds only its own rest.
+
+        The rests are packed end to end into one sequence (a block-diagonal mask keeps rows apart),
+        so no padding is computed; the cache is then laid out as a left-padded batch for decoding.
+        Models whose cache or attention does not allow this run the left-padded batch directly.
+        """
         rows = [self.tokenizer(text)["input_ids"] + list(prefix) for text in texts]
-        shared, cache = self._shared_prefix(rows)
-        width = max(len(r) - len(shared) for r in rows)
-        ids = torch.full((len(rows), width), self.tokenizer.pad_token_id, dtype=torch.long)
-        rest_mask = torch.zeros(len(rows), width, dtype=torch.long)
-        for i, r in enumerate(rows):
-            rest = r[len(shared) :]
+        shared, prefix_cache = self._shared_prefix(rows)
+        rests = [r[len(shared) :] for r in rows]
+        if self._can_pack(rows, prefix_cache, len(shared)):
+            logits, cache = self._prefill_packed(rests, prefix_cache, len(shared))
+        else:
+            logits, cache = self._prefill_padded(rests, prefix_cache, len(shared))
+        width = max(len(r) for r in rests)
+        rest_mask = torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in rests], dtype=torch.long, device=self.device)
+        attention = torch.cat([torch.ones(len(rows), len(shared), dtype=torch.long, device=self.device), rest_mask], dim=1)
+        return DecodeState(
+            logprobs=self.step_logprobs(logits),
+            cache=cache,
+            attention_mask=attention,
+            next_position=torch.tensor([len(r) for r in rows], dtype=torch.long, device=self.device),
+        )
+
+    def _can_pack(self, rows: list[list[int]], prefix_cache, shared: int) -> bool:
+        """Packing needs plain dynamic cache layers, an attention that takes a 4-D mask, and rows no
+        longer than any sliding window (the packed mask has no window)."""
+        if not self._packable_layers:
+            return False
+        if any(len(r) > window for r in rows for window in self._packable_layers):
+            return False
+        return prefix_cache is None or all(layer.keys.shape[-2] == shared for layer in prefix_cache.layers)
+
+    @functools.cached_property
+    def _packable_layers(self) -> tuple[float, ...]:
+        """Each cache layer's attention window (inf: full); () when packed prefill is not possible."""
+        from transformers import DynamicCache
+
+        if self.model.config._attn_implementation not in ("sdpa", "eager"):
+            return ()
+        layers = DynamicCache(config=self.model.config).layers
+        if not layers or not all(type(layer) in _rebinding_layers() for layer in layers):
+            return ()
+        return tuple(float(getattr(layer, "sliding_window", None) or float("inf")) for layer in layers)
+
+    def _prefill_padded(self, rests: list[list[int]], prefix_cache, shared: int) -> tuple[torch.Tensor, object]:
+        """The rests as one left-padded batch after R copies of the prefix cache. Returns (R, V) logits, cache."""
+        from transformers import DynamicCache
+
+        if prefix_cache is None:
+            cache = DynamicCache(config=self.model.config)
+        else:
+            cache = copy_cache(prefix_cache)
+            cache.reorder_cache(torch.zeros(len(rests), dtype=torch.long, device=self.device))
+        width = max(len(r) for r in rests)
+        ids = torch.full((len(rests), width), self.tokenizer.pad_token_id, dtype=torch.long)
+        rest_mask = torch.zeros(len(rests), width, dtype=torch.long)
+        for i, rest in enumerate(rests):
             ids[i, width - len(rest) :] = torch.tensor(rest, dtype=torch.long)
             rest_mask[i, width - len(rest) :] = 1
         ids, rest_mask = ids.to(self.device), rest_mask.to(self.device)
-        attention = torch.cat([torch.ones(len(rows), len(shared), dtype=torch.long, device=self.device), rest_mask], dim=1)
-        positions = (len(shared) + rest_mask.cumsum(-1) - 1).clamp(min=0)
-        out = self.model(
-            input_ids=ids, attention_mask=attention, position_ids=positions, cache=cache, use_cache=True, logits_to_keep=1
-        )
-        return DecodeState(
-            logprobs=self.step_logprobs(out.logits[:, -1]),
-            cache=cache,
-            attention_mask=attention,
-            next_position=positions[:, -1] + 1,
-        )
+        attention = torch.cat([torch.ones(len(rests), shared, dtype=torch.long, device=self.device), rest_mask], dim=1)
+        positions = (shared + rest_mask.cumsum(-1) - 1).clamp(min=0)
+        out = self.model(input_ids=ids, attention_mask=attention, position_ids=positions, cache=cache, use_cache=True,
+                         logits_to_keep=1)
+        return out.logits[:, -1], cache
 
-    def _shared_prefix(self, rows: list[list[int]]) -> tuple[list[int], object]:
-        """The longest cached few-shot block that begins every row, with a cache of it for len(rows) rows."""
+    def _prefill_packed(self, rests: list[list[int]], prefix_cache, shared: int) -> tuple[torch.Tensor, object]:
+        """Rows packed into forwards of at most PACK_TOKENS tokens. Returns (R, V) logits and a cache laid
+        out as [prefix | left padding | rest] per row, as `_prefill_padded` leaves it."""
         from transformers import DynamicCache
 
+        chunks, current = [], []
+        for i, rest in enumerate(rests):
+            if current and sum(len(rests[j]) for j in current) + len(rest) > PACK_TOKENS:
+                chunks.append(current)
+                current = []
+            current.append(i)
+        chunks.append(current)
+        width = max(len(r) for r in rests)
+        logits = [None] * len(rests)
+        pieces: list[list[tuple[torch.Tensor, torch.Tensor]]] = [[] for _ in rests]  # per row, per layer (keys, values)
+        dtype = next(self.model.parameters()).dtype
+        for chunk in chunks:
+            lengths = [len(rests[i]) for i in chunk]
+            total = sum(lengths)
+            ids = torch.tensor([[t for i in chunk for t in rests[i]]], dtype=torch.long, device=self.device)  # (1, N)
+            positions = torch.cat([torch.arange(shared, shared + n) for n in lengths])[None].to(self.device)  # (1, N)
+            allowed = torch.zeros(total, shared + total, dtype=torch.bool)
+            allowed[:, :shared] = True
+            ends = torch.tensor(lengths).cumsum(0)
+            for n, end in zip(lengths, ends.tolist()):
+                allowed[end - n : end, shared + end - n : shared + end] = torch.ones(n, n, dtype=torch.bool).tril()
+            mask = torch.zeros(allowed.shape, dtype=dtype).masked_fill(~allowed, torch.finfo(dtype).min)
+            cache = DynamicCache()  # plain layers keep every packed position (no sliding-window crop)
+            if prefix_cache is not None:
+                for index, layer in enumerate(prefix_cache.layers):
+                    cache.update(layer.keys, layer.values, index)
+            out = self.model(input_ids=ids, attention_mask=mask[None, None].to(self.device), position_ids=positions,
+                             cache=cache, use_cache=True, logits_to_keep=(ends - 1).to(self.device))
+            for j, i in enumerate(chunk):
+                logits[i] = out.logits[0, j]
+                start, end = shared + int(ends[j]) - lengths[j], shared + int(ends[j])
+                pieces[i] = [(layer.keys[0, :, start:end], layer.values[0, :, start:end]) for layer in cache.layers]
+        batched = DynamicCache(config=self.model.config)
+        for index in range(len(pieces[0])):
+            sample = pieces[0][index][0]  # (H, n, D)
+            keys = sample.new_zeros(len(rests), sample.shape[0], shared + width, sample.shape[2])  # (R, H, S + W, D)
+            values = torch.zeros_like(keys)
+            if prefix_cache is not None:
+                keys[:, :, :shared] = prefix_cache.layers[index].keys
+                values[:, :, :shared] = prefix_cache.layers[index].values
+            for i, rest in enumerate(rests):
+                keys[i, :, shared + width - len(rest) :] = pieces[i][index][0]
+                values[i, :, shared + width - len(rest) :] = pieces[i][index][1]
+            batched.update(keys, values, index)
+        return torch.stack(logits), batched
+
+    def _shared_prefix(self, rows: list[list[int]]) -> tuple[list[int], object | None]:
+        """The longest cached few-shot block that begins every row, with its one-row cache (shared: not
+        to be written; `copy_cache` it first). ([], None) when no block fits."""
         for text in (prompts.few_shot_prefix(), prompts.few_shot_prefix(with_passages=False)):
             ids, cache = self._prefix_state(text)
             if ids and all(len(r) > len(ids) and r[: len(ids)] == ids for r in rows):
-                copied = copy.deepcopy(cache)
-                copied.reorder_cache(torch.zeros(len(rows), dtype=torch.long, device=self.device))
-                return ids, copied
-        return [], DynamicCache(config=self.model.config)
+                return ids, cache
+        return [], None
 
     def _prefix_state(self, text: str) -> tuple[list[int], object]:
         with self._prefix_lock:
@@ -284,7 +407,8 @@ class CausalGenerator(Generator):
                 cache = DynamicCache(config=self.model.config)
                 if ids:
                     tensor = torch.tensor([ids], dtype=torch.long, device=self.device)
-                    self.model(input_ids=tensor, cache=cache, use_cache=True, logits_to_keep=1)
+                    with torch.inference_mode():
+                        self.model(input_ids=tensor, cache=cache, use_cache=True, logits_to_keep=1)
                 self._prefix_states[text] = (ids, cache)
             return self._prefix_states[text]
 
