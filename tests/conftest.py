@@ -60,3 +60,22 @@ def tiny_engine(tiny_parts, tiny_kb, rag_config):
         generator_model=tiny_parts["bart"], generator_tokenizer=tiny_parts["gen_tok"],
         rag_config=rag_config, kbs={"tiny": tiny_kb},
     )
+
+
+@pytest.fixture(scope="session")
+def ui_engine(tmp_path_factory):
+    """A real engine on tiny random models with two knowledge bases and a passage encoder, for the UI tests."""
+    from tests.ui_engine import make_ui_engine
+
+    return make_ui_engine(tmp_path_factory.mktemp("ui-engine"))
+
+
+@pytest.fixture(scope="module")
+def one_torch_thread():
+    """Tiny models run much faster on one thread (no thread wake-ups per small op); restored afterwards."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)

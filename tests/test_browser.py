@@ -1,35 +1,32 @@
 """The page in a real Chromium (Debian's /usr/bin/chromium; never `playwright install`).
 
+The app runs on 127.0.0.1 over `ui_engine`, a real `RagEngine` on tiny random models
+(tests/ui_engine.py); what the page shows is compared with what that engine computes.
 Run: pytest -m browser. Screenshots at 1280x720 land in artifacts/ (gitignored).
 """
 
 from __future__ import annotations
 
+import math
 import threading
 from pathlib import Path
 
 import pytest
 
 from rag_demo import ui
-from tests.fake_engine import FakeEngine
+from tests.ui_engine import KB_NAMES, QUESTIONS
 
-pytestmark = pytest.mark.browser
+pytestmark = [pytest.mark.browser, pytest.mark.usefixtures("one_torch_thread")]
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
                  "--disable-sync"]
 ARTIFACTS = Path(__file__).resolve().parent.parent / "artifacts"
 VIEWPORT = {"width": 1280, "height": 720}
-TIMEOUT_MS = 30_000
+TIMEOUT_MS = 60_000  # generous: the page answers in about a second, but a shared CI machine may be busy
 EVIL_TITLE = "<img src=x onerror=window.__pwned=1>Evil title"
 EVIL_TEXT = ("Zorblax is the capital of Plutonia. <script>window.__pwned=2</script> "
              "<img src=x onerror=window.__pwned=3> <b>not bold</b>")
-
-
-@pytest.fixture(scope="module")
-def ui_engine():
-    """The engine behind the page. To test against the tiny real engine, return it here instead."""
-    return FakeEngine()
 
 
 def launch(demo):
@@ -52,6 +49,7 @@ def browser():
     if not Path(CHROMIUM).exists():
         pytest.skip(f"{CHROMIUM} is missing; install it with `apt-get update && apt-get install -y chromium`")
     sync_api = pytest.importorskip("playwright.sync_api")
+    sync_api.expect.set_options(timeout=TIMEOUT_MS)
     playwright = sync_api.sync_playwright().start()
     chromium = None
     try:
@@ -98,8 +96,46 @@ def open_tab(page, name: str) -> None:
     page.get_by_role("tab", name=name).click()
 
 
-def test_ask_shows_answer_passages_heatmaps_and_tooltips(page):
-    field(page, "question").fill("Who wrote A Farewell to Arms?")
+def shown(tokens) -> list[str]:
+    """Answer tokens as the cards write them."""
+    return ["∅" if t == "" else t.replace("\n", "↵") for t in tokens]
+
+
+def token_texts(page, card: str) -> list[str]:
+    """The token texts one answer card shows, from the DOM."""
+    return page.locator(f"{card} .rag-tok-text").all_text_contents()
+
+
+def plotted_z(page, elem_id: str) -> list[list[float]]:
+    """The z matrix plotly drew in a gr.Plot."""
+    return page.evaluate(f"() => document.querySelector('#{elem_id} .js-plotly-plot').data[0].z")
+
+
+def page_ask(engine, question: str, kb: str):
+    """What the Ask tab asks the engine with its default settings."""
+    return engine.ask(question, kb=kb, k=5, index="flat", variants=("token", "sequence"), num_beams=1,
+                      sequence_decoding="thorough", closed_book=True)
+
+
+def assert_close(got, want, path="") -> None:
+    """Nested JSON values equal, floats to 1e-4."""
+    if isinstance(want, dict):
+        assert set(got) == set(want), path
+        for key in want:
+            assert_close(got[key], want[key], f"{path}.{key}")
+    elif isinstance(want, (list, tuple)):
+        assert len(got) == len(want), path
+        for i, (a, b) in enumerate(zip(got, want)):
+            assert_close(a, b, f"{path}[{i}]")
+    elif isinstance(want, float):
+        assert got == pytest.approx(want, abs=1e-4), path
+    else:
+        assert got == want, path
+
+
+def test_ask_shows_answer_passages_heatmaps_and_tooltips(page, ui_engine):
+    question = QUESTIONS[1]
+    field(page, "question").fill(question)
     page.locator("#ask-btn").click()
     tokens = page.locator("#answer .rag-card-token .rag-tok")
     expect(tokens.first).to_be_visible()
@@ -111,6 +147,16 @@ def test_ask_shows_answer_passages_heatmaps_and_tooltips(page):
         expect(page.locator(f"#{plot} .main-svg").first).to_be_visible()
     expect(page.locator("#heat-token")).to_contain_text("RAG-Token")
     expect(page.locator("#heat-seq")).to_contain_text("RAG-Sequence")
+
+    result = page_ask(ui_engine, question, KB_NAMES[0])
+    assert token_texts(page, "#answer .rag-card-token") == shown(result.variants["token"].tokens)
+    assert token_texts(page, "#answer .rag-card-sequence") == shown(result.variants["sequence"].tokens)
+    assert token_texts(page, "#answer .rag-card-closed") == shown(result.closed_book.tokens)
+    assert page.locator("#passages .rag-passage-title").all_text_contents() == [p.title for p in result.passages]
+    for elem_id, name in (("heat-token", "token"), ("heat-seq", "sequence")):
+        z = plotted_z(page, elem_id)  # (K, T): the posterior over passages for each answer token
+        posteriors = result.variants[name].posteriors  # (T, K)
+        assert [list(col) for col in zip(*z)] == [pytest.approx(row, abs=1e-5) for row in posteriors]
     page.wait_for_timeout(500)  # let plotly finish drawing before the screenshot
     shot(page, "ask")
     shot(page, "ask_full", full_page=True)
@@ -119,13 +165,17 @@ def test_ask_shows_answer_passages_heatmaps_and_tooltips(page):
     tip = tokens.first.locator(".rag-tip")
     expect(tip).to_be_visible()
     expect(tip).to_contain_text("closed-book")
+    first = result.variants["token"]
+    expect(tip).to_contain_text(f"p = {ui.fmt_prob(math.exp(first.token_logprobs[0]))} with passages")
     shot(page, "ask_tooltip")
 
 
-def test_example_click_asks(page):
+def test_example_click_asks(page, ui_engine):
     page.locator("#examples button").first.click()
     expect(page.locator("#answer .rag-tok").first).to_be_visible()
-    assert field(page, "question").input_value()
+    assert field(page, "question").input_value() == QUESTIONS[0]
+    result = page_ask(ui_engine, QUESTIONS[0], KB_NAMES[0])
+    assert token_texts(page, "#answer .rag-card-token") == shown(result.variants["token"].tokens)
 
 
 def test_empty_question_shows_message(page):
@@ -135,15 +185,22 @@ def test_empty_question_shows_message(page):
 
 
 def test_swap_the_index_changes_the_answer(page, ui_engine):
+    question = QUESTIONS[0]
     open_tab(page, "Swap the index")
-    field(page, "swap-question").fill("What is the capital of France?")
+    field(page, "swap-question").fill(question)
     page.locator("#swap-btn").click()
     left = page.locator("#swap-left-out .rag-answer-text").first
     right = page.locator("#swap-right-out .rag-answer-text").first
     expect(left).to_be_visible()
     expect(right).to_be_visible()
-    assert left.inner_text().strip() != right.inner_text().strip()
     expect(page.locator("#swap-summary")).to_contain_text("follows the index")
+    shown_left = token_texts(page, "#swap-left-out .rag-card-token")
+    shown_right = token_texts(page, "#swap-right-out .rag-card-token")
+    assert shown_left != shown_right
+    for kb, got in zip(KB_NAMES, (shown_left, shown_right)):
+        result = ui_engine.ask(question, kb=kb, k=5, variants=("token",), closed_book=False)
+        assert got == shown(result.variants["token"].tokens)
+        expect(page.locator("#swap-summary")).to_contain_text(f"“{result.variants['token'].answer}”")
     shot(page, "swap")
 
 
@@ -211,21 +268,28 @@ def test_edit_passage_and_reask(page, tmp_path):
     shot(page, "mine")
 
 
-def test_score_index_and_learn_tabs(page):
-    field(page, "question").fill("Who won the 2018 FIFA World Cup?")
+def test_score_index_and_learn_tabs(page, ui_engine):
+    question = QUESTIONS[2]
+    field(page, "question").fill(question)
     page.locator("#ask-btn").click()
     expect(page.locator("#answer .rag-tok").first).to_be_visible()
+    result = page_ask(ui_engine, question, KB_NAMES[0])
 
     open_tab(page, "Learn")
     expect(page.locator("#learn-out")).to_contain_text("RAG-Token: each token")
     expect(page.locator("#learn-out table")).to_have_count(3)
+    first_row = page.locator("#learn-out table").first.locator("tbody tr").first
+    expect(first_row).to_contain_text(f"{result.passages[0].prob:.4f}")
+    expect(page.locator("#learn-out")).to_contain_text(f"(engine: {ui.fmt_log(result.variants['token'].logprob)})")
     shot(page, "learn")
 
     open_tab(page, "Score your answer")
-    field(page, "score-question").fill("Who won the 2018 FIFA World Cup?")
+    field(page, "score-question").fill(question)
     field(page, "score-answer").fill("Germany")
     page.locator("#score-btn").click()
     expect(page.locator("#score-out")).to_contain_text("closed-book log p")
+    scored = ui_engine.score(question, "Germany", kb=KB_NAMES[0], k=5)
+    expect(page.locator("#score-out")).to_contain_text(f"log {ui.fmt_log(scored.variants['token'].logprob)}")
     expect(page.locator("#score-heat-token .main-svg").first).to_be_visible()
     page.wait_for_timeout(300)
     shot(page, "score")
@@ -233,27 +297,50 @@ def test_score_index_and_learn_tabs(page):
     open_tab(page, "Index variants")
     page.locator("#idx-btn").click()
     expect(page.locator("#idx-table tbody tr")).to_have_count(3)
+    expect(page.locator("#idx-table tbody")).to_contain_text(f"{len(ui_engine.kbs[KB_NAMES[0]]):,}")
     expect(page.locator("#idx-plot .main-svg").first).to_be_visible()
     page.wait_for_timeout(300)
     shot(page, "index")
 
 
-def test_ask_json_api(server):
+def test_ask_json_api(server, ui_engine):
+    """`/ask_json` over HTTP returns the CLI's `--json` object, with consistent numbers."""
     from gradio_client import Client
 
     client = Client(server, verbose=False)
-    data = client.predict("What is the capital of France?", "both", 3, "flat", "", api_name="/ask_json")
-    assert set(data["variants"]) == {"token", "sequence"} and len(data["passages"]) == 3
+    data = client.predict(QUESTIONS[3], "both", 3, "hnsw", KB_NAMES[1], api_name="/ask_json")
+    assert data["question"] == QUESTIONS[3] and data["kb"] == KB_NAMES[1]
+    assert (data["k"], data["index"], len(data["passages"])) == (3, "hnsw", 3)
+    assert set(data["variants"]) == {"token", "sequence"}
     assert set(data["timings_ms"]) >= {"encode", "search", "generate", "total"}
+    probs = [p["prob"] for p in data["passages"]]
+    assert sum(probs) == pytest.approx(1.0, abs=1e-5)
+    logits = [data["scale"] * p["score"] for p in data["passages"]]
+    assert probs == pytest.approx([math.exp(x - max(logits)) / sum(math.exp(y - max(logits)) for y in logits)
+                                   for x in logits], abs=1e-5)
+    for variant in data["variants"].values():
+        assert all(sum(row) == pytest.approx(1.0, abs=1e-5) for row in variant["posteriors"])
+        assert sum(variant["token_logprobs"]) == pytest.approx(variant["logprob"], abs=1e-4)
+    token = data["variants"]["token"]  # RAG-Token: p(y_i|x,y<i) = sum_z p(z|x) p(y_i|x,z,y<i)
+    for lp, row in zip(token["token_logprobs"], token["doc_token_logprobs"]):
+        assert math.exp(lp) == pytest.approx(sum(p * math.exp(d) for p, d in zip(probs, row)), rel=1e-4)
+
+    expected = ui_engine.ask(QUESTIONS[3], kb=KB_NAMES[1], k=3, index="hnsw", variants=("token", "sequence")).to_json()
+    assert set(data) == set(expected)
+    data.pop("timings_ms"), expected.pop("timings_ms")
+    assert_close(data, expected)  # the same object `python -m rag_demo ask --json` prints
+
+    with pytest.raises(Exception, match="Type a question"):
+        client.predict("  ", "both", 3, "flat", "", api_name="/ask_json")
 
 
-def test_first_start_shows_progress_then_the_page_works(browser):
+def test_first_start_shows_progress_then_the_page_works(browser, ui_engine):
     release = threading.Event()
 
     def factory(progress):
         progress("building the nq-wiki index", 2, 5)
         release.wait(30)
-        return FakeEngine()
+        return ui_engine
 
     engine = ui.BackgroundEngine(factory).start()
     demo = ui.build_demo(engine)
@@ -264,7 +351,7 @@ def test_first_start_shows_progress_then_the_page_works(browser):
         page.set_default_timeout(TIMEOUT_MS)
         page.goto(url)
         expect(page.locator("#status-banner")).to_contain_text("building the nq-wiki index (2/5")
-        field(page, "question").fill("What is the capital of France?")
+        field(page, "question").fill(QUESTIONS[0])
         page.locator("#ask-btn").click()
         expect(page.locator("#ask-status")).to_contain_text("Preparing")
         shot(page, "preparing")
@@ -272,8 +359,9 @@ def test_first_start_shows_progress_then_the_page_works(browser):
         expect(page.locator("#status-banner")).to_be_hidden()
         page.locator("#ask-btn").click()
         expect(page.locator("#answer .rag-tok").first).to_be_visible()
+        result = page_ask(ui_engine, QUESTIONS[0], KB_NAMES[0])
+        assert token_texts(page, "#answer .rag-card-token") == shown(result.variants["token"].tokens)
     finally:
         release.set()
         context.close()
         demo.close()
-

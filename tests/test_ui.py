@@ -1,8 +1,8 @@
 """The UI without a browser: formatters, figures and event callbacks called directly.
 
-The tests drive `ui_engine`, today the toy `FakeEngine`; they assert on what any engine that
-keeps the contract must do (escaping, messages, JSON shape, answers that follow the index),
-not on the fake's particular answers.
+The callbacks run on `ui_engine`, a real `RagEngine` over tiny random models (tests/ui_engine.py).
+Its answers are deterministic but meaningless, so the tests compare what the UI shows with what
+the engine computed for the same inputs, and check the numbers against the RAG equations.
 """
 
 from __future__ import annotations
@@ -16,21 +16,16 @@ from pathlib import Path
 import gradio as gr
 import pytest
 
-from tests.fake_engine import FakeEngine
 from rag_demo import plots, ui
 from rag_demo.corpus import Passage
 from rag_demo.errors import InputError, RagDemoError
 from rag_demo.results import AskResult, ClosedBookResult, IndexReport, RetrievedPassage, VariantResult
+from tests.ui_engine import KB_NAMES, QUESTIONS
 
 EVIL_TITLE = '<img src=x onerror="window.__pwned=1">Evil & co'
 EVIL_TEXT = "<script>window.__pwned=2</script> Paris <b>bold</b> is where the evil passage lives <img src=x onerror=window.__pwned=3>"
-QUESTION = "What is the capital of France?"
-
-
-@pytest.fixture(scope="module")
-def ui_engine():
-    """The engine under the UI. To test against the tiny real engine, return it here instead."""
-    return FakeEngine()
+QUESTION = QUESTIONS[0]
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.fixture()
@@ -38,9 +33,21 @@ def actions(ui_engine):
     return ui.DemoActions(ui_engine)
 
 
-def ask(actions, question=QUESTION, variant="both", kb=None, mine=None, k=3, index="flat"):
-    kb = kb or actions.engine.default_kb
-    return actions.ask(question, variant, k, index, kb, 1, "thorough", mine)
+def ask(actions, question=QUESTION, variant="both", kb=None, mine=None, k=3, index="flat", beams=1,
+        decoding="thorough"):
+    """The Ask tab's event with these settings."""
+    return actions.ask(question, variant, k, index, kb or actions.engine.default_kb, beams, decoding, mine)
+
+
+def shown(token: str) -> str:
+    """A token as the answer cards write it."""
+    return "∅" if token == "" else ui.esc(token).replace("\n", "↵")
+
+
+def softmax(logits: list[float]) -> list[float]:
+    top = max(logits)
+    weights = [math.exp(x - top) for x in logits]
+    return [w / sum(weights) for w in weights]
 
 
 def is_skip(value) -> bool:
@@ -129,13 +136,13 @@ def test_learn_numbers_come_from_the_result(actions):
     markup = ui.format_learn_html(result, t)
     assert ui.fmt_prob(marginal) in markup
     # softmax(scale * score) reproduces the engine's p(z|x)
-    logits = [result.scale * p.score for p in result.passages]
-    top = max(logits)
-    prior = [math.exp(x - top) for x in logits]
-    assert [round(x / sum(prior), 4) for x in prior] == pytest.approx([p.prob for p in result.passages], abs=2e-4)
+    prior = softmax([result.scale * p.score for p in result.passages])
+    assert [round(x, 4) for x in prior] == pytest.approx([p.prob for p in result.passages], abs=2e-4)
+    assert f"<b>{prior[0]:.4f}</b>" in markup
     sequence = result.variants["sequence"]
     p_seq = sum(p.prob * math.exp(sum(row[j] for row in sequence.doc_token_logprobs))
                 for j, p in enumerate(result.passages))
+    assert math.isclose(p_seq, math.exp(sequence.logprob), rel_tol=1e-3)  # thorough decoding: the full sum
     assert ui.fmt_prob(p_seq) in markup
     assert "Ask a question" in ui.format_learn_html(None)
 
@@ -152,6 +159,7 @@ def test_figures_have_titles_axes_and_legends(actions):
     assert heat.layout.title.text and heat.layout.xaxis.title.text and heat.layout.yaxis.title.text
     for col in range(len(trace.z[0])):
         assert sum(row[col] for row in trace.z) == pytest.approx(1.0, abs=1e-6)
+        assert [row[col] for row in trace.z] == pytest.approx(result.variants["token"].posteriors[col], abs=1e-6)
 
     gain = plots.retrieval_gain_figure(list(result.variants.values()))
     v = result.variants["token"]
@@ -175,17 +183,41 @@ def test_ask_returns_every_output(actions):
     assert status == ""
     result = ui.unwrap(last)
     assert isinstance(last, ui.Held) and isinstance(result, AskResult)
+    assert set(result.variants) == {"token", "sequence"} and result.closed_book is not None
+    cards = [*result.variants.values(), result.closed_book]  # in the order the page shows them
+    assert re.findall(r'<span class="rag-tok-text">(.*?)</span>', answer) == [shown(t) for c in cards for t in c.tokens]
     for v in result.variants.values():
-        assert ui.esc(v.tokens[0]) in answer
-    assert "Closed-book" in answer and "encode" in answer and "recall@3" in answer
+        assert v.tokens and f"p(y|x) = <b>{ui.fmt_prob(math.exp(v.logprob))}</b>" in answer
+    assert f"p(y|x) = <b>{ui.fmt_prob(math.exp(result.closed_book.logprob))}</b>" in answer
+    assert "Closed-book" in answer and "encode" in answer and "exact search" in answer
     assert passages.count('class="rag-passage"') == 3
+    titles = re.findall(r'<span class="rag-passage-title">(.*?)</span>', passages)
+    assert titles == [ui.esc(p.title) for p in result.passages]
+    assert [f"p(z|x) <b>{p.prob:.3f}</b>" in passages for p in result.passages] == [True] * 3
     assert heat_token["visible"] and heat_seq["visible"]
-    assert prob_fig is not None and gain is not None
+    assert list(prob_fig["value"].data[0].x) == pytest.approx([p.prob for p in result.passages])
+    assert gain["visible"]
+
+
+def test_ask_passes_every_option_to_the_engine(actions, ui_engine):
+    out = ask(actions, QUESTIONS[1], variant="both", kb=KB_NAMES[1], k=4, index="hnsw", beams=2, decoding="fast")
+    assert out[0] == ""
+    result = ui.unwrap(out[-1])
+    assert (result.kb, result.k, result.index, len(result.passages)) == (KB_NAMES[1], 4, "hnsw", 4)
+    assert result.variants["token"].decoding == "beam 2" and result.variants["sequence"].decoding == "beam 2, fast"
+    assert "recall@4" in out[1]
+    direct = ui_engine.ask(QUESTIONS[1], kb=KB_NAMES[1], k=4, index="hnsw", variants=("token", "sequence"), num_beams=2,
+                           sequence_decoding="fast")
+    for name in ("token", "sequence"):
+        assert result.variants[name].token_ids == direct.variants[name].token_ids
+        assert result.variants[name].logprob == pytest.approx(direct.variants[name].logprob, abs=1e-5)
+    assert [p.id for p in result.passages] == [p.id for p in direct.passages]
 
 
 def test_ask_one_variant_hides_the_other_heatmap(actions):
     out = ask(actions, variant="token")
     assert out[4]["visible"] is True and out[5]["visible"] is False
+    assert set(ui.unwrap(out[-1]).variants) == {"token"}
 
 
 @pytest.mark.parametrize("question", ["", "   ", None])
@@ -197,28 +229,37 @@ def test_empty_question_is_a_friendly_message(actions, question):
 
 def test_bad_option_is_a_message_not_a_traceback(actions):
     out = actions.ask(QUESTION, "nonsense", 5, "flat", actions.engine.default_kb, 1, "thorough", None)
-    assert "unknown variant" in out[0]
+    assert "unknown variant" in out[0] and all(is_skip(v) for v in out[1:])
+    out = actions.ask(QUESTION, "both", 5, "annoy", actions.engine.default_kb, 1, "thorough", None)
+    assert "unknown index" in out[0] and "rag-status-error" in out[0]  # the engine's own message
 
 
-def test_unexpected_engine_error_is_hidden(ui_engine):
-    class Broken(FakeEngine):
-        def ask(self, question, **options):
-            raise RuntimeError("secret internals")
+def test_unexpected_engine_error_is_hidden(actions, monkeypatch):
+    def broken(question, **options):
+        raise RuntimeError("secret internals")
 
-    out = ask(ui.DemoActions(Broken()))
+    monkeypatch.setattr(actions.engine, "ask", broken)
+    out = ask(actions)
     assert "Something went wrong" in out[0] and "secret internals" not in out[0] and "Traceback" not in out[0]
 
 
-def test_kb_swap_changes_the_answer(actions):
-    names = actions.engine.kb_names
-    assert len(names) >= 2
-    status, summary, left, right = actions.swap(QUESTION, names[0], names[1], "both", 5, None)
+def test_kb_swap_changes_the_answer(actions, ui_engine):
+    left_kb, right_kb = KB_NAMES
+    status, summary, left, right = actions.swap(QUESTION, left_kb, right_kb, "both", 5, None)
     assert status == ""
-    a = ui.unwrap(ask(actions, kb=names[0])[-1])
-    b = ui.unwrap(ask(actions, kb=names[1])[-1])
+    a, b = (ui_engine.ask(QUESTION, kb=kb, k=5, variants=("token", "sequence"), closed_book=False) for kb in KB_NAMES)
+    # the same random model reads different passages: the RAG-Token answer of this question differs
     assert a.variants["token"].answer != b.variants["token"].answer
-    assert ui.esc(a.variants["token"].answer) in left and ui.esc(b.variants["token"].answer) in right
+    for column, result in ((left, a), (right, b)):
+        assert f"index: <b>{result.kb}</b>" in column and "Closed-book" not in column
+        for v in result.variants.values():
+            assert all(f'<span class="rag-tok-text">{shown(t)}</span>' in column for t in v.tokens)
+        assert column.count('class="rag-passage"') == 3
+    for result in (a, b):
+        assert " / ".join(f"“{ui.esc(v.answer)}”" for v in result.variants.values()) in summary
     assert "the answer follows the index" in summary
+    same = actions.swap(QUESTION, left_kb, left_kb, "token", 5, None)[1]
+    assert "The answers are the same" in same
 
 
 def test_ask_json_shape(actions):
@@ -226,11 +267,15 @@ def test_ask_json_shape(actions):
     json.dumps(data)  # plain JSON
     assert set(data) >= {"question", "kb", "index", "k", "passages", "variants", "closed_book", "timings_ms",
                          "notices", "index_recall", "scale"}
-    assert data["index"] == "hnsw" and data["k"] == 4 and len(data["passages"]) == 4
+    assert data["index"] == "hnsw" and data["k"] == 4 and len(data["passages"]) == 4 and data["kb"] == KB_NAMES[0]
+    assert 0 <= data["index_recall"] <= 1
     assert set(data["variants"]) == {"token", "sequence"}
     assert set(data["timings_ms"]) >= {"encode", "search", "generate", "total"}
+    probs = [p["prob"] for p in data["passages"]]
+    assert sum(probs) == pytest.approx(1.0, abs=1e-5)
+    assert probs == pytest.approx(softmax([data["scale"] * p["score"] for p in data["passages"]]), abs=1e-5)
     for v in data["variants"].values():
-        assert len(v["posteriors"]) == len(v["tokens"]) == len(v["token_logprobs"])
+        assert len(v["posteriors"]) == len(v["tokens"]) == len(v["token_logprobs"]) == len(v["doc_token_logprobs"])
         assert all(sum(row) == pytest.approx(1.0, abs=1e-4) for row in v["posteriors"])
         assert sum(v["token_logprobs"]) == pytest.approx(v["logprob"], abs=1e-4)
     assert set(actions.ask_json(QUESTION, "token")["variants"]) == {"token"}
@@ -257,27 +302,33 @@ def write(tmp_path: Path, name: str, data: bytes | str) -> str:
     return str(path)
 
 
-def test_upload_paste_edit_and_reask(actions, tmp_path):
+def test_upload_paste_edit_and_reask(actions, ui_engine, tmp_path):
     files = [write(tmp_path, "notes.txt", "Zorblax is the capital of Plutonia, a city of glass domes."),
              write(tmp_path, "facts.jsonl", json.dumps({"title": "Moons", "text": "Plutonia has three moons."}) + "\n")]
     out = actions.build_mine(files, "Pasted", "Quixel invented the hover bicycle in 2091.", None)
     status, mine = out[0], out[1]
     assert "rag-status-ok" in status and "Indexed 3 passages" in status
     kb = ui.unwrap(mine)
-    assert len(kb) == 3
+    assert len(kb) == 3 and kb.name == ui.PRIVATE_NAME
+    expected = ui_engine.encoder.encode_passages([kb.passage(i) for i in range(3)])
+    assert kb.embeddings == pytest.approx(expected, abs=1e-5)  # embedded by the engine's passage encoder
     assert out[2]["choices"][0][1] == 0 and out[3] == kb.titles[0]
     for dropdown in out[6:]:
         assert (ui.PRIVATE_LABEL + ": 3 passages", ui.PRIVATE_KB) in dropdown["choices"]
 
     status, answer, passages = actions.ask_mine("What is the capital of Plutonia?", mine)
-    assert status == "" and "Zorblax" in passages
+    assert status == "" and "Zorblax" in passages and passages.count('class="rag-passage"') == 3
+    assert "RAG-Token" in answer and "RAG-Sequence" in answer
 
     result = ui.unwrap(ask(actions, question="What is the capital of Plutonia?", kb=ui.PRIVATE_KB, mine=mine)[-1])
-    assert result.kb == ui.PRIVATE_NAME
+    assert result.kb == ui.PRIVATE_NAME and {p.text for p in result.passages} == set(kb.texts)
 
     edited = actions.save_passage(0, "notes", "Glimmerton is the capital of Plutonia, a city of glass domes.", mine)
     assert "Saved passage 1" in edited[0]
-    assert "Glimmerton" in ui.unwrap(edited[1]).texts[0]
+    new = ui.unwrap(edited[1])
+    assert "Glimmerton" in new.texts[0] and new.texts[1:] == kb.texts[1:]
+    assert new.embeddings[0] != pytest.approx(kb.embeddings[0], abs=1e-3)  # re-indexed
+    assert new.embeddings[1:] == pytest.approx(kb.embeddings[1:], abs=1e-5)
     removed = actions.save_passage(2, "", "", edited[1])
     assert "Removed passage 3" in removed[0] and len(ui.unwrap(removed[1])) == 2
 
@@ -299,7 +350,7 @@ def test_bad_upload_is_a_message_and_the_session_goes_on(actions, tmp_path, name
     assert message in out[0] and "rag-status-error" in out[0]
     assert out[1] is before and all(is_skip(v) for v in out[2:])
     ok = actions.build_mine(None, "", "Some text that is fine to index.", before)
-    assert "rag-status-ok" in ok[0]
+    assert "rag-status-ok" in ok[0] and len(ui.unwrap(ok[1])) == 1
 
 
 def test_upload_limits(ui_engine, tmp_path):
@@ -325,6 +376,8 @@ def test_evil_passage_is_escaped_end_to_end(actions):
     assert_no_raw_html(answer)
     assert_no_raw_html(passages)
     assert "&lt;script&gt;" in passages
+    heat = ask(actions, question="Where does the evil passage live?", kb=ui.PRIVATE_KB, mine=out[1])[4]["value"]
+    assert "<img" not in json.dumps(heat.to_plotly_json(), default=str)
 
 
 def test_private_kb_needs_building_first(actions):
@@ -337,26 +390,35 @@ def test_private_kb_needs_building_first(actions):
 # ---- Score, index variants, Learn ----------------------------------------------------------
 
 
-def test_score_your_answer(actions):
+def test_score_your_answer(actions, ui_engine):
     status, markup, heat_token, heat_seq, gain = actions.score(QUESTION, "Paris", actions.engine.default_kb, 3, "flat", None)
     assert status == "" and "closed-book log p" in markup and "RAG-Token" in markup and "RAG-Sequence" in markup
     assert heat_token["visible"] and heat_seq["visible"]
+    direct = ui_engine.score(QUESTION, "Paris", kb=ui_engine.default_kb, k=3)
+    for v in direct.variants.values():
+        assert f"log {ui.fmt_log(v.logprob)}" in markup
+        assert f"<b>{v.logprob - sum(v.closed_book_token_logprobs):+.2f}</b> nats" in markup
     assert "Type an answer" in actions.score(QUESTION, "  ", actions.engine.default_kb, 3, "flat", None)[0]
     assert "Type a question" in actions.score("", "Paris", actions.engine.default_kb, 3, "flat", None)[0]
 
 
-def test_index_reports(actions):
+def test_index_reports(actions, ui_engine):
     status, table, fig = actions.index_reports(actions.engine.default_kb, None)
     assert status == "" and table.count("<tr>") == 4  # header + flat, hnsw, ivfpq
     assert "recall@" in table and fig["visible"] and len(fig["value"].data) == 3
+    for report in ui_engine.index_reports(ui_engine.default_kb):
+        assert f"<td><b>{report.kind}</b></td>" in table and f"<td>{report.recall_at_k:.3f}</td>" in table
+        assert f"<td>{report.num_vectors:,}</td>" in table
+    assert report.num_vectors == len(ui_engine.kbs[ui_engine.default_kb])
 
 
 def test_learn_events(actions):
     last = ask(actions)[-1]
+    tokens = ui.unwrap(last).variants["token"].tokens
     picker, markup = actions.learn_tokens(last)
-    assert picker["value"] == 0 and len(picker["choices"]) == len(ui.unwrap(last).variants["token"].tokens)
+    assert picker["value"] == 0 and len(picker["choices"]) == len(tokens)
     assert "RAG-Token" in markup and "RAG-Sequence" in markup
-    assert "Token 2" in actions.learn(last, 1)
+    assert f"Token {len(tokens)} of the answer" in actions.learn(last, len(tokens) - 1)
     token_only = ask(actions, variant="token")[-1]
     assert "Ask with RAG-Sequence" in actions.learn(token_only, 0)
 
@@ -364,14 +426,14 @@ def test_learn_events(actions):
 # ---- first start ---------------------------------------------------------------------------
 
 
-def test_background_engine_reports_progress_then_serves():
+def test_background_engine_reports_progress_then_serves(ui_engine):
     gate = []
 
     def factory(progress):
         progress("downloading models", 1, 3)
         while not gate:
             time.sleep(0.01)
-        return FakeEngine()
+        return ui_engine
 
     engine = ui.BackgroundEngine(factory).start()
     actions = ui.DemoActions(engine)
@@ -379,7 +441,7 @@ def test_background_engine_reports_progress_then_serves():
     assert not engine.ready and "downloading models (1/3" in engine.status_text()
     banner, timer, announced, *rest = actions.poll(False)
     assert "downloading models" in banner and announced is False and all(is_skip(v) for v in rest)
-    out = ask(actions, kb="nq-wiki")
+    out = ask(actions, kb=KB_NAMES[0])
     assert "Preparing" in out[0] and "rag-status-wait" in out[0]
     demo = ui.build_demo(engine)  # builds while not ready
     assert demo is not None
@@ -387,7 +449,9 @@ def test_background_engine_reports_progress_then_serves():
     assert engine.wait(5)
     banner, timer, announced, *rest = actions.poll(False)
     assert banner == "" and announced is True
-    assert rest[0]["value"] == engine.default_kb and ("nq-wiki", "nq-wiki") in rest[0]["choices"]
+    assert rest[0]["value"] == engine.default_kb and (KB_NAMES[0], KB_NAMES[0]) in rest[0]["choices"]
+    assert rest[2]["value"] == KB_NAMES[1]  # the swap tab's right side starts on the other knowledge base
+    assert rest[5].raw_samples == [[q] for q in QUESTIONS]  # the engine's example questions
     assert ask(actions)[0] == ""
     assert all(is_skip(v) for v in actions.poll(True)[3:])
 
@@ -401,7 +465,7 @@ def test_background_engine_failure_is_shown():
     banner = ui.DemoActions(engine).poll(False)[0]
     assert "could not start" in banner and "/nope" in banner and "rag-status-error" in banner
     with pytest.raises(RagDemoError):
-        engine.ask(QUESTION, kb="nq-wiki")
+        engine.ask(QUESTION, kb=KB_NAMES[0])
 
 
 def test_passages_from_inputs_pasted_title_default():
@@ -414,13 +478,13 @@ def test_passages_from_inputs_pasted_title_default():
 def test_k_is_fitted_to_a_small_private_kb(actions):
     mine = actions.build_mine(None, "", "Zorblax is the capital of Plutonia.", None)[1]
     result = ui.unwrap(ask(actions, question="What is the capital of Plutonia?", kb=ui.PRIVATE_KB, mine=mine, k=5)[-1])
-    assert result.k == 1 and len(result.passages) == 1
+    assert result.k == 1 and len(result.passages) == 1 and result.passages[0].prob == pytest.approx(1.0)
 
 
 # ---- app.py --------------------------------------------------------------------------------
 
 
-def test_app_server_options_and_lazy_engine():
+def test_app_server_options_and_lazy_engine(ui_engine):
     import app
 
     assert app.server_options({}) == {"server_name": "127.0.0.1", "server_port": None}
@@ -431,7 +495,7 @@ def test_app_server_options_and_lazy_engine():
     def factory(progress):
         progress("loading", 1, 1)
         seen.append(True)
-        return FakeEngine()
+        return ui_engine
 
     demo = app.create_demo(factory)
     assert isinstance(demo, gr.Blocks)
