@@ -150,6 +150,10 @@ class RagEngine:
                     store.popitem(last=False)
             return index
 
+    def search_index(self, kb: str | KnowledgeBase | None = None, kind: str = "flat") -> SearchIndex:
+        """The built `kind` index of a knowledge base (built or loaded on first use)."""
+        return self._index_for(self.resolve_kb(kb), kind)
+
     def index_reports(self, kb: str | KnowledgeBase | None = None, *, k: int = 10) -> list[IndexReport]:
         """Build time, bytes, recall@k against flat and query latency of each index variant."""
         knowledge = self.resolve_kb(kb)

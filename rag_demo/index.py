@@ -11,6 +11,7 @@ are cached beside the KB, keyed by the KB's fingerprint and the index parameters
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import logging
@@ -51,10 +52,33 @@ class SearchIndex:
         return self.faiss_index.search(xq, k)
 
 
-def torch_topk(xq: torch.Tensor, xb: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Exact MIPS with a matmul: xq (B, D), xb (N, D) -> scores (B, k), ids (B, k)."""
-    scores = xq.to(xb.dtype) @ xb.T  # (B, N)
-    return scores.topk(k, dim=1)
+def torch_topk(xq: torch.Tensor, xb: torch.Tensor, k: int, *, chunk_rows: int = 1 << 22) -> tuple[torch.Tensor, torch.Tensor]:
+    """Exact MIPS with matmuls: xq (B, D), xb (N, D) -> scores (B, k), ids (B, k).
+
+    xb is read in chunks of `chunk_rows` rows; each chunk keeps its own top k and the best k of
+    those win, so the (B, N) score matrix never exists whole (21M rows x 32 queries would be 1.3 GB).
+    """
+    xq = xq.to(xb.dtype)
+    kept_scores, kept_ids = [], []
+    for start in range(0, xb.shape[0], chunk_rows):
+        scores = xq @ xb[start : start + chunk_rows].T  # (B, n)
+        top, ids = scores.topk(min(k, scores.shape[1]), dim=1)
+        kept_scores.append(top)
+        kept_ids.append(ids + start)
+    if len(kept_scores) == 1:
+        return kept_scores[0], kept_ids[0]
+    scores, ids = torch.cat(kept_scores, dim=1), torch.cat(kept_ids, dim=1)  # (B, chunks * k)
+    top, order = scores.topk(min(k, scores.shape[1]), dim=1)
+    return top, ids.gather(1, order)
+
+
+@functools.cache
+def has_faiss() -> bool:
+    try:
+        import faiss  # noqa: F401
+    except ImportError:
+        return False
+    return True
 
 
 def _default_nlist(n: int) -> int:
@@ -113,12 +137,14 @@ def _serialized_bytes(index) -> int:
 
 
 def build_index(kind: str, xb: np.ndarray, config: IndexConfig, *, device: torch.device | None = None) -> SearchIndex:
-    """Build `kind` over xb (N, D). flat on a CUDA device is a torch matrix on the GPU."""
+    """Build `kind` over xb (N, D). flat on a CUDA device is an fp16 torch matrix on the GPU (and a
+    float32 torch matrix on the CPU when faiss is not installed)."""
     if kind not in INDEX_KINDS:
         raise InputError(f"unknown index {kind!r}; choose one of {', '.join(INDEX_KINDS)}")
     started = time.perf_counter()
-    if kind == "flat" and device is not None and device.type == "cuda":
-        vectors = torch.from_numpy(np.ascontiguousarray(xb)).to(device, torch.float16)
+    on_gpu = device is not None and device.type == "cuda"
+    if kind == "flat" and (on_gpu or not has_faiss()):
+        vectors = torch.from_numpy(np.ascontiguousarray(xb)).to(device if on_gpu else "cpu", torch.float16 if on_gpu else torch.float32)
         return SearchIndex(kind, None, vectors, time.perf_counter() - started, vectors.numel() * vectors.element_size())
     index = build_faiss(kind, np.ascontiguousarray(xb, dtype=np.float32), config)
     return SearchIndex(kind, index, None, time.perf_counter() - started, _serialized_bytes(index))

@@ -1,0 +1,104 @@
+"""The speed bench runs end to end on tiny models, and its identity checks hold."""
+
+from __future__ import annotations
+
+import json
+
+import torch
+
+
+def test_quick_bench_runs_and_outputs_are_identical(tmp_path, capsys):
+    from rag_demo import bench
+
+    out = tmp_path / "bench.json"
+    assert bench.main(["--quick", "--skip", "memory", "--json", str(out)]) == 0
+    report = json.loads(out.read_text())
+    assert report["mismatches"] == []
+    for section in ("stages", "indexes", "kb_build", "vs_transformers", "vs_plain_loop"):
+        assert report[section], section
+    for row in report["vs_transformers"] + report["vs_plain_loop"]:
+        done, total = row["identical"].split("/")
+        assert done == total and int(total) > 0
+    stages = {(row["k"], row["stage"]) for row in report["stages"]}
+    assert (2, "search hnsw") in stages and (3, "generate RAG-Sequence fast") in stages
+    synthetic = [row for row in report["indexes"] if row["data"].startswith("synthetic")]
+    assert [row["index"] for row in synthetic] == ["flat", "hnsw", "ivfpq"] and synthetic[0]["recall@10"] == 1.0
+    printed = capsys.readouterr().out
+    assert "| variant | model |" in printed and "all identity checks passed" in printed
+
+
+def test_plain_loop_stops_at_the_stop_tokens(tmp_path):
+    from rag_demo import bench
+
+    engine = bench.quick_engine(tmp_path, torch.device("cpu"))
+    retrieval = engine.retrieve(bench.QUICK_QUESTIONS[0], k=2)
+    texts = [engine.generator.format_input(retrieval.generator_question, bench.Passage(p.title, p.text)) for p in retrieval.passages]
+    answer = bench.plain_rag_token(engine.generator, texts, retrieval.doc_lp, max_new_tokens=5)
+    assert 1 <= len(answer) <= 5
+    assert all(t not in engine.generator.stop_ids for t in answer[:-1])
+    assert answer == list(engine.ask(bench.QUICK_QUESTIONS[0], k=2, variants=("token",), max_new_tokens=5,
+                                     closed_book=False).variants["token"].token_ids)
+
+
+def test_table_formats_numbers():
+    from rag_demo.bench import table
+
+    text = table([{"a": 0.000123, "b": 12345.6, "c": float("nan")}], ["a", "b", "c"])
+    assert text.splitlines()[-1] == "| 0.000123 | 12,346 | - |"
+
+
+def _load_gpu_bench():
+    import importlib.util
+    import sys
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "scripts" / "gpu_bench.py"
+    spec = importlib.util.spec_from_file_location("gpu_bench", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["gpu_bench"] = module  # dataclasses look their module up while the file runs
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_gpu_bench_imports_and_searches_without_faiss():
+    """The GPU machine has torch and transformers only: nothing on the script's path may need faiss or datasets."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    code = (
+        "import sys; sys.modules['faiss'] = None; sys.modules['datasets'] = None\n"
+        f"sys.path.insert(0, {str(root / 'scripts')!r}); import gpu_bench\n"
+        "import numpy as np\n"
+        "from rag_demo.config import IndexConfig\n"
+        "from rag_demo.index import build_index, has_faiss\n"
+        "assert not has_faiss()\n"
+        "xb = np.random.default_rng(0).standard_normal((50, 8)).astype('float32')\n"
+        "scores, ids = build_index('flat', xb, IndexConfig()).search(xb[:3], 2)\n"
+        "assert ids[:, 0].tolist() == [0, 1, 2] or scores.shape == (3, 2)\n"
+        "print('ok')\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=root, timeout=120)
+    assert done.returncode == 0 and done.stdout.strip().endswith("ok"), done.stderr[-2000:]
+
+
+def test_gpu_bench_tiny_runs_on_cpu(tmp_path):
+    gpu_bench = _load_gpu_bench()
+    out = tmp_path / "gpu.json"
+    assert gpu_bench.main(["--tiny", "--device", "cpu", "--json", str(out)]) == 0
+    report = json.loads(out.read_text())
+    assert report["mismatches"] == [] and report["vs_transformers"][0]["identical"] == "2/2"
+    assert [row["batch"] for row in report["search"]] == [1, 32]
+    assert report["question"][0]["new_tokens"] == gpu_bench.TINY.new_tokens
+
+
+def test_chunked_exact_search_equals_one_matmul():
+    from rag_demo.index import torch_topk
+
+    generator = torch.Generator().manual_seed(0)
+    xb, xq = torch.randn(1000, 16, generator=generator), torch.randn(4, 16, generator=generator)
+    whole = (xq @ xb.T).topk(7, dim=1)
+    for chunk in (1, 64, 999, 5000):
+        scores, ids = torch_topk(xq, xb, 7, chunk_rows=chunk)
+        assert torch.equal(ids, whole.indices) and torch.allclose(scores, whole.values)
