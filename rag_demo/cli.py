@@ -27,7 +27,7 @@ class UsageError(RagDemoError):
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message):  # one line, exit 2, no usage dump
-        raise UsageError(f"{message} (see `python -m rag_demo {self.prog.split()[-1]} --help`)")
+        raise UsageError(f"{message} (see `python -m {self.prog} --help`)")
 
 
 def _positive_int(text: str) -> int:
@@ -242,6 +242,15 @@ def cmd_eval(args) -> int:
     return 0
 
 
+def one_line(text: str) -> str:
+    """A message as one printable line: control characters (which a question may carry) are shown escaped.
+
+    >>> one_line("unrecognized arguments: \\r\\x1b[31m")
+    'unrecognized arguments: \\\\r\\\\x1b[31m'
+    """
+    return "".join(ch if ch.isprintable() else ascii(ch)[1:-1] for ch in text)
+
+
 COMMANDS = {"ask": cmd_ask, "score": cmd_score, "build-kb": cmd_build_kb, "prepare": cmd_prepare, "eval": cmd_eval}
 
 
@@ -254,8 +263,13 @@ def main(argv: list[str] | None = None) -> int:
         logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
         return COMMANDS[args.command](args)
     except RagDemoError as err:
-        print(f"rag_demo: {err}", file=sys.stderr)
+        print(f"rag_demo: {one_line(str(err))}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("rag_demo: interrupted", file=sys.stderr)
         return 130
+    except Exception as err:  # a bug, not bad input: one line for the user, the traceback with -v
+        log.info("unexpected error", exc_info=True)
+        print(f"rag_demo: unexpected error ({type(err).__name__}: {one_line(str(err))[:200]}); rerun with -v for details "
+              "and report it", file=sys.stderr)
+        return 1

@@ -59,6 +59,8 @@ def _rows_from_jsonl(path: Path) -> list[tuple[str, str]]:
                 record = json.loads(line)
             except json.JSONDecodeError as err:
                 raise InputError(f"{path.name} line {line_number} is not valid JSON ({err.msg}); fix or remove it") from None
+            except RecursionError:
+                raise InputError(f"{path.name} line {line_number} is nested too deeply; give one flat object per line") from None
             if not isinstance(record, dict) or not isinstance(record.get("text"), str):
                 raise InputError(f"{path.name} line {line_number} needs an object with a string 'text' (and optionally 'title')")
             title = record.get("title", "")
@@ -69,9 +71,17 @@ def _rows_from_jsonl(path: Path) -> list[tuple[str, str]]:
 def _rows_from_csv(path: Path) -> list[tuple[str, str]]:
     with path.open(encoding="utf-8", newline="") as handle:
         reader = csv.DictReader(handle)
-        if reader.fieldnames is None or "text" not in reader.fieldnames:
-            raise InputError(f"{path.name} needs a header row with a 'text' column (and optionally 'title')")
-        return [((row.get("title") or ""), row.get("text") or "") for row in reader]
+        try:
+            if reader.fieldnames is None or "text" not in reader.fieldnames:
+                raise InputError(f"{path.name} needs a header row with a 'text' column (and optionally 'title')")
+            return [(_cell(row.get("title")), _cell(row.get("text"))) for row in reader]
+        except csv.Error as err:
+            raise InputError(f"{path.name} is not a readable CSV file (line {reader.line_num}: {err}); check its quoting") from None
+
+
+def _cell(value: object) -> str:
+    """A CSV cell as text; extra cells in a row come as a list under the key None and are not read here."""
+    return value if isinstance(value, str) else ""
 
 
 def read_document_file(path: Path, *, words_per_passage: int = 100) -> list[Passage]:

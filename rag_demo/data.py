@@ -313,13 +313,15 @@ def write_marker(folder: Path, key: str, info: Mapping | None = None) -> None:
 def marker_problem(folder: Path, key: str, *, deep: bool = False) -> str | None:
     """Why `folder` is not a complete artifact for `key`, or None when it is.
 
-    The default check reads the marker and stats the files (fast even for the 1 GB model);
-    `deep` also re-hashes every file.
+    The default check reads the marker, stats the files (fast even for the 1 GB model) and
+    re-hashes only a file written after the marker was (a partial copy, an edit, a write cut
+    short: anything that touched it since the build); `deep` re-hashes every file.
     """
     marker_path = folder / MARKER
     if not folder.is_dir():
         return "missing"
     try:
+        marked_ns = marker_path.stat().st_mtime_ns
         marker = json.loads(marker_path.read_text(encoding="utf-8"))
         files, recorded_key, checksum = marker["files"], marker["key"], marker["checksum"]
         entries = [(str(name), int(size), str(sha256)) for name, (size, sha256) in files.items()]
@@ -334,11 +336,12 @@ def marker_problem(folder: Path, key: str, *, deep: bool = False) -> str | None:
     for name, size, sha256 in entries:
         path = folder / name
         try:
-            if path.stat().st_size != size:
-                return f"{name} has {path.stat().st_size} bytes, expected {size}"
+            stat = path.stat()
         except OSError:
             return f"{name} is missing"
-        if deep and _sha256_file(path) != sha256:
+        if stat.st_size != size:
+            return f"{name} has {stat.st_size} bytes, expected {size}"
+        if (deep or stat.st_mtime_ns > marked_ns) and _sha256_file(path) != sha256:
             return f"{name} does not match its sha256"
     return None
 

@@ -6,11 +6,12 @@ One `RagEngine` holds the models and knowledge bases read-only; each call return
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import time
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
@@ -20,7 +21,7 @@ from .config import DECODINGS, INDEX_KINDS, VARIANTS, EngineConfig
 from .corpus import KnowledgeBase, Passage, load_kb, make_kb
 from .encoders import Encoder
 from .errors import InputError, KnowledgeBaseError
-from .generator import DecodeState, Generator, Target
+from .generator import DecodeState, Generator, Target, generator_from_model
 from .index import SearchIndex, cached_index, measure, recall_at_k
 from .marginalize import (
     doc_logprobs,
@@ -39,6 +40,7 @@ MAX_NEW_TOKENS_LIMIT = 64
 MAX_BEAMS = 8
 MAX_QUESTION_CHARS = 2000
 PRIVATE_INDEX_SLOTS = 16  # indexes of visitors' own KBs kept in memory, least recently used dropped
+OOM_NOTICE = "the GPU ran out of memory, so this answer was computed on the CPU (and later ones will be too)"
 
 
 @dataclass(frozen=True)
@@ -48,6 +50,24 @@ class _Retrieval:
     generator_question: str  # the question as the generator reads it
     recall: float | None
     notices: tuple[str, ...]
+
+
+def falls_back_to_cpu_on_gpu_oom(method):
+    """Run an engine method; when CUDA runs out of memory, move the models to the CPU and run it once more.
+
+    The result then carries `OOM_NOTICE`, so the visitor knows why it was slower.
+    """
+
+    @functools.wraps(method)
+    def run(self: "RagEngine", *args, **kwargs) -> AskResult:
+        try:
+            return method(self, *args, **kwargs)
+        except torch.cuda.OutOfMemoryError as err:
+            self.move_to_cpu(reason=f"out of GPU memory ({str(err).splitlines()[0][:120] if str(err) else 'no details'})")
+        result = method(self, *args, **kwargs)
+        return replace(result, notices=result.notices + (OOM_NOTICE,))
+
+    return run
 
 
 def clean_text(text: str, *, what: str, limit: int = MAX_QUESTION_CHARS) -> tuple[str, tuple[str, ...]]:
@@ -121,7 +141,7 @@ class RagEngine:
         name = kb or self.default_kb
         if name in self.kbs:
             return self.kbs[name]
-        if Path(name).expanduser().is_dir():
+        if _is_folder(name):
             loaded = load_kb(Path(name).expanduser())
             check_kb_matches_encoder(loaded, self.encoder)
             with self._lock:
@@ -168,12 +188,55 @@ class RagEngine:
         return reports
 
     def build_kb(self, name: str, passages: list[Passage], *, progress=None) -> KnowledgeBase:
-        """Embed `passages` into an in-memory KB (e.g. a visitor's own text); nothing is written."""
+        """Embed `passages` into an in-memory KB (e.g. a visitor's own text); nothing is written.
+
+        Out of GPU memory, the batch is halved down to one passage, then the models move to the CPU.
+        """
         if not passages:
             raise InputError("no passages to index; paste or upload some text")
         callback = None if progress is None else (lambda done, total: progress("embedding passages", done, total))
-        vectors = self.encoder.encode_passages(passages, batch_size=32, progress=callback)
+        batch_size = 32
+        while True:
+            try:
+                vectors = self.encoder.encode_passages(passages, batch_size=batch_size, progress=callback)
+                break
+            except torch.cuda.OutOfMemoryError:
+                if self.encoder.device.type == "cpu":
+                    raise
+                if batch_size > 1:
+                    batch_size //= 2
+                    log.warning("out of GPU memory while embedding; retrying with batches of %d passages", batch_size)
+                else:
+                    self.move_to_cpu(reason="out of GPU memory while embedding one passage at a time")
         return make_kb(name, passages, vectors, encoder=self.encoder.name)
+
+    def release_kb(self, kb: KnowledgeBase) -> None:
+        """Forget the in-memory indexes and reports of a visitor's own KB (its session ended)."""
+        if any(known is kb for known in self.kbs.values()):
+            return
+        with self._lock:
+            for store in (self._private, self._reports):
+                for key in [key for key in store if key[0] == kb.fingerprint]:
+                    del store[key]
+
+    def move_to_cpu(self, *, reason: str) -> None:
+        """Serve from the CPU from now on (after the GPU ran out of memory); indexes are rebuilt there."""
+        cpu = torch.device("cpu")
+        with self._lock:
+            log.warning("%s; moving the models to the CPU", reason)
+            if torch.cuda.is_available():
+                torch.cuda.empty_cache()
+            gen = self.generator
+            if gen.device.type != "cpu":
+                self.generator = generator_from_model(gen.model.to(cpu), gen.tokenizer, gen.config, name=gen.name)
+            enc = self.encoder
+            if enc.device.type != "cpu":
+                self.encoder = replace(
+                    enc, question_model=enc.question_model.to(cpu), device=cpu,
+                    passage_model=enc.passage_model.to(cpu) if enc.passage_model is not None else None,
+                )
+                self._indexes.clear()
+                self._private.clear()
 
     def example_questions(self, kb: str | None = None, n: int = 8) -> list[str]:
         return list(self._examples.get(kb or self.default_kb, []))[:n]
@@ -346,6 +409,8 @@ class RagEngine:
     def _check_options(self, variants, num_beams, max_new_tokens, sequence_decoding) -> tuple[str, ...]:
         if isinstance(variants, str):
             variants = VARIANTS if variants == "both" else (variants,)
+        if not isinstance(variants, (tuple, list)):
+            raise InputError(f"unknown variant {str(variants)[:40]!r}; choose token, sequence or both")
         variants = tuple(variants)
         unknown = [v for v in variants if v not in VARIANTS]
         if unknown or not variants:
@@ -358,6 +423,7 @@ class RagEngine:
             raise InputError(f"unknown decoding {sequence_decoding!r}; choose thorough or fast")
         return variants
 
+    @falls_back_to_cpu_on_gpu_oom
     def ask(self, question: str, *, kb: str | KnowledgeBase | None = None, k: int = 5, index: str = "flat",
             variants=VARIANTS, num_beams: int | None = None, sequence_decoding: str | None = None,
             max_new_tokens: int | None = None, closed_book: bool = True) -> AskResult:
@@ -424,6 +490,7 @@ class RagEngine:
             state = self._closed_book_state(self._question_for_generator(question), prefix)
             return self._closed_book_answer(state, prefix, max_new_tokens)
 
+    @falls_back_to_cpu_on_gpu_oom
     def score(self, question: str, answer: str, *, kb: str | KnowledgeBase | None = None, k: int = 5,
               index: str = "flat", variants=VARIANTS) -> AskResult:
         """log p(answer|x) under each variant, with per-token provenance, for an answer the user gives."""
@@ -455,6 +522,14 @@ class RagEngine:
             variants=results, closed_book=closed_result, timings_ms=timings,
             notices=notices + answer_notices + retrieval.notices, index_recall=retrieval.recall, scale=self.encoder.scale,
         )
+
+
+def _is_folder(name: object) -> bool:
+    """Whether `name` names an existing folder; odd names (a NUL byte, a number) simply do not."""
+    try:
+        return Path(str(name)).expanduser().is_dir()
+    except (OSError, ValueError):
+        return False
 
 
 def check_kb_matches_encoder(kb: KnowledgeBase, encoder: Encoder) -> None:

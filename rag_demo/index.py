@@ -154,8 +154,9 @@ def cached_index(kind: str, xb: np.ndarray, fingerprint: str, cache_dir: Path | 
                  *, device: torch.device | None = None) -> SearchIndex:
     """Load `kind` from `cache_dir` when it was built for this KB fingerprint, else build and save it.
 
-    A cache file that cannot be read is rebuilt; a cache folder that cannot be written only
-    costs the rebuild next time (logged), never the answer.
+    A cache file that cannot be read, or whose size or sha256 differs from what was recorded
+    when it was written, is rebuilt (logged); a cache folder that cannot be written only costs
+    the rebuild next time (logged), never the answer.
     """
     if kind == "flat" or cache_dir is None:
         return build_index(kind, xb, config, device=device)
@@ -168,6 +169,8 @@ def cached_index(kind: str, xb: np.ndarray, fingerprint: str, cache_dir: Path | 
             meta = json.loads(meta_path.read_text())
             if meta.get("bytes") != path.stat().st_size:
                 raise ValueError("size differs from the recorded size")
+            if meta.get("sha256") != _sha256_file(path):
+                raise ValueError("content differs from the recorded sha256")
             index = faiss.read_index(str(path))
             if index.ntotal != xb.shape[0] or index.d != xb.shape[1]:
                 raise ValueError("vector count or dimension differs from the KB")
@@ -176,17 +179,28 @@ def cached_index(kind: str, xb: np.ndarray, fingerprint: str, cache_dir: Path | 
         except (ValueError, RuntimeError, KeyError, json.JSONDecodeError) as err:
             log.warning("cached %s index at %s is unusable (%s); rebuilding it", kind, path, err)
     built = build_index(kind, xb, config)
+    tmp = None
     try:
         cache_dir.mkdir(parents=True, exist_ok=True)
         handle, tmp = tempfile.mkstemp(prefix=f".{stem}.", dir=cache_dir)
         os.close(handle)
         faiss.write_index(built.faiss_index, tmp)
-        size = os.path.getsize(tmp)
+        size, digest = os.path.getsize(tmp), _sha256_file(Path(tmp))
         os.replace(tmp, path)
-        meta_path.write_text(json.dumps({"build_seconds": built.build_seconds, "bytes": size, "kind": kind}))
-    except OSError as err:
+        meta_path.write_text(json.dumps({"build_seconds": built.build_seconds, "bytes": size, "sha256": digest, "kind": kind}))
+    except (OSError, RuntimeError) as err:  # faiss reports a failed write as a RuntimeError
         log.warning("could not cache the %s index in %s (%s); it will be rebuilt next start", kind, cache_dir, err)
+        if tmp is not None:
+            Path(tmp).unlink(missing_ok=True)
     return built
+
+
+def _sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        while block := handle.read(1 << 20):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 def recall_at_k(found: np.ndarray, exact: np.ndarray) -> float:

@@ -7,15 +7,20 @@ Three layers, each usable without the next:
 
 The engine is shared read-only; each visitor's private knowledge base and last answer live
 in `gr.State`. All events that touch the engine share one concurrency group of size 1, so two
-visitors never interleave inside it.
+visitors never interleave inside it. A visitor's uploaded files are moved out of gradio's shared
+upload folder into a folder of their own session, deleted when the session ends.
 """
 
 from __future__ import annotations
 
 import csv
+import hashlib
 import html
 import logging
 import math
+import re
+import shutil
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -46,6 +51,7 @@ PARAMETRIC_P = 0.5  # closed-book p at or above which a token is marked as comin
 ENGINE_GROUP = "engine"  # concurrency id shared by every event that calls the engine
 TIMING_ORDER = ("encode", "search", "generate", "total")
 STATE_TTL_S = 2 * 3600  # a visitor's knowledge base and last answer are dropped 2 h after their last change
+MAX_TEXT_CHARS = 5_000  # longer questions / answers are refused at the door (the page's boxes stop at 500 and 300)
 
 ProgressFn = Callable[[str, int, int], None]
 
@@ -62,7 +68,7 @@ class UploadLimits:
             f"Up to {self.max_files} files ({', '.join(SOURCE_SUFFIXES)}), {self.max_file_bytes / 1e6:g} MB each, "
             f"and {self.max_passages:,} passages of 100 words in all; .jsonl rows and .csv columns: "
             "'text' and optionally 'title'. Files are read and indexed in memory for this browser tab only; "
-            "nothing is stored."
+            "uploads are deleted from the server when the tab is closed."
         )
 
 
@@ -191,6 +197,11 @@ class BackgroundEngine:
 
     def example_questions(self, kb: str, n: int = 8) -> list[str]:
         return self._get().example_questions(kb, n)
+
+    def release_kb(self, kb: KnowledgeBase) -> None:
+        release = getattr(self._get(), "release_kb", None)
+        if release is not None:
+            release(kb)
 
 
 class Held:
@@ -644,17 +655,98 @@ def parse_variants(choice: str) -> tuple[str, ...]:
 def parse_k(k: object) -> int:
     try:
         value = int(float(k))  # sliders may send floats
-    except (TypeError, ValueError):
-        raise InputError(f"k must be a whole number, got {k!r}") from None
+    except (TypeError, ValueError, OverflowError):
+        raise InputError(f"k must be a whole number, got {str(k)[:40]!r}") from None
     if not 1 <= value <= 50:
         raise InputError("k must be between 1 and 50")
     return value
 
 
+def plain_text(text: str) -> str:
+    """Text a tokenizer accepts: unpaired surrogates become '?', control characters spaces.
+
+    >>> plain_text("a\\ud800b\\x00c\\nd")
+    'a?b c\\nd'
+    """
+    text = text.encode("utf-8", "replace").decode("utf-8")
+    return "".join(ch if ch.isprintable() or ch in "\n\t" else " " for ch in text)
+
+
+def parse_beams(beams: object) -> int:
+    """The beam slider's value as a whole number (the engine checks its range); empty means 1."""
+    if beams is None or beams == "":
+        return 1
+    try:
+        return int(float(beams))
+    except (TypeError, ValueError, OverflowError):
+        raise InputError(f"beams must be a whole number, got {str(beams)[:40]!r}") from None
+
+
 def require_question(question: str | None) -> str:
-    if question is None or not question.strip():
+    if not isinstance(question, str) or not question.strip():
         raise InputError("Type a question first, or click one of the examples.")
+    if len(question) > MAX_TEXT_CHARS:
+        raise InputError(f"the question has {len(question):,} characters; the limit is {MAX_TEXT_CHARS:,}")
     return question.strip()
+
+
+def require_answer(answer: str | None) -> str:
+    if not isinstance(answer, str) or not answer.strip():
+        raise InputError("Type an answer to score.")
+    if len(answer) > MAX_TEXT_CHARS:
+        raise InputError(f"the answer has {len(answer):,} characters; the limit is {MAX_TEXT_CHARS:,}")
+    return answer.strip()
+
+
+def safe_file_name(name: str) -> str:
+    """A file name that stays inside its folder: no path, no leading dots, only plain characters.
+
+    >>> safe_file_name("../../etc/pass wd.txt"), safe_file_name(".."), safe_file_name("C:\\\\x\\\\y.md")
+    ('pass_wd.txt', 'upload', 'y.md')
+    """
+    base = re.split(r"[\\/]", str(name))[-1]
+    cleaned = re.sub(r"[^A-Za-z0-9._-]", "_", base).lstrip(".")[-100:]
+    return cleaned or "upload"
+
+
+class SessionFiles:
+    """Per-session folders for visitors' uploads, under one private temporary root.
+
+    Gradio first stores an upload in its shared upload folder (named by the content's hash);
+    `adopt` moves it from there into the visitor's own folder before anything reads it, and
+    `drop` deletes that folder when the session ends.
+    """
+
+    def __init__(self, root: str | Path | None = None):
+        self.root = Path(root) if root is not None else Path(tempfile.mkdtemp(prefix="rag-demo-sessions-"))
+
+    def folder(self, session: str) -> Path:
+        name = re.sub(r"[^A-Za-z0-9_-]", "", str(session))[:64] or "anonymous"
+        path = self.root / name
+        path.mkdir(mode=0o700, parents=True, exist_ok=True)
+        return path
+
+    def adopt(self, session: str, files: Sequence[str | Path]) -> list[Path]:
+        """Move each uploaded file into the session's folder; a file moved by an earlier build is found there."""
+        folder = self.folder(session)
+        adopted = []
+        for file in files:
+            source = Path(file)
+            # One subfolder per upload keeps the visitor's file name (a .txt file's stem is its passages' title).
+            plain = source.name not in ("", ".", "..") and "\\" not in source.name
+            name = source.name if plain else safe_file_name(source.name)
+            dest = folder / hashlib.sha256(str(source).encode()).hexdigest()[:12] / name
+            if not dest.is_file():
+                if not source.is_file() or source.is_symlink():
+                    raise InputError(f"{source.name} is no longer on the server; upload it again")
+                dest.parent.mkdir(mode=0o700, exist_ok=True)
+                shutil.move(source, dest)
+            adopted.append(dest)
+        return adopted
+
+    def drop(self, session: str) -> None:
+        name = re.sub(r"[^A-Za-z0-9_-]", "", str(session))[:64] or "anonymous"
+        shutil.rmtree(self.root / name, ignore_errors=True)
 
 
 def _is_binary(path: Path) -> bool:
@@ -697,6 +789,7 @@ def passages_from_inputs(
         if len(text) > limits.max_paste_chars:
             raise InputError(f"the pasted text has {len(text):,} characters; the limit is {limits.max_paste_chars:,}")
         passages.extend(split_into_passages((paste_title or "").strip() or "Pasted text", text))
+    passages = [Passage(plain_text(p.title), plain_text(p.text)) for p in passages]
     passages = [p for p in passages if p.text.strip()]
     if not passages:
         raise InputError("Nothing to index: upload a file or paste some text first.")
@@ -737,9 +830,10 @@ def _plot_update(figure: Any) -> dict:
 class DemoActions:
     """One method per page event. Each parses its inputs, makes one engine call and formats the result."""
 
-    def __init__(self, engine: Engine, *, limits: UploadLimits = UploadLimits()):
+    def __init__(self, engine: Engine, *, limits: UploadLimits = UploadLimits(), files: SessionFiles | None = None):
         self.engine = engine
         self.limits = limits
+        self.files = files or SessionFiles()
 
     # ---- helpers -----------------------------------------------------------------------------
     def kb_names(self) -> tuple[str, ...]:
@@ -763,7 +857,14 @@ class DemoActions:
             return mine
         if not choice:
             return self.engine.default_kb
-        return choice
+        return self.known_kb(choice)
+
+    def known_kb(self, name: str) -> str:
+        """A knowledge base named by a visitor must be one the page offers: never a folder on the server."""
+        names = tuple(self.engine.kb_names)  # while the engine starts, this says so (EngineNotReady)
+        if not isinstance(name, str) or name not in names:
+            raise InputError(f"unknown knowledge base {str(name)[:80]!r}; choose one of {', '.join(names)}")
+        return name
 
     @staticmethod
     def fit_k(k: object, kb: str | KnowledgeBase) -> int:
@@ -799,7 +900,7 @@ class DemoActions:
                 k=self.fit_k(k, knowledge),
                 index=index or "flat",
                 variants=parse_variants(variant),
-                num_beams=max(1, int(num_beams or 1)),
+                num_beams=parse_beams(num_beams),
                 sequence_decoding=sequence_decoding or "thorough",
                 closed_book=True,
             )
@@ -820,10 +921,14 @@ class DemoActions:
     def ask_json(self, question: str, variant: str = "both", k: int = 5, index: str = "flat", kb: str = "") -> dict:
         """The API: the AskResult as JSON. Errors come back as a gradio error with the message."""
         try:
-            result = self.engine.ask(require_question(question), kb=kb or self.engine.default_kb, k=parse_k(k),
-                                     index=index or "flat", variants=parse_variants(variant))
+            result = self.engine.ask(require_question(question), kb=self.known_kb(kb) if kb else self.engine.default_kb,
+                                     k=parse_k(k), index=index or "flat", variants=parse_variants(variant))
         except RagDemoError as err:
             raise gr.Error(str(err), print_exception=False) from None
+        except Exception as err:  # the API boundary: a message for the caller, the details in the server log
+            log.exception("unexpected error in /ask_json", exc_info=err)
+            raise gr.Error(f"Something went wrong inside the demo ({type(err).__name__}); the server log has the details.",
+                           print_exception=False) from None
         return result.to_json()
 
     # ---- Swap the index -----------------------------------------------------------------------
@@ -845,10 +950,16 @@ class DemoActions:
         return [gr.update(choices=choices) for _ in range(5)]
 
     def build_mine(self, files: list[str] | None, paste_title: str, paste_text: str, mine: Held | KnowledgeBase | None,
-                   progress: gr.Progress = gr.Progress()) -> tuple:  # noqa: B008 (gradio injects a tracker here)
+                   progress: gr.Progress = gr.Progress(),  # noqa: B008 (gradio injects a tracker here)
+                   request: gr.Request | None = None) -> tuple:
         """-> status, state, passage picker, its title and text, preview, and the 5 knowledge-base dropdowns."""
         started = time.perf_counter()
         try:
+            if files and len(files) > self.limits.max_files:
+                raise InputError(f"{len(files)} files uploaded; the limit is {self.limits.max_files}. Remove some and build again.")
+            session = getattr(request, "session_hash", None)
+            if files and session:
+                files = self.files.adopt(session, files)
             passages = passages_from_inputs(files, paste_title, paste_text, limits=self.limits)
             kb = self.engine.build_kb(PRIVATE_NAME, passages, progress=_progress_adapter(progress))
         except Exception as err:  # the UI boundary: the session keeps its previous knowledge base
@@ -881,7 +992,7 @@ class DemoActions:
                 raise InputError("Pick a passage to edit.")
             passages = [kb_before.passage(i) for i in range(len(kb_before))]
             if (text or "").strip():
-                passages[int(position)] = Passage(title=(title or "").strip(), text=" ".join(text.split()))
+                passages[int(position)] = Passage(title=plain_text(title or "").strip(), text=" ".join(plain_text(text).split()))
                 what = f"Saved passage {int(position) + 1}"
             else:
                 del passages[int(position)]
@@ -895,7 +1006,7 @@ class DemoActions:
         """-> status, answer, passages: both variants against the visitor's own knowledge base."""
         kb = unwrap(mine)
         try:
-            if kb is None:
+            if not isinstance(kb, KnowledgeBase):
                 raise InputError("Build your knowledge base first (upload or paste text above).")
             result = self.engine.ask(require_question(question), kb=kb, k=min(5, len(kb)),
                                      variants=("token", "sequence"))
@@ -908,10 +1019,9 @@ class DemoActions:
               mine: Held | KnowledgeBase | None) -> tuple:
         """-> status, cards, token heatmap, sequence heatmap, gain plot."""
         try:
-            if answer is None or not answer.strip():
-                raise InputError("Type an answer to score.")
+            answer = require_answer(answer)
             knowledge = self.resolve_kb(kb_choice, mine)
-            result = self.engine.score(require_question(question), answer.strip(), kb=knowledge,
+            result = self.engine.score(require_question(question), answer, kb=knowledge,
                                        k=self.fit_k(k, knowledge), index=index or "flat", variants=("token", "sequence"))
         except Exception as err:  # the UI boundary
             return (_failure(err), *[gr.skip()] * 4)
@@ -939,6 +1049,20 @@ class DemoActions:
 
     def learn(self, result: Held | AskResult | None, position: int | None) -> str:
         return format_learn_html(unwrap(result), position)
+
+    # ---- the end of a session -------------------------------------------------------------------
+    def end_session(self, request: gr.Request) -> None:
+        """The tab was closed: delete the visitor's uploaded files now."""
+        session = getattr(request, "session_hash", None)
+        if session:
+            self.files.drop(session)
+
+    def release_kb(self, mine: Held | KnowledgeBase | None) -> None:
+        """Gradio dropped the session's knowledge base: let the engine forget its indexes too."""
+        kb = unwrap(mine)
+        release = getattr(self.engine, "release_kb", None)
+        if isinstance(kb, KnowledgeBase) and release is not None and engine_ready(self.engine):
+            release(kb)
 
     # ---- first start --------------------------------------------------------------------------
     def poll(self, announced: bool) -> tuple:
@@ -1003,9 +1127,12 @@ def _status(elem_id: str, value: str = "") -> gr.HTML:
     return gr.HTML(value, elem_id=elem_id, js_on_load=None, elem_classes=["rag-autohide"])
 
 
-def build_demo(engine: Engine, *, limits: UploadLimits = UploadLimits()) -> gr.Blocks:
-    """The page for `engine`. Launch it with `demo.launch(**launch_options())`; the queue is set here."""
-    actions = DemoActions(engine, limits=limits)
+def build_demo(engine: Engine, *, limits: UploadLimits = UploadLimits(), files: SessionFiles | None = None) -> gr.Blocks:
+    """The page for `engine`. Launch it with `demo.launch(**launch_options())`; the queue is set here.
+
+    `files` holds visitors' uploads (default: a new private temporary folder).
+    """
+    actions = DemoActions(engine, limits=limits, files=files)
     names = actions.kb_names()
     default = actions.default_kb()
     right_default = next((n for n in names if n != default), default)
@@ -1023,7 +1150,13 @@ def build_demo(engine: Engine, *, limits: UploadLimits = UploadLimits()) -> gr.B
         return gr.Slider(1, 20, value=5, step=1, label="k passages", elem_id=elem_id, min_width=150)
 
     with gr.Blocks(title="RAG provenance explorer", delete_cache=(3600, 3600)) as demo:
-        mine = gr.State(None, time_to_live=STATE_TTL_S)  # Held(KnowledgeBase): this visitor's own passages
+        def release_kb(value: Any) -> None:
+            # A plain function, not a bound method: gradio deep-copies components' arguments for every new
+            # session, and a bound method would be copied with its object (the engine: gigabytes per visitor).
+            actions.release_kb(value)
+
+        # Held(KnowledgeBase): this visitor's own passages; gradio deletes it 1 h after the tab closes (or after the TTL)
+        mine = gr.State(None, time_to_live=STATE_TTL_S, delete_callback=release_kb)
         last = gr.State(None, time_to_live=STATE_TTL_S)  # Held(AskResult): the last answer, for Learn
         announced = gr.State(False)
         gr.HTML(INTRO, js_on_load=None)
@@ -1213,6 +1346,7 @@ def build_demo(engine: Engine, *, limits: UploadLimits = UploadLimits()) -> gr.B
             return actions.ask_json(question, variant, k, index, kb)
 
         gr.api(ask_json, api_name="ask_json", **engine_events)
+        demo.unload(actions.end_session)
 
     demo.queue(default_concurrency_limit=1)
     return demo
