@@ -366,18 +366,24 @@ def run_load(url: str, *, visitors: int, duration_s: float, max_asks: int | None
     report = Report(url=url, visitors=visitors, duration_s=duration_s, options=options, server_pid=pid,
                     cores=os.cpu_count() or 0)
     run = Run(report, time.monotonic() + duration_s, max_asks)
+    previous = {}
     if threading.current_thread() is threading.main_thread():  # Ctrl-C or SIGTERM: stop early, still report
         for signum in (signal.SIGINT, signal.SIGTERM):
-            signal.signal(signum, lambda *_: run.stop_sending())
-    watcher = threading.Thread(target=sampler, args=(run, pid, sample_every_s), daemon=True)
-    watcher.start()
-    threads = [threading.Thread(target=visitor, args=(run, v, url, options, timeout_s), daemon=True) for v in range(visitors)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(duration_s + timeout_s + 60)
-    run.done.set()
-    watcher.join(5)
+            previous[signum] = signal.signal(signum, lambda *_: run.stop_sending())
+    try:
+        watcher = threading.Thread(target=sampler, args=(run, pid, sample_every_s), daemon=True)
+        watcher.start()
+        threads = [threading.Thread(target=visitor, args=(run, v, url, options, timeout_s), daemon=True)
+                   for v in range(visitors)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(duration_s + timeout_s + 60)
+        run.done.set()
+        watcher.join(5)
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
     return report
 
 

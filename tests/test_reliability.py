@@ -583,6 +583,28 @@ def test_make_kb_rejects_nothing_to_index(engine):
         make_kb("x", [], np.zeros((0, 4), np.float32))
 
 
+# ---- the load script, against the page over the tiny engine ----------------------------------------------
+
+
+def test_load_script_drives_the_page_and_reports(server):
+    import os
+    from urllib.parse import urlparse
+
+    from rag_demo import load
+
+    options = {"variant": "token", "k": 2, "index": "flat", "kb": "tiny"}
+    report = load.run_load(server.url, visitors=3, duration_s=30, max_asks=9, options=options, pid=os.getpid(),
+                           sample_every_s=0.2)
+    summary = load.summarize(report)
+    assert (summary["asks"], summary["ok"], summary["errors"], summary["leaks"]) == (9, 9, 0, 0)
+    assert {a.visitor for a in report.asks} == {0, 1, 2} and all(a.latency_s > 0 for a in report.asks)
+    assert report.samples and all(s.rss_mb > 0 for s in report.samples)
+    assert load.pid_listening_on(urlparse(server.url).port) == os.getpid()  # the page is served by this process
+    crash = load.run_load(server.url, visitors=1, duration_s=30, max_asks=1, pid=None,
+                          options=options | {"kb": "no-such-kb"})
+    assert load.summarize(crash)["errors"] == 1 and "unknown knowledge base" in crash.asks[0].error
+
+
 # ---- markup typed by a visitor, in a real browser ------------------------------------------------------------
 
 EVIL = '<img src=x onerror="window.__pwned=1"><script>window.__pwned=2</script>'
