@@ -525,11 +525,11 @@ def run(sizes: Sizes, device: torch.device, *, quick: bool, skip: tuple[str, ...
     steps = {
         "stages": lambda: stage_latencies(engine, sizes),
         "vs_plain_loop": lambda: vs_plain_loop(engine, sizes, mismatches),
-        "kb_build": lambda: kb_build_throughput(engine, sizes),
-        "indexes": lambda: index_variants(engine, sizes, device),
         "vs_transformers": lambda: vs_transformers(sizes, _hf_questions(engine, sizes, quick), _hf_passages(engine, sizes, quick),
                                                    device, mismatches),
+        "kb_build": lambda: kb_build_throughput(engine, sizes),
         "memory": lambda: demo_memory(quick, device),
+        "indexes": lambda: index_variants(engine, sizes, device),  # last: the synthetic part is the longest
     }
     for name, step in steps.items():
         if name in skip:
@@ -563,6 +563,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--synthetic-n", type=int, help="synthetic vectors for the index table (default 1,000,000)")
     parser.add_argument("--synthetic-kinds", help="index kinds on the synthetic vectors (default flat,hnsw,ivfpq)")
     parser.add_argument("--synthetic-hnsw-n", type=int, help="vectors HNSW is built on (default 100,000)")
+    parser.add_argument("--baseline-questions", type=int, help="questions for the plain-loop comparison (default 8)")
+    parser.add_argument("--hf-questions", type=int, help="questions for the transformers comparison (default 3)")
     parser.add_argument("--hf-shape", choices=("large", "base", "tiny"))
     parser.add_argument("--hf-k", type=int)
     parser.add_argument("--hf-new-tokens", type=int)
@@ -578,7 +580,8 @@ def main(argv: list[str] | None = None) -> int:
     sizes = QUICK if args.quick else Sizes()
     overrides = {"questions": args.questions, "synthetic_n": args.synthetic_n, "hf_shape": args.hf_shape, "hf_k": args.hf_k,
                  "hf_new_tokens": args.hf_new_tokens,
-                 "synthetic_hnsw_n": args.synthetic_hnsw_n,
+                 "synthetic_hnsw_n": args.synthetic_hnsw_n, "baseline_questions": args.baseline_questions,
+                 "hf_questions": args.hf_questions,
                  "synthetic_kinds": tuple(args.synthetic_kinds.split(",")) if args.synthetic_kinds else None}
     sizes = replace(sizes, **{key: value for key, value in overrides.items() if value is not None})
     skip = tuple(s for s in args.skip.split(",") if s)
