@@ -228,10 +228,11 @@ def quick_engine(folder: Path, device: torch.device):
     return engine
 
 
-def default_engine(device: torch.device):
+def default_engine(device: torch.device, kb_paths: dict[str, str] | None = None):
+    """The demo's default models; `kb_paths` (name -> folder) replaces the default KBs."""
     from .loading import engine_from_config
 
-    return engine_from_config(EngineConfig(device=device.type))
+    return engine_from_config(EngineConfig(device=device.type), kb_paths=kb_paths)
 
 
 # -- sections ----------------------------------------------------------------------------------
@@ -477,10 +478,10 @@ def vs_plain_loop(engine, sizes: Sizes, mismatches: list[str]) -> list[dict]:
              "plain/ours": plain_med / ours_med}]
 
 
-def memory_probe(quick: bool, device: torch.device) -> dict:
+def memory_probe(quick: bool, device: torch.device, kb_paths: dict[str, str] | None = None) -> dict:
     """Run in a child process: load the demo's engine, import the page, answer on every KB and index."""
     started = time.perf_counter()
-    engine = quick_engine(Path(tempfile.mkdtemp()), device) if quick else default_engine(device)
+    engine = quick_engine(Path(tempfile.mkdtemp()), device) if quick else default_engine(device, kb_paths)
     loaded = time.perf_counter() - started
     loaded_mb = peak_rss_mb()
     import gradio  # noqa: F401  (the page's weight in the process)
@@ -494,8 +495,9 @@ def memory_probe(quick: bool, device: torch.device) -> dict:
     return {"kbs": list(engine.kb_names), "load_s": loaded, "after_load_mb": loaded_mb, "peak_mb": peak_rss_mb()}
 
 
-def demo_memory(quick: bool, device: torch.device) -> list[dict]:
+def demo_memory(quick: bool, device: torch.device, kb_paths: dict[str, str] | None = None) -> list[dict]:
     command = [sys.executable, "-m", "rag_demo.bench", "--memory-probe", "--device", device.type] + (["--quick"] if quick else [])
+    command += [f"--kb-path={name}={path}" for name, path in (kb_paths or {}).items()]
     done = subprocess.run(command, capture_output=True, text=True, check=False)
     if done.returncode != 0:
         raise RuntimeError(f"memory probe failed: {done.stderr.strip().splitlines()[-1:]}")
@@ -514,13 +516,14 @@ SECTIONS = {
 }
 
 
-def run(sizes: Sizes, device: torch.device, *, quick: bool, skip: tuple[str, ...] = ()) -> dict:
+def run(sizes: Sizes, device: torch.device, *, quick: bool, skip: tuple[str, ...] = (),
+        kb_paths: dict[str, str] | None = None) -> dict:
     """Every section; returns {"machine", "sizes", section: rows..., "mismatches"}."""
     report: dict = {"machine": machine(), "device": device.type, "sizes": asdict(sizes), "mismatches": []}
     mismatches: list[str] = report["mismatches"]
     started = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:
-        engine = quick_engine(Path(tmp), device) if quick else default_engine(device)
+        engine = quick_engine(Path(tmp), device) if quick else default_engine(device, kb_paths)
     report["engine_load_s"] = time.perf_counter() - started
     steps = {
         "stages": lambda: stage_latencies(engine, sizes),
@@ -528,7 +531,7 @@ def run(sizes: Sizes, device: torch.device, *, quick: bool, skip: tuple[str, ...
         "vs_transformers": lambda: vs_transformers(sizes, _hf_questions(engine, sizes, quick), _hf_passages(engine, sizes, quick),
                                                    device, mismatches),
         "kb_build": lambda: kb_build_throughput(engine, sizes),
-        "memory": lambda: demo_memory(quick, device),
+        "memory": lambda: demo_memory(quick, device, kb_paths),
         "indexes": lambda: index_variants(engine, sizes, device),  # last: the synthetic part is the longest
     }
     for name, step in steps.items():
@@ -568,14 +571,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--hf-shape", choices=("large", "base", "tiny"))
     parser.add_argument("--hf-k", type=int)
     parser.add_argument("--hf-new-tokens", type=int)
+    parser.add_argument("--kb-path", action="append", default=[], metavar="NAME=FOLDER",
+                        help="use these KB folders instead of the default KBs (repeatable)")
     parser.add_argument("--memory-probe", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s", stream=sys.stderr)
     device = torch.device(args.device)
     if device.type == "cuda" and not torch.cuda.is_available():
         parser.error("--device cuda was asked for but no CUDA GPU is visible")
+    kb_paths = dict(item.split("=", 1) for item in args.kb_path) or None
     if args.memory_probe:
-        print(json.dumps(memory_probe(args.quick, device)))
+        print(json.dumps(memory_probe(args.quick, device, kb_paths)))
         return 0
     sizes = QUICK if args.quick else Sizes()
     overrides = {"questions": args.questions, "synthetic_n": args.synthetic_n, "hf_shape": args.hf_shape, "hf_k": args.hf_k,
@@ -589,7 +595,7 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         parser.error(f"unknown section {unknown[0]!r}; choose from {', '.join(SECTIONS)}")
     print(f"machine: {json.dumps(machine())}", flush=True)
-    report = run(sizes, device, quick=args.quick, skip=skip)
+    report = run(sizes, device, quick=args.quick, skip=skip, kb_paths=kb_paths)
     if args.json:
         Path(args.json).write_text(json.dumps(report, indent=2, default=str))
     if report["mismatches"]:
