@@ -88,6 +88,9 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--num-beams", type=_positive_int, default=1)
     evaluate.add_argument("--max-new-tokens", type=_positive_int, default=16)
     evaluate.add_argument("--decoding", default="thorough", choices=DECODINGS)
+    evaluate.add_argument("--table", action="store_true",
+                          help="every variant and closed-book on every KB for each --ks; prints a markdown table")
+    evaluate.add_argument("--ks", type=_k_list, default=(1, 5, 10), help="comma-separated k values for --table")
     _model_options(evaluate)
     return parser
 
@@ -227,11 +230,30 @@ def cmd_prepare(args) -> int:
     return 0
 
 
+def _k_list(text: str) -> tuple[int, ...]:
+    try:
+        ks = tuple(int(part) for part in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated whole numbers, got {text!r}") from None
+    if not ks or min(ks) < 1:
+        raise argparse.ArgumentTypeError("every k must be at least 1")
+    return ks
+
+
 def cmd_eval(args) -> int:
     _check_cheap_options(args)
-    from .evaluate import evaluate, print_report
+    from .evaluate import evaluate, evaluate_table, print_report, print_table
 
     engine = make_engine(args)
+    if args.table:
+        kbs = (args.kb,) if args.kb else engine.kb_names
+        reports = evaluate_table(engine, kbs=kbs, ks=args.ks, n=args.n, seed=args.seed, index=args.index,
+                                 num_beams=args.num_beams, max_new_tokens=args.max_new_tokens, sequence_decoding=args.decoding)
+        if args.json:
+            print(json.dumps(reports))
+        else:
+            print_table(reports)
+        return 0
     report = evaluate(engine, kb=args.kb or engine.default_kb, variant=args.variant, n=args.n, seed=args.seed,
                       k=args.k, index=args.index, num_beams=args.num_beams, max_new_tokens=args.max_new_tokens,
                       sequence_decoding=args.decoding)

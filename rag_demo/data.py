@@ -66,7 +66,7 @@ GENERATOR_FORMAT = 1  # bump when the conversion changes, so old folders are reb
 GENERATOR_BYTES = 1_500_000_000  # the assembled GGUF (0.25 GB) and the float32 safetensors (1.1 GB)
 CHECK_PROMPT = "Question: who wrote the opening crawl for star wars?\nAnswer:"
 
-KB_FORMAT = 2  # 2: example questions are the ones retrieval gets right in both KBs
+KB_FORMAT = 3  # 2: example questions retrieval gets right in both KBs; 3: one counterfactual per real passage
 QUESTIONS_FILE = "questions.jsonl"
 EXAMPLES_PER_KB = 8
 EXAMPLE_CANDIDATES = 200  # questions tried, in a seeded random order, until EXAMPLES_PER_KB pass
@@ -94,9 +94,9 @@ class NQExample:
 
     question: str
     answer: str  # real world, what the nq-wiki passage says
-    swapped_answer: str  # what the nq-counterfactual passage says
+    swapped_answer: str  # what the nq-counterfactual passage says in its place ("" when unclear)
     wiki_id: int  # row of the gold passage in nq-wiki
-    counterfactual_id: int  # row of the gold passage in nq-counterfactual
+    counterfactual_id: int  # row of the gold passage in nq-counterfactual (the same row: the KBs align)
 
 
 @dataclass(frozen=True)
@@ -206,6 +206,40 @@ def _mentions_inside_words(context: str, swapped: str) -> bool:
     return False
 
 
+def _is_clean_swap(record: ConflictRecord) -> bool:
+    return record.context.count(record.swapped_answer) == 1 and not _mentions_inside_words(record.context, record.swapped_answer)
+
+
+def _pick_swaps(kept: list[ConflictRecord], wiki_rows: list[int]) -> dict[int, int]:
+    """For each real passage (row), the record whose swap represents it: the first clean one, else the first.
+
+    >>> r = lambda context, swapped: ConflictRecord("q", context, "a", swapped)
+    >>> _pick_swaps([r("X and X", "X"), r("Y and a", "Y"), r("Z", "Z")], [0, 0, 1])
+    {0: 1, 1: 2}
+    """
+    chosen: dict[int, int] = {}
+    for i, row in enumerate(wiki_rows):
+        if row not in chosen or (not _is_clean_swap(kept[chosen[row]]) and _is_clean_swap(kept[i])):
+            chosen[row] = i
+    return chosen
+
+
+def counterfactual_answer(record: ConflictRecord, swap: ConflictRecord) -> str:
+    """What the passage swapped by `swap` says in place of `record`'s answer ("" when that is unclear).
+
+    Both records share one real passage. The swap replaced `swap.answer`; another question's
+    answer is then either the same span (now the substitute), untouched, or cut by the swap.
+
+    >>> r = lambda context, answer, swapped: ConflictRecord("q", context, answer, swapped)
+    >>> swap = r("Zed sang ; Al wrote", "Bo", "Zed")
+    >>> [counterfactual_answer(x, swap) for x in (swap, r("Al sang ; Al wrote", "Bo", "Al"), r("", "Al", "Cy"), r("", "Ed", "Cy"))]
+    ['Zed', 'Zed', 'Al', '']
+    """
+    if record.answer == swap.answer:
+        return swap.swapped_answer
+    return record.answer if record.answer in swap.context else ""
+
+
 def build_default_data(records: list[ConflictRecord], *, n_candidates: int = EXAMPLE_CANDIDATES, seed: int = 0) -> DefaultData:
     """Restore the real passages and deduplicate both KBs; records with nothing to restore are dropped.
 
@@ -218,10 +252,14 @@ def build_default_data(records: list[ConflictRecord], *, n_candidates: int = EXA
     """
     kept = [r for r in records if r.swapped_answer != r.answer and r.swapped_answer in r.context]
     wiki, wiki_rows = dedup_passages(restore_passage(r.context, r.swapped_answer, r.answer) for r in kept)
-    counterfactual, counterfactual_rows = dedup_passages(r.context for r in kept)
+    # The task swapped a shared passage once per question that uses it (up to 22 copies, each with
+    # another substitute). As a KB those near-duplicates crowd the top k and contradict one another,
+    # so nq-counterfactual keeps one swap per real passage, row for row with nq-wiki.
+    swap_of = _pick_swaps(kept, wiki_rows)
+    counterfactual = [Passage(title="", text=kept[swap_of[row]].context) for row in range(len(wiki))]
     examples = tuple(
-        NQExample(r.question, r.answer, r.swapped_answer, wiki_row, counterfactual_row)
-        for r, wiki_row, counterfactual_row in zip(kept, wiki_rows, counterfactual_rows)
+        NQExample(r.question, r.answer, counterfactual_answer(r, kept[swap_of[row]]), row, row)
+        for r, row in zip(kept, wiki_rows)
     )
     stats = RestoreStats(
         records=len(records),
@@ -232,8 +270,7 @@ def build_default_data(records: list[ConflictRecord], *, n_candidates: int = EXA
         inside_word=sum(_mentions_inside_words(r.context, r.swapped_answer) for r in kept),
     )
     # Example candidates show the conflict plainly: a short passage, one clean mention, and a real
-    # passage no other question shares. A shared one has several counterfactual variants (up to
-    # 22, each with another substitute) that compete in retrieval and blur the demonstration.
+    # passage no other question shares (its one swap is then this question's own).
     sharing = Counter(wiki_rows)
     clean = [
         i for i, r in enumerate(kept)
@@ -794,7 +831,8 @@ def load_eval_questions(kb: KnowledgeBase | str | Path) -> list[EvalQuestion]:
     path = kb.path if isinstance(kb, KnowledgeBase) else Path(kb)
     if path is None or not (Path(path) / QUESTIONS_FILE).is_file():
         return []
-    return [EvalQuestion(q.question, q.passage_answer, q.answer, q.gold_id) for q in load_questions(path)]
+    # A question whose answer the kept swap cut into has no clear answer in that KB: not scored.
+    return [EvalQuestion(q.question, q.passage_answer, q.answer, q.gold_id) for q in load_questions(path) if q.passage_answer]
 
 
 # -- everything at once -------------------------------------------------------------------------------

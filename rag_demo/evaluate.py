@@ -62,47 +62,104 @@ def sample_questions(questions: list[EvalQuestion], n: int, seed: int) -> list[E
     return rng.sample(questions, min(n, len(questions)))
 
 
-def evaluate(engine, *, kb: str, variant: str, n: int, seed: int, k: int = 5, index: str = "flat", num_beams: int = 1,
-             max_new_tokens: int = 16, sequence_decoding: str = "thorough", questions: list[EvalQuestion] | None = None,
-             progress=None) -> dict:
-    """Sample n questions of `kb` and score `variant` ("token", "sequence" or "closed-book")."""
-    if variant not in ("token", "sequence", "closed-book"):
-        raise InputError(f"unknown variant {variant!r}; choose token, sequence or closed-book")
+class _Tally:
+    """Running sums of one variant's metrics over the questions seen so far."""
+
+    def __init__(self):
+        self.totals, self.count = Counter(), 0
+
+    def add(self, item: EvalQuestion, prediction: str, retrieved: bool) -> None:
+        self.count += 1
+        self.totals["exact_match"] += exact_match(prediction, item.answer)
+        self.totals["f1"] += f1_score(prediction, item.answer)
+        self.totals["answer_recall"] += contains_answer(prediction, item.answer)
+        self.totals["retrieval_recall"] += retrieved
+        if normalize_answer(item.original_answer) != normalize_answer(item.answer):
+            self.totals["counterfactual"] += 1
+            self.totals["original_match"] += exact_match(prediction, item.original_answer)
+
+    def report(self, **about) -> dict:
+        totals, count = self.totals, self.count
+        report = {key: totals[key] / count for key in ("exact_match", "f1", "answer_recall", "retrieval_recall")}
+        if about.get("variant") == "closed-book":
+            report["retrieval_recall"] = None  # nothing is retrieved
+        report["original_match"] = totals["original_match"] / totals["counterfactual"] if totals["counterfactual"] else None
+        return report | {"n": count} | about
+
+
+def _picked(engine, kb: str, n: int, seed: int, questions: list[EvalQuestion] | None) -> list[EvalQuestion]:
     if questions is None:
         from .data import load_eval_questions
 
         questions = load_eval_questions(engine.resolve_kb(kb))
     if not questions:
         raise InputError(f"knowledge base {kb!r} has no evaluation questions")
-    picked = sample_questions(questions, n, seed)
-    totals = Counter()
-    started = time.perf_counter()
-    for done, item in enumerate(picked, start=1):
-        if variant == "closed-book":
-            prediction = engine.closed_book(item.question, max_new_tokens=max_new_tokens).answer
-            retrieved = False
-        else:
-            result = engine.ask(item.question, kb=kb, k=k, index=index, variants=(variant,), num_beams=num_beams,
-                                max_new_tokens=max_new_tokens, sequence_decoding=sequence_decoding, closed_book=False)
-            prediction = result.variants[variant].answer
-            retrieved = any(p.id == item.gold_id for p in result.passages)
-        totals["exact_match"] += exact_match(prediction, item.answer)
-        totals["f1"] += f1_score(prediction, item.answer)
-        totals["answer_recall"] += contains_answer(prediction, item.answer)
-        totals["retrieval_recall"] += retrieved
-        if normalize_answer(item.original_answer) != normalize_answer(item.answer):
-            totals["counterfactual"] += 1
-            totals["original_match"] += exact_match(prediction, item.original_answer)
-        if progress is not None:
-            progress(f"evaluating {variant} on {kb}", done, len(picked))
-    count = len(picked)
-    report = {key: totals[key] / count for key in ("exact_match", "f1", "answer_recall", "retrieval_recall")}
-    if variant == "closed-book":
-        report["retrieval_recall"] = None  # nothing is retrieved
-    report["original_match"] = totals["original_match"] / totals["counterfactual"] if totals["counterfactual"] else None
-    report |= {"n": count, "kb": kb, "variant": variant, "k": k, "index": index, "seed": seed,
-               "seconds_per_question": (time.perf_counter() - started) / count}
-    return report
+    return sample_questions(questions, n, seed)
+
+
+def evaluate(engine, *, kb: str, variant: str, n: int, seed: int, k: int = 5, index: str = "flat", num_beams: int = 1,
+             max_new_tokens: int = 16, sequence_decoding: str = "thorough", questions: list[EvalQuestion] | None = None,
+             progress=None) -> dict:
+    """Sample n questions of `kb` and score `variant` ("token", "sequence" or "closed-book")."""
+    if variant not in ("token", "sequence", "closed-book"):
+        raise InputError(f"unknown variant {variant!r}; choose token, sequence or closed-book")
+    reports = evaluate_table(engine, kbs=(kb,), ks=(k,), n=n, seed=seed, variants=(variant,), index=index,
+                             num_beams=num_beams, max_new_tokens=max_new_tokens, sequence_decoding=sequence_decoding,
+                             questions={kb: questions} if questions is not None else None, progress=progress)
+    return reports[0]
+
+
+def evaluate_table(engine, *, kbs, ks, n: int, seed: int, variants=("token", "sequence", "closed-book"),
+                   index: str = "flat", num_beams: int = 1, max_new_tokens: int = 16, sequence_decoding: str = "thorough",
+                   questions: dict[str, list[EvalQuestion]] | None = None, progress=None) -> list[dict]:
+    """One report per (kb, variant, k); closed-book gets one per kb (it reads no passage).
+
+    Each question is asked once per k with every retrieval variant at once, so RAG-Token and
+    RAG-Sequence read the same retrieved passages and share the prompt computation.
+    """
+    unknown = [v for v in variants if v not in ("token", "sequence", "closed-book")]
+    if unknown or not variants:
+        raise InputError(f"unknown variant {unknown[0] if unknown else ''!r}; choose token, sequence or closed-book")
+    open_book = tuple(v for v in variants if v != "closed-book")
+    reports = []
+    for kb in kbs:
+        picked = _picked(engine, kb, n, seed, (questions or {}).get(kb))
+        tallies = {(v, k): _Tally() for k in ks for v in open_book}
+        closed = _Tally() if "closed-book" in variants else None
+        seconds = Counter()
+        for done, item in enumerate(picked, start=1):
+            if closed is not None:
+                started = time.perf_counter()
+                closed.add(item, engine.closed_book(item.question, max_new_tokens=max_new_tokens).answer, False)
+                seconds["closed-book"] += time.perf_counter() - started
+            for k in ks if open_book else ():
+                started = time.perf_counter()
+                result = engine.ask(item.question, kb=kb, k=k, index=index, variants=open_book, num_beams=num_beams,
+                                    max_new_tokens=max_new_tokens, sequence_decoding=sequence_decoding, closed_book=False)
+                seconds[k] += time.perf_counter() - started
+                retrieved = any(p.id == item.gold_id for p in result.passages)
+                for v in open_book:
+                    tallies[v, k].add(item, result.variants[v].answer, retrieved)
+            if progress is not None:
+                progress(f"evaluating on {kb}", done, len(picked))
+        common = {"kb": kb, "index": index, "seed": seed}
+        for (v, k), tally in tallies.items():
+            # both variants came out of one ask, so the time is theirs together
+            reports.append(tally.report(variant=v, k=k, seconds_per_question=seconds[k] / len(picked), **common))
+        if closed is not None:
+            reports.append(closed.report(variant="closed-book", k=None, seconds_per_question=seconds["closed-book"] / len(picked), **common))
+    return reports
+
+
+def print_table(reports: list[dict], out=sys.stdout) -> None:
+    """A markdown table of `evaluate_table`'s reports, in percent."""
+    keys = ("exact_match", "f1", "answer_recall", "retrieval_recall", "original_match")
+    out.write("| KB | variant | k | n | EM | F1 | answer recall | retrieval recall | original match | s/question |\n")
+    out.write("|---|---|---|---|---|---|---|---|---|---|\n")
+    for r in reports:
+        cells = ["n/a" if r[key] is None else f"{100 * r[key]:.1f}" for key in keys]
+        k = "-" if r["variant"] == "closed-book" else str(r["k"])
+        out.write(f"| {r['kb']} | {r['variant']} | {k} | {r['n']} | " + " | ".join(cells) + f" | {r['seconds_per_question']:.2f} |\n")
 
 
 def print_report(report: dict, out=sys.stdout) -> None:

@@ -149,9 +149,11 @@ def test_build_default_data_restores_dedups_and_points_at_gold():
     assert [p.text for p in wiki] == ["Lucas founded Lucasfilm in 1971 .",
                                       "It was sung by Bo Li and later by Bo Li again .",
                                       "The number one is Rafael Nadal .", "Al won .", "Bo Li won ."]
-    assert len(counterfactual) == 6 and all(p.title == "" for p in wiki + counterfactual)
+    # one swap per real passage, row for row: the two lucasfilm questions share "Larry Hogan"
+    assert len(counterfactual) == 5 and all(p.title == "" for p in wiki + counterfactual)
     assert [e.wiki_id for e in built.examples] == [0, 0, 1, 2, 3, 4]
-    assert [e.counterfactual_id for e in built.examples] == [0, 1, 2, 3, 4, 5]
+    assert [e.counterfactual_id for e in built.examples] == [0, 0, 1, 2, 3, 4]
+    assert [e.swapped_answer for e in built.examples][:2] == ["Larry Hogan", "Larry Hogan"]
     for example in built.examples:
         assert example.answer in wiki[example.wiki_id].text
         assert example.swapped_answer in counterfactual[example.counterfactual_id].text
@@ -272,7 +274,7 @@ def test_default_kbs_are_built_once_with_questions(offline_source):
     stages = []
     paths = data.ensure_default_kbs(encoder, cache=cache, progress=lambda stage, done, total: stages.append(stage))
     assert set(paths) == {"nq-wiki", "nq-counterfactual"}
-    assert len(encoder.embedded) == len(set(encoder.embedded)) == 10  # 5 real + 6 counterfactual, 1 in both
+    assert len(encoder.embedded) == len(set(encoder.embedded)) == 9  # 5 real + 5 counterfactual, 1 in both
     assert any(stage.startswith("embedding") for stage in stages)
     for name, path in paths.items():
         kb = load_kb(path)
@@ -347,3 +349,21 @@ def test_real_default_data_is_prepared():
         assert len(questions) == 17527 and sum(q.example for q in questions) == data.EXAMPLES_PER_KB
         assert all(q.passage_answer in kb.texts[q.gold_id] for q in questions)
     assert cache_root() in prepared.generator_path.parents
+
+
+def test_data_docstring_examples():
+    import doctest
+
+    assert doctest.testmod(data).failed == 0
+
+
+def test_one_swap_per_passage_prefers_a_clean_one_and_says_what_others_read():
+    records = [
+        data.ConflictRecord("who founded it?", "Zed founded Zedb Inc with Al .", "Bo", "Zed"),  # inside a word
+        data.ConflictRecord("who joined?", "Bo founded Bob Inc with Cy .", "Al", "Cy"),
+        data.ConflictRecord("who else founded it?", "Ann founded Annb Inc with Al .", "Bo", "Ann"),
+    ]
+    built = data.build_default_data(records, n_candidates=0)
+    assert [p.text for p in built.passages["nq-wiki"]] == ["Bo founded Bob Inc with Al ."]
+    assert [p.text for p in built.passages["nq-counterfactual"]] == ["Bo founded Bob Inc with Cy ."]  # the clean swap
+    assert [e.swapped_answer for e in built.examples] == ["Bo", "Cy", "Bo"]

@@ -1,0 +1,59 @@
+from __future__ import annotations
+
+import io
+
+import pytest
+
+from rag_demo.errors import InputError
+from rag_demo.evaluate import (EvalQuestion, contains_answer, evaluate, evaluate_table, exact_match, f1_score,
+                               normalize_answer, print_table)
+
+
+def test_squad_normalization_and_scores():
+    assert normalize_answer("The  Eiffel-Tower!") == "eiffeltower"
+    assert exact_match("the Colorado River", "Colorado River") and not exact_match("Colorado", "Colorado River")
+    assert f1_score("Colorado", "Colorado River") == pytest.approx(2 / 3)
+    assert contains_answer("it was Louis Armstrong , in 1967", "Louis Armstrong")
+    assert not contains_answer("Louis Armstrongs", "Louis Armstrong")
+
+
+def _questions(engine, kb):
+    knowledge = engine.resolve_kb(kb)
+    items = []
+    for row, question in enumerate(["what is the first passage about", "who is named in the second", "where is it"]):
+        # the gold answer is what the engine says with k=1 for the first question, so EM is not all zeros
+        answer = engine.ask(question, kb=kb, k=1, variants=("token",), closed_book=False).variants["token"].answer
+        items.append(EvalQuestion(question, answer if row == 0 else "zzz", "real world" if row == 2 else (answer if row == 0 else "zzz"), row))
+    return items
+
+
+def test_table_rows_match_single_evaluations(tiny_engine):
+    kb = tiny_engine.default_kb
+    questions = _questions(tiny_engine, kb)
+    reports = evaluate_table(tiny_engine, kbs=(kb,), ks=(1, 2), n=3, seed=0, questions={kb: questions})
+    assert [(r["variant"], r["k"]) for r in reports] == [
+        ("token", 1), ("sequence", 1), ("token", 2), ("sequence", 2), ("closed-book", None)]
+    by_key = {(r["variant"], r["k"]): r for r in reports}
+    for variant, k in (("token", 1), ("sequence", 2)):
+        alone = evaluate(tiny_engine, kb=kb, variant=variant, n=3, seed=0, k=k, questions=questions)
+        for key in ("exact_match", "f1", "answer_recall", "retrieval_recall", "original_match", "n"):
+            assert alone[key] == by_key[variant, k][key]
+    token_k1 = by_key["token", 1]
+    assert token_k1["exact_match"] >= 1 / 3  # the first question's answer is the engine's own
+    assert token_k1["original_match"] is not None and by_key["closed-book", None]["retrieval_recall"] is None
+    # k=1 retrieves one passage: both variants give the same answer, hence the same scores
+    assert by_key["token", 1]["exact_match"] == by_key["sequence", 1]["exact_match"]
+    out = io.StringIO()
+    print_table(reports, out)
+    lines = out.getvalue().splitlines()
+    assert len(lines) == 2 + len(reports) and lines[-1].startswith(f"| {kb} | closed-book | - | 3 |")
+
+
+def test_unknown_variant_and_empty_sample_are_input_errors(tiny_engine):
+    with pytest.raises(InputError, match="unknown variant"):
+        evaluate(tiny_engine, kb=tiny_engine.default_kb, variant="tokens", n=1, seed=0)
+    with pytest.raises(InputError, match="at least 1"):
+        evaluate(tiny_engine, kb=tiny_engine.default_kb, variant="token", n=0, seed=0,
+                 questions=[EvalQuestion("q", "a", "a", 0)])
+    with pytest.raises(InputError, match="no evaluation questions"):
+        evaluate(tiny_engine, kb=tiny_engine.default_kb, variant="token", n=1, seed=0, questions=[])
