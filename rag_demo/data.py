@@ -764,8 +764,8 @@ def ensure_default_kbs(encoder: Encoder, *, cache: str | Path | None = None, pro
 
     `encoder` is a `rag_demo.encoders.Encoder` (anything with `name`, `max_length`,
     `encode_passages` and `encode_questions`). A passage present in both KBs is embedded once.
-    On 2 CPU cores the default encoder embeds about 32 passages/s: the first build of all
-    31,360 passages takes about 16 minutes.
+    On 2 CPU cores the default encoder embedded 74 passages/s on a quiet machine: the 27,666
+    passages of the two KBs take about 6 minutes.
     """
     root = Path(cache) if cache is not None else cache_root()
     key = kb_key(encoder.name, encoder.max_length)

@@ -73,7 +73,7 @@ class UploadLimits:
 
 
 class Engine(Protocol):
-    """What the UI needs from `rag_demo.engine.RagEngine` (and from tests' fake engine)."""
+    """What the UI needs from `rag_demo.engine.RagEngine`."""
 
     @property
     def kb_names(self) -> tuple[str, ...]: ...
@@ -1204,9 +1204,9 @@ def build_demo(engine: Engine, *, limits: UploadLimits = UploadLimits(), files: 
                         swap_question = gr.Textbox(label="Question", lines=2, max_lines=4, elem_id="swap-question",
                                                    max_length=500, placeholder="e.g. What is the capital of France?")
                         swap_btn = gr.Button("Ask both", variant="primary", elem_id="swap-btn", size="md")
-                        with gr.Row():
-                            swap_left = kb_dropdown("swap-left", default, "Left index")
-                            swap_right = kb_dropdown("swap-right", right_default, "Right index")
+                        # one per line: two side by side cut long KB names such as "nq-counterfactual"
+                        swap_left = kb_dropdown("swap-left", default, "Left index")
+                        swap_right = kb_dropdown("swap-right", right_default, "Right index")
                         swap_variant = gr.Radio(VARIANT_CHOICES, value="token", label="RAG variant",
                                                 elem_id="swap-variant")
                         swap_k = k_slider("swap-k")
