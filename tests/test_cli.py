@@ -96,3 +96,13 @@ def test_build_kb_from_files(tmp_path):
 
     kb = load_kb(tmp_path / "kb")
     assert len(kb) == 3 and kb.dim == 384 and kb.normalized
+
+
+def test_eval_table_end_to_end_and_bad_ks(saved):
+    from rag_demo.cli import main
+
+    assert main(["eval", "--table", "--ks", "5,0"]) == 2
+    out = run("eval", "--table", "--ks", "1,2", "--n", "2", "--rag-checkpoint", str(saved / "rag"),
+              "--kb-path", f"tiny={saved / 'kb'}", "--max-new-tokens", "4")
+    # the tiny KB has no questions.jsonl: a one-line message, not a table or a traceback
+    assert out.returncode == 2 and "no evaluation questions" in out.stderr and "Traceback" not in out.stderr
