@@ -28,6 +28,15 @@ REQUIRED_COLUMNS = ("title", "text", "embeddings")
 SOURCE_SUFFIXES = (".txt", ".md", ".jsonl", ".csv")
 
 
+
+def sha256_file(path: Path) -> str:
+    """A file's sha256, read in 1 MiB blocks (cache files run to a gigabyte)."""
+    digest = hashlib.sha256()
+    with Path(path).open("rb") as handle:
+        while block := handle.read(1 << 20):
+            digest.update(block)
+    return digest.hexdigest()
+
 @dataclass(frozen=True)
 class Passage:
     title: str

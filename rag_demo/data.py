@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from .config import DEFAULT_ENCODER, DEFAULT_KBS, EncoderConfig, cache_root
-from .corpus import KnowledgeBase, Passage, load_kb, make_kb, save_kb
+from .corpus import KnowledgeBase, Passage, load_kb, make_kb, save_kb, sha256_file
 from .errors import CacheError, KnowledgeBaseError, ModelLoadError
 from .evaluate import EvalQuestion
 from .progress import Progress
@@ -324,14 +324,6 @@ def read_default_data(task_path: str | Path) -> DefaultData:
 # -- cache folders: staging, markers, errors --------------------------------------------------------
 
 
-def _sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        while block := handle.read(1 << 20):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def _marker_checksum(key: str, files: Mapping[str, list]) -> str:
     return hashlib.sha256(json.dumps([key, files], sort_keys=True).encode()).hexdigest()
 
@@ -339,7 +331,7 @@ def _marker_checksum(key: str, files: Mapping[str, list]) -> str:
 def write_marker(folder: Path, key: str, info: Mapping | None = None) -> None:
     """Record every file under `folder` with its size and sha256, then the marker's own checksum."""
     files = {
-        path.relative_to(folder).as_posix(): [path.stat().st_size, _sha256_file(path)]
+        path.relative_to(folder).as_posix(): [path.stat().st_size, sha256_file(path)]
         for path in sorted(folder.rglob("*"))
         if path.is_file() and path.name != MARKER
     }
@@ -378,7 +370,7 @@ def marker_problem(folder: Path, key: str, *, deep: bool = False) -> str | None:
             return f"{name} is missing"
         if stat.st_size != size:
             return f"{name} has {stat.st_size} bytes, expected {size}"
-        if (deep or stat.st_mtime_ns > marked_ns) and _sha256_file(path) != sha256:
+        if (deep or stat.st_mtime_ns > marked_ns) and sha256_file(path) != sha256:
             return f"{name} does not match its sha256"
     return None
 

@@ -26,6 +26,7 @@ import numpy as np
 import torch
 
 from .config import INDEX_KINDS, IndexConfig
+from .corpus import sha256_file
 from .errors import InputError
 from .results import IndexReport
 
@@ -169,7 +170,7 @@ def cached_index(kind: str, xb: np.ndarray, fingerprint: str, cache_dir: Path | 
             meta = json.loads(meta_path.read_text())
             if meta.get("bytes") != path.stat().st_size:
                 raise ValueError("size differs from the recorded size")
-            if meta.get("sha256") != _sha256_file(path):
+            if meta.get("sha256") != sha256_file(path):
                 raise ValueError("content differs from the recorded sha256")
             index = faiss.read_index(str(path))
             if index.ntotal != xb.shape[0] or index.d != xb.shape[1]:
@@ -185,7 +186,7 @@ def cached_index(kind: str, xb: np.ndarray, fingerprint: str, cache_dir: Path | 
         handle, tmp = tempfile.mkstemp(prefix=f".{stem}.", dir=cache_dir)
         os.close(handle)
         faiss.write_index(built.faiss_index, tmp)
-        size, digest = os.path.getsize(tmp), _sha256_file(Path(tmp))
+        size, digest = os.path.getsize(tmp), sha256_file(Path(tmp))
         os.replace(tmp, path)
         meta_path.write_text(json.dumps({"build_seconds": built.build_seconds, "bytes": size, "sha256": digest, "kind": kind}))
     except (OSError, RuntimeError) as err:  # faiss reports a failed write as a RuntimeError
@@ -193,14 +194,6 @@ def cached_index(kind: str, xb: np.ndarray, fingerprint: str, cache_dir: Path | 
         if tmp is not None:
             Path(tmp).unlink(missing_ok=True)
     return built
-
-
-def _sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        while block := handle.read(1 << 20):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def recall_at_k(found: np.ndarray, exact: np.ndarray) -> float:
