@@ -23,7 +23,12 @@ def default_engine(progress: ProgressFn) -> Engine:
     from rag_demo.config import EngineConfig
     from rag_demo.engine import RagEngine
 
-    return RagEngine.from_config(EngineConfig(), progress=progress)
+    engine = RagEngine.from_config(EngineConfig(), progress=progress)
+    progress("warming up: one example question", 0, 1)
+    seconds = engine.warm_up()
+    progress("warming up: one example question", 1, 1)
+    log.info("warm-up ask took %.1f s", seconds)
+    return engine
 
 
 def server_options(environ: Mapping[str, str]) -> dict:

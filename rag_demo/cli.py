@@ -49,6 +49,8 @@ def _model_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--kb-path", action="append", default=[], metavar="NAME=PATH",
                         help="use this KB folder under NAME (repeatable); skips building the default KBs")
     parser.add_argument("--device", default="auto", help="auto, cpu or cuda")
+    parser.add_argument("--dtype", default=None, choices=("float32", "bfloat16", "float16"),
+                        help="generator weights (default: the generator config's)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
 
 
@@ -91,6 +93,8 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--table", action="store_true",
                           help="every variant and closed-book on every KB for each --ks; prints a markdown table")
     evaluate.add_argument("--ks", type=_k_list, default=(1, 5, 10), help="comma-separated k values for --table")
+    evaluate.add_argument("--kb-sample", type=_positive_int, default=None, metavar="N",
+                          help="ask over N passages of the KB drawn with --seed (and the questions they answer)")
     _model_options(evaluate)
     return parser
 
@@ -99,6 +103,8 @@ def engine_config(args) -> EngineConfig:
     config = EngineConfig(device=args.device, rag_checkpoint=args.rag_checkpoint)
     if args.generator:
         config = replace(config, generator=GeneratorConfig(model=args.generator))
+    if args.dtype:
+        config = replace(config, generator=replace(config.generator, dtype=args.dtype))
     if args.question_encoder or args.scale is not None:
         encoder = EncoderConfig(model=args.question_encoder or EncoderConfig().model, scale=args.scale)
         config = replace(config, encoder=encoder)
@@ -248,7 +254,8 @@ def cmd_eval(args) -> int:
     if args.table:
         kbs = (args.kb,) if args.kb else engine.kb_names
         reports = evaluate_table(engine, kbs=kbs, ks=args.ks, n=args.n, seed=args.seed, index=args.index,
-                                 num_beams=args.num_beams, max_new_tokens=args.max_new_tokens, sequence_decoding=args.decoding)
+                                 num_beams=args.num_beams, max_new_tokens=args.max_new_tokens, sequence_decoding=args.decoding,
+                                 kb_sample=args.kb_sample)
         if args.json:
             print(json.dumps(reports))
         else:
@@ -256,7 +263,7 @@ def cmd_eval(args) -> int:
         return 0
     report = evaluate(engine, kb=args.kb or engine.default_kb, variant=args.variant, n=args.n, seed=args.seed,
                       k=args.k, index=args.index, num_beams=args.num_beams, max_new_tokens=args.max_new_tokens,
-                      sequence_decoding=args.decoding)
+                      sequence_decoding=args.decoding, kb_sample=args.kb_sample)
     if args.json:
         print(json.dumps(report))
     else:

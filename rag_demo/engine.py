@@ -238,6 +238,19 @@ class RagEngine:
                 self._indexes.clear()
                 self._private.clear()
 
+    def warm_up(self) -> float:
+        """Load each KB's exact index and answer one example question; returns the seconds it took.
+
+        Indexes load and the few-shot cache is computed on first use, and torch's first passes are
+        slow, so without this the first visitor of a fresh server waits several times a normal ask.
+        """
+        started = time.perf_counter()
+        for name in self.kbs:
+            self.search_index(name, "flat")
+        question = next(iter(self.example_questions()), "Who wrote the novel Nineteen Eighty-Four?")
+        self.ask(question, k=min(5, len(self.kbs[self.default_kb])))
+        return time.perf_counter() - started
+
     def example_questions(self, kb: str | None = None, n: int = 8) -> list[str]:
         return list(self._examples.get(kb or self.default_kb, []))[:n]
 

@@ -8,7 +8,7 @@ import string
 import sys
 import time
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from .errors import InputError
 
@@ -87,32 +87,60 @@ class _Tally:
         return report | {"n": count} | about
 
 
-def _picked(engine, kb: str, n: int, seed: int, questions: list[EvalQuestion] | None) -> list[EvalQuestion]:
+def sample_kb(kb, questions: list[EvalQuestion], size: int, seed: int):
+    """`size` passages of `kb` drawn with `seed`, and the questions whose gold passage is among them.
+
+    Row-aligned KBs (nq-wiki and nq-counterfactual) get the same rows for the same seed. Returns
+    (KnowledgeBase, questions with gold_id renumbered to the sample's rows).
+    """
+    from .corpus import make_kb
+
+    if size < 1:
+        raise InputError("--kb-sample must be at least 1")
+    if size >= len(kb):
+        return kb, questions
+    rows = sorted(random.Random(seed).sample(range(len(kb)), size))
+    renumber = {row: new for new, row in enumerate(rows)}
+    sample = make_kb(f"{kb.name} ({size}-passage sample, seed {seed})", [kb.passage(row) for row in rows],
+                     kb.embeddings[rows], encoder=kb.encoder)
+    kept = [replace(q, gold_id=renumber[q.gold_id]) for q in questions if q.gold_id in renumber]
+    return sample, kept
+
+
+def _picked(engine, kb: str, n: int, seed: int, questions: list[EvalQuestion] | None, kb_sample: int | None):
+    """(the KB to ask, n sampled questions)."""
+    knowledge = engine.resolve_kb(kb)
     if questions is None:
         from .data import load_eval_questions
 
-        questions = load_eval_questions(engine.resolve_kb(kb))
+        questions = load_eval_questions(knowledge)
+    if kb_sample is not None:
+        knowledge, questions = sample_kb(knowledge, questions, kb_sample, seed)
     if not questions:
         raise InputError(f"knowledge base {kb!r} has no evaluation questions")
-    return sample_questions(questions, n, seed)
+    return knowledge, sample_questions(questions, n, seed)
 
 
 def evaluate(engine, *, kb: str, variant: str, n: int, seed: int, k: int = 5, index: str = "flat", num_beams: int = 1,
              max_new_tokens: int = 16, sequence_decoding: str = "thorough", questions: list[EvalQuestion] | None = None,
-             progress=None) -> dict:
+             kb_sample: int | None = None, progress=None) -> dict:
     """Sample n questions of `kb` and score `variant` ("token", "sequence" or "closed-book")."""
     if variant not in ("token", "sequence", "closed-book"):
         raise InputError(f"unknown variant {variant!r}; choose token, sequence or closed-book")
     reports = evaluate_table(engine, kbs=(kb,), ks=(k,), n=n, seed=seed, variants=(variant,), index=index,
                              num_beams=num_beams, max_new_tokens=max_new_tokens, sequence_decoding=sequence_decoding,
-                             questions={kb: questions} if questions is not None else None, progress=progress)
+                             questions={kb: questions} if questions is not None else None, kb_sample=kb_sample,
+                             progress=progress)
     return reports[0]
 
 
 def evaluate_table(engine, *, kbs, ks, n: int, seed: int, variants=("token", "sequence", "closed-book"),
                    index: str = "flat", num_beams: int = 1, max_new_tokens: int = 16, sequence_decoding: str = "thorough",
-                   questions: dict[str, list[EvalQuestion]] | None = None, progress=None) -> list[dict]:
+                   questions: dict[str, list[EvalQuestion]] | None = None, kb_sample: int | None = None,
+                   progress=None) -> list[dict]:
     """One report per (kb, variant, k); closed-book gets one per kb (it reads no passage).
+
+    `kb_sample` asks over a random part of each KB of that many passages (see `sample_kb`).
 
     Each question is asked once per k with every retrieval variant at once, so RAG-Token and
     RAG-Sequence read the same retrieved passages and share the prompt computation.
@@ -123,7 +151,7 @@ def evaluate_table(engine, *, kbs, ks, n: int, seed: int, variants=("token", "se
     open_book = tuple(v for v in variants if v != "closed-book")
     reports = []
     for kb in kbs:
-        picked = _picked(engine, kb, n, seed, (questions or {}).get(kb))
+        knowledge, picked = _picked(engine, kb, n, seed, (questions or {}).get(kb), kb_sample)
         tallies = {(v, k): _Tally() for k in ks for v in open_book}
         closed = _Tally() if "closed-book" in variants else None
         seconds = Counter()
@@ -134,7 +162,7 @@ def evaluate_table(engine, *, kbs, ks, n: int, seed: int, variants=("token", "se
                 seconds["closed-book"] += time.perf_counter() - started
             for k in ks if open_book else ():
                 started = time.perf_counter()
-                result = engine.ask(item.question, kb=kb, k=k, index=index, variants=open_book, num_beams=num_beams,
+                result = engine.ask(item.question, kb=knowledge, k=k, index=index, variants=open_book, num_beams=num_beams,
                                     max_new_tokens=max_new_tokens, sequence_decoding=sequence_decoding, closed_book=False)
                 seconds[k] += time.perf_counter() - started
                 retrieved = any(p.id == item.gold_id for p in result.passages)
@@ -142,7 +170,7 @@ def evaluate_table(engine, *, kbs, ks, n: int, seed: int, variants=("token", "se
                     tallies[v, k].add(item, result.variants[v].answer, retrieved)
             if progress is not None:
                 progress(f"evaluating on {kb}", done, len(picked))
-        common = {"kb": kb, "index": index, "seed": seed}
+        common = {"kb": kb, "kb_passages": len(knowledge), "index": index, "seed": seed}
         for (v, k), tally in tallies.items():
             # both variants came out of one ask, so the time is theirs together
             reports.append(tally.report(variant=v, k=k, seconds_per_question=seconds[k] / len(picked), **common))
@@ -154,16 +182,17 @@ def evaluate_table(engine, *, kbs, ks, n: int, seed: int, variants=("token", "se
 def print_table(reports: list[dict], out=sys.stdout) -> None:
     """A markdown table of `evaluate_table`'s reports, in percent."""
     keys = ("exact_match", "f1", "answer_recall", "retrieval_recall", "original_match")
-    out.write("| KB | variant | k | n | EM | F1 | answer recall | retrieval recall | original match | s/question |\n")
-    out.write("|---|---|---|---|---|---|---|---|---|---|\n")
+    out.write("| KB | passages | variant | k | n | EM | F1 | answer recall | retrieval recall | original match | s/question |\n")
+    out.write("|---|---|---|---|---|---|---|---|---|---|---|\n")
     for r in reports:
         cells = ["n/a" if r[key] is None else f"{100 * r[key]:.1f}" for key in keys]
         k = "-" if r["variant"] == "closed-book" else str(r["k"])
-        out.write(f"| {r['kb']} | {r['variant']} | {k} | {r['n']} | " + " | ".join(cells) + f" | {r['seconds_per_question']:.2f} |\n")
+        out.write(f"| {r['kb']} | {r['kb_passages']:,} | {r['variant']} | {k} | {r['n']} | " + " | ".join(cells) + f" | {r['seconds_per_question']:.2f} |\n")
 
 
 def print_report(report: dict, out=sys.stdout) -> None:
-    out.write(f"{report['variant']} on {report['kb']} (n={report['n']}, k={report['k']}, seed={report['seed']})\n")
+    out.write(f"{report['variant']} on {report['kb']} ({report['kb_passages']:,} passages, n={report['n']}, k={report['k']}, "
+              f"seed={report['seed']})\n")
     for key in ("exact_match", "f1", "answer_recall", "retrieval_recall", "original_match"):
         value = report[key]
         out.write(f"  {key:<17} {'n/a' if value is None else f'{100 * value:5.1f}%'}\n")

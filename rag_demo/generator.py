@@ -27,6 +27,7 @@ from .errors import ModelLoadError
 log = logging.getLogger(__name__)
 
 PACK_TOKENS = 1024  # causal prefill: rows are packed into forwards of at most this many tokens
+CONTINUATION_BYTES = 256 * 2**20  # teacher forcing: about this much memory (logits, cache copies) at once
 
 
 @dataclass
@@ -55,6 +56,16 @@ class Target:
 
 def _index_rows(tensor: torch.Tensor | None, rows: torch.Tensor) -> torch.Tensor | None:
     return None if tensor is None else tensor.index_select(0, rows)
+
+
+def _row_bytes(state: DecodeState) -> int:
+    """Bytes of one row's cache and encoder states (what a fork copies per row)."""
+    cache = state.cache
+    caches = [cache.self_attention_cache, cache.cross_attention_cache] if hasattr(cache, "self_attention_cache") else [cache]
+    tensors = [state.encoder_hidden] + [getattr(layer, name, None) for c in caches for layer in getattr(c, "layers", ())
+                                        for name in ("keys", "values")]
+    total = sum(t.numel() * t.element_size() for t in tensors if isinstance(t, torch.Tensor))
+    return total // max(state.rows, 1)
 
 
 def copy_cache(cache):
@@ -142,10 +153,19 @@ class Generator:
         first = state.logprobs.index_select(0, rows.to(state.logprobs.device)).gather(1, targets[:, :1].to(state.logprobs.device))
         if length == 1:
             return (first.cpu() * mask).float()
-        branch = self.fork(state, rows)
-        logits = self._forward_tokens(branch, targets[:, :-1].to(self.device))  # (P, T-1, V)
-        rest = torch.log_softmax(logits.float(), dim=-1).gather(2, targets[:, 1:, None].to(logits.device)).squeeze(-1)
-        return (torch.cat([first.cpu(), rest.cpu()], dim=1) * mask).float()
+        # RAG-Sequence may score ~10 candidates under ~10 passages: P copies of a row's cache and
+        # (P, T-1, V) float32 logits (three times: model output, float, log-softmax) would take
+        # gigabytes at once, so the pairs go through in slices of bounded size.
+        per_pair = 3 * (length - 1) * state.logprobs.shape[-1] * 4 + 2 * _row_bytes(state)
+        chunk = max(1, CONTINUATION_BYTES // per_pair)
+        rest = []
+        for begin in range(0, pairs, chunk):
+            branch = self.fork(state, rows[begin : begin + chunk])
+            part = targets[begin : begin + chunk].to(self.device)
+            logits = self._forward_tokens(branch, part[:, :-1])  # (p, T-1, V)
+            rest.append(torch.log_softmax(logits.float(), dim=-1).gather(2, part[:, 1:, None]).squeeze(-1).cpu())
+            del branch, logits
+        return (torch.cat([first.cpu(), torch.cat(rest, dim=0)], dim=1) * mask).float()
 
     @torch.inference_mode()
     def advance(self, state: DecodeState, tokens: torch.Tensor) -> DecodeState:

@@ -97,3 +97,31 @@ def test_few_shot_block_is_computed_once_and_shared(causal_engine):
     assert len(shared) > 50 and cache.get_seq_length() == len(shared)
     closed = [gen.tokenizer(gen.format_input(QUESTION, None))["input_ids"]]
     assert len(gen._shared_prefix(closed)[0]) > 20
+
+
+def test_teacher_forcing_in_slices_equals_one_pass(causal_engine, monkeypatch):
+    from rag_demo import generator as generator_module
+
+    gen = causal_engine.generator
+    retrieval = causal_engine.retrieve(QUESTION, k=4)
+    state = gen.start(causal_engine._inputs(retrieval), gen.generation_prefix())
+    targets = [gen.answer_target(a).ids for a in ("ernest hemingway", "mark twain", "a")]
+    rows = [list(range(4))] * len(targets)
+    whole = causal_engine._doc_token_logprobs(state, targets, rows)
+    monkeypatch.setattr(generator_module, "CONTINUATION_BYTES", 1)  # one pair per forward
+    sliced = causal_engine._doc_token_logprobs(state, targets, rows)
+    assert len(targets[0]) > 2 and len(targets[2]) < len(targets[0])  # padded pairs are part of the check
+    for a, b in zip(whole, sliced):
+        assert torch.allclose(a, b, atol=1e-5)
+
+
+def test_row_bytes_counts_every_layer_of_the_cache(causal_engine):
+    from rag_demo.generator import _row_bytes
+
+    gen = causal_engine.generator
+    state = gen.start(causal_engine._inputs(causal_engine.retrieve(QUESTION, k=3)), gen.generation_prefix())
+    config = gen.model.config
+    positions = state.attention_mask.shape[1]
+    head_dim = config.hidden_size // config.num_attention_heads
+    # keys and values, every layer, float32
+    assert _row_bytes(state) == 2 * config.num_hidden_layers * config.num_key_value_heads * positions * head_dim * 4

@@ -187,3 +187,13 @@ def test_private_kb_changes_the_answer_source(tiny_engine, tiny_parts):
     private = make_kb("private", passages, vectors.numpy())
     result = tiny_engine.ask(QUESTION, kb=private, k=2, closed_book=False)
     assert {p.title for p in result.passages} == {"Swap", "Other"} and result.kb == "private"
+
+
+def test_warm_up_loads_each_kb_index_and_the_few_shot_cache(tmp_path):
+    from tests.ui_engine import make_ui_engine
+
+    engine = make_ui_engine(tmp_path)
+    assert not engine._indexes and not engine.generator._prefix_states
+    assert engine.warm_up() > 0
+    assert {(kb.fingerprint, "flat") for kb in engine.kbs.values()} <= set(engine._indexes)
+    assert engine.generator._prefix_states  # the few-shot block's cache is ready for the first visitor

@@ -6,7 +6,7 @@ import pytest
 
 from rag_demo.errors import InputError
 from rag_demo.evaluate import (EvalQuestion, contains_answer, evaluate, evaluate_table, exact_match, f1_score,
-                               normalize_answer, print_table)
+                               normalize_answer, print_table, sample_kb)
 
 
 def test_squad_normalization_and_scores():
@@ -46,7 +46,7 @@ def test_table_rows_match_single_evaluations(tiny_engine):
     out = io.StringIO()
     print_table(reports, out)
     lines = out.getvalue().splitlines()
-    assert len(lines) == 2 + len(reports) and lines[-1].startswith(f"| {kb} | closed-book | - | 3 |")
+    assert len(lines) == 2 + len(reports) and lines[-1].startswith(f"| {kb} | {len(tiny_engine.resolve_kb(kb)):,} | closed-book | - | 3 |")
 
 
 def test_unknown_variant_and_empty_sample_are_input_errors(tiny_engine):
@@ -57,3 +57,24 @@ def test_unknown_variant_and_empty_sample_are_input_errors(tiny_engine):
                  questions=[EvalQuestion("q", "a", "a", 0)])
     with pytest.raises(InputError, match="no evaluation questions"):
         evaluate(tiny_engine, kb=tiny_engine.default_kb, variant="token", n=1, seed=0, questions=[])
+
+
+def test_kb_sample_keeps_the_questions_it_answers_with_renumbered_gold_rows(tiny_engine):
+    from dataclasses import replace
+
+    kb = tiny_engine.resolve_kb(tiny_engine.default_kb)
+    questions = [EvalQuestion(f"question {row}", "a", "a", row) for row in range(len(kb))]
+    sample, kept = sample_kb(kb, questions, 3, seed=5)
+    assert len(sample) == 3 and len(kept) == 3
+    for item in kept:  # the renumbered gold row is the same passage as before
+        original = int(item.question.split()[1])
+        assert sample.passage(item.gold_id) == kb.passage(original)
+        assert (sample.embeddings[item.gold_id] == kb.embeddings[original]).all()
+    # a row-aligned copy of the KB gets the same rows for the same seed
+    twin = replace(kb, name="twin")
+    assert [q.question for q in sample_kb(twin, questions, 3, seed=5)[1]] == [q.question for q in kept]
+    assert sample_kb(kb, questions, len(kb), seed=5) == (kb, questions)
+    with pytest.raises(InputError, match="at least 1"):
+        sample_kb(kb, questions, 0, seed=5)
+    report = evaluate(tiny_engine, kb=kb.name, variant="token", n=2, seed=5, k=1, questions=questions, kb_sample=3)
+    assert report["kb_passages"] == 3 and report["n"] == 2
