@@ -31,7 +31,7 @@ from typing import Any, Protocol
 import gradio as gr
 
 from . import plots
-from .config import INDEX_KINDS
+from .config import INDEX_KINDS, MAX_PAGE_BEAMS, MAX_PAGE_K
 from .corpus import SOURCE_SUFFIXES, KnowledgeBase, Passage, read_document_file, split_into_passages
 from .errors import InputError, RagDemoError
 from .progress import eta_text
@@ -1147,7 +1147,7 @@ def build_demo(engine: Engine, *, limits: UploadLimits = UploadLimits(), files: 
         return gr.Dropdown(INDEX_CHOICES, value="flat", label="Index variant", elem_id=elem_id, min_width=150)
 
     def k_slider(elem_id: str) -> gr.Slider:
-        return gr.Slider(1, 20, value=5, step=1, label="k passages", elem_id=elem_id, min_width=150)
+        return gr.Slider(1, MAX_PAGE_K, value=5, step=1, label="k passages", elem_id=elem_id, min_width=150)
 
     with gr.Blocks(title="RAG provenance explorer", delete_cache=(3600, 3600)) as demo:
         def release_kb(value: Any) -> None:
@@ -1180,7 +1180,7 @@ def build_demo(engine: Engine, *, limits: UploadLimits = UploadLimits(), files: 
                                               visible=bool(samples))
                         with gr.Row():
                             k = k_slider("k")
-                            beams = gr.Slider(1, 6, value=1, step=1, label="Beams", elem_id="beams",
+                            beams = gr.Slider(1, MAX_PAGE_BEAMS, value=1, step=1, label="Beams", elem_id="beams",
                                               min_width=140)
                         decoding = gr.Radio(DECODING_CHOICES, value="thorough", label="RAG-Sequence decoding",
                                             elem_id="seq-decoding")
