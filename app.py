@@ -13,6 +13,7 @@ import logging
 import os
 from collections.abc import Callable, Mapping
 
+from rag_demo import heap
 from rag_demo.ui import BackgroundEngine, Engine, ProgressFn, build_demo, launch_options
 
 log = logging.getLogger("rag_demo.app")
@@ -48,6 +49,8 @@ def create_demo(factory: Callable[[ProgressFn], Engine] = default_engine):
 
 def main(factory: Callable[[ProgressFn], Engine] = default_engine) -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    # before the server starts its worker threads, so that they share two malloc arenas (rag_demo.heap)
+    heap.limit_arenas(2)
     demo = create_demo(factory)
     options = server_options(os.environ)
     log.info("serving on %s:%s", options["server_name"], options["server_port"] or "7860+")

@@ -30,7 +30,7 @@ from typing import Any, Protocol
 
 import gradio as gr
 
-from . import plots
+from . import heap, plots
 from .config import INDEX_KINDS, MAX_PAGE_BEAMS, MAX_PAGE_K
 from .corpus import SOURCE_SUFFIXES, KnowledgeBase, Passage, read_document_file, split_into_passages
 from .errors import InputError, RagDemoError
@@ -184,10 +184,16 @@ class BackgroundEngine:
         return self._get().default_kb
 
     def ask(self, question: str, **options: Any) -> AskResult:
-        return self._get().ask(question, **options)
+        try:
+            return self._get().ask(question, **options)
+        finally:
+            heap.release_free_memory()  # a long-running server: see rag_demo.heap
 
     def score(self, question: str, answer: str, **options: Any) -> AskResult:
-        return self._get().score(question, answer, **options)
+        try:
+            return self._get().score(question, answer, **options)
+        finally:
+            heap.release_free_memory()
 
     def index_reports(self, kb: str | KnowledgeBase) -> list[IndexReport]:
         return self._get().index_reports(kb)

@@ -106,3 +106,15 @@ def test_eval_table_end_to_end_and_bad_ks(saved):
               "--kb-path", f"tiny={saved / 'kb'}", "--max-new-tokens", "4")
     # the tiny KB has no questions.jsonl: a one-line message, not a table or a traceback
     assert out.returncode == 2 and "no evaluation questions" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_dtype_and_kb_sample_options_reach_the_engine_config():
+    from rag_demo.cli import build_parser, engine_config
+
+    args = build_parser().parse_args(["eval", "--dtype", "bfloat16", "--kb-sample", "1500", "--generator", "some/model"])
+    config = engine_config(args)
+    assert (config.generator.dtype, config.generator.model, args.kb_sample) == ("bfloat16", "some/model", 1500)
+    assert engine_config(build_parser().parse_args(["ask", "q"])).generator.dtype == "float32"
+    from rag_demo.cli import main
+
+    assert main(["eval", "--dtype", "float64"]) == 2  # not a choice: one line, exit 2
