@@ -29,6 +29,7 @@ def default_engine(progress: ProgressFn) -> Engine:
     seconds = engine.warm_up()
     progress("warming up: one example question", 1, 1)
     log.info("warm-up ask took %.1f s", seconds)
+    heap.release_free_memory()  # loading parsed large files (the tokenizer's JSON) into memory now free
     return engine
 
 
