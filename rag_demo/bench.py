@@ -40,6 +40,7 @@ import torch
 
 from .config import INDEX_KINDS, MAX_PAGE_BEAMS, MAX_PAGE_K, EngineConfig, GeneratorConfig, IndexConfig
 from .corpus import Passage, make_kb
+from .heap import status_mb
 
 log = logging.getLogger(__name__)
 
@@ -149,14 +150,8 @@ def peak_rss_mb() -> float:
     /proc's VmHWM belongs to this program alone. getrusage's ru_maxrss survives exec, so a child
     started from a big process reports at least its parent's size at fork: it is only the fallback.
     """
-    try:
-        with open("/proc/self/status", encoding="ascii") as status:
-            for line in status:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) / 1024
-    except OSError:
-        pass
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    peak = status_mb("VmHWM")
+    return peak if peak is not None else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 # -- tokenizers and tiny models built from config (no downloads) ------------------------------

@@ -11,9 +11,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import functools
-import logging
-
-log = logging.getLogger(__name__)
+from pathlib import Path
 
 _M_ARENA_MAX = -8  # mallopt parameter number in glibc's malloc.h
 
@@ -43,3 +41,17 @@ def release_free_memory() -> bool:
     """Hand freed heap pages back to the operating system; True when glibc released some."""
     libc = _glibc()
     return bool(libc is not None and libc.malloc_trim(0) == 1)
+
+
+def status_mb(field: str, pid: int | str = "self") -> float | None:
+    """A memory line of /proc/<pid>/status in MB, e.g. "VmRSS" (resident now) or "VmHWM" (its peak).
+
+    None where there is no /proc or the process is gone.
+    """
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) / 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None

@@ -28,6 +28,8 @@ from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from .heap import status_mb
+
 log = logging.getLogger(__name__)
 
 QUESTIONS = (
@@ -95,14 +97,8 @@ def question_for(visitor: int, number: int) -> str:
 
 
 def rss_mb(pid: int) -> float | None:
-    """Resident memory of `pid` in MB from /proc/<pid>/status (None once the process is gone)."""
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    except (OSError, ValueError, IndexError):
-        return None
-    return None
+    """Resident memory of `pid` in MB (None once the process is gone)."""
+    return status_mb("VmRSS", pid)
 
 
 def _listening_inodes(port: int) -> set[str]:
