@@ -567,6 +567,17 @@ def _hf_passages(engine, sizes: Sizes, quick: bool) -> list[Passage]:
     return [Passage(kb.titles[i], kb.texts[i]) for i in long_enough[: sizes.hf_passages]]
 
 
+def finish(report: dict, json_path: str | None) -> int:
+    """Write the report (when asked) and turn its identity checks into the exit status."""
+    if json_path:
+        Path(json_path).write_text(json.dumps(report, indent=2, default=str))
+    if report["mismatches"]:
+        print("\nIDENTITY CHECKS FAILED:\n" + "\n".join(report["mismatches"]), file=sys.stderr)
+        return 1
+    print("\nall identity checks passed")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m rag_demo.bench", description=__doc__.split("\n\n")[0])
     parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
@@ -607,13 +618,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"unknown section {unknown[0]!r}; choose from {', '.join(SECTIONS)}")
     print(f"machine: {json.dumps(machine())}", flush=True)
     report = run(sizes, device, quick=args.quick, skip=skip, kb_paths=kb_paths)
-    if args.json:
-        Path(args.json).write_text(json.dumps(report, indent=2, default=str))
-    if report["mismatches"]:
-        print("\nIDENTITY CHECKS FAILED:\n" + "\n".join(report["mismatches"]), file=sys.stderr)
-        return 1
-    print("\nall identity checks passed")
-    return 0
+    return finish(report, args.json)
 
 
 if __name__ == "__main__":

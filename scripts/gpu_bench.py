@@ -217,13 +217,7 @@ def main(argv: list[str] | None = None) -> int:
         torch.cuda.empty_cache()
         report["peak_gpu_GB"] = torch.cuda.max_memory_allocated(device) / 1e9
     section("vs_transformers", vs_transformers(sizes, device, report["mismatches"]))
-    if args.json:
-        Path(args.json).write_text(json.dumps(report, indent=2, default=str))
-    if report["mismatches"]:
-        print("\nIDENTITY CHECKS FAILED:\n" + "\n".join(report["mismatches"]), file=sys.stderr)
-        return 1
-    print("\nall identity checks passed")
-    return 0
+    return bench.finish(report, args.json)
 
 
 if __name__ == "__main__":
