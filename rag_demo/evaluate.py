@@ -123,21 +123,21 @@ def _picked(engine, kb: str, n: int, seed: int, questions: list[EvalQuestion] | 
 
 def evaluate(engine, *, kb: str, variant: str, n: int, seed: int, k: int = 5, index: str = "flat", num_beams: int = 1,
              max_new_tokens: int = 16, sequence_decoding: str = "thorough", questions: list[EvalQuestion] | None = None,
-             kb_sample: int | None = None, progress=None) -> dict:
+             kb_sample: int | None = None, retriever: str | None = None, progress=None) -> dict:
     """Sample n questions of `kb` and score `variant` ("token", "sequence" or "closed-book")."""
     if variant not in ("token", "sequence", "closed-book"):
         raise InputError(f"unknown variant {variant!r}; choose token, sequence or closed-book")
     reports = evaluate_table(engine, kbs=(kb,), ks=(k,), n=n, seed=seed, variants=(variant,), index=index,
                              num_beams=num_beams, max_new_tokens=max_new_tokens, sequence_decoding=sequence_decoding,
                              questions={kb: questions} if questions is not None else None, kb_sample=kb_sample,
-                             progress=progress)
+                             retriever=retriever, progress=progress)
     return reports[0]
 
 
 def evaluate_table(engine, *, kbs, ks, n: int, seed: int, variants=("token", "sequence", "closed-book"),
                    index: str = "flat", num_beams: int = 1, max_new_tokens: int = 16, sequence_decoding: str = "thorough",
                    questions: dict[str, list[EvalQuestion]] | None = None, kb_sample: int | None = None,
-                   progress=None) -> list[dict]:
+                   retriever: str | None = None, progress=None) -> list[dict]:
     """One report per (kb, variant, k); closed-book gets one per kb (it reads no passage).
 
     `kb_sample` asks over a random part of each KB of that many passages (see `sample_kb`).
@@ -149,6 +149,7 @@ def evaluate_table(engine, *, kbs, ks, n: int, seed: int, variants=("token", "se
     if unknown or not variants:
         raise InputError(f"unknown variant {unknown[0] if unknown else ''!r}; choose token, sequence or closed-book")
     open_book = tuple(v for v in variants if v != "closed-book")
+    retriever = engine.resolve_retriever(retriever)
     reports = []
     for kb in kbs:
         knowledge, picked = _picked(engine, kb, n, seed, (questions or {}).get(kb), kb_sample)
@@ -163,14 +164,15 @@ def evaluate_table(engine, *, kbs, ks, n: int, seed: int, variants=("token", "se
             for k in ks if open_book else ():
                 started = time.perf_counter()
                 result = engine.ask(item.question, kb=knowledge, k=k, index=index, variants=open_book, num_beams=num_beams,
-                                    max_new_tokens=max_new_tokens, sequence_decoding=sequence_decoding, closed_book=False)
+                                    max_new_tokens=max_new_tokens, sequence_decoding=sequence_decoding, closed_book=False,
+                                    retriever=retriever)
                 seconds[k] += time.perf_counter() - started
                 retrieved = any(p.id == item.gold_id for p in result.passages)
                 for v in open_book:
                     tallies[v, k].add(item, result.variants[v].answer, retrieved)
             if progress is not None:
                 progress(f"evaluating on {kb}", done, len(picked))
-        common = {"kb": kb, "kb_passages": len(knowledge), "index": index, "seed": seed}
+        common = {"kb": kb, "kb_passages": len(knowledge), "index": index, "retriever": retriever, "seed": seed}
         for (v, k), tally in tallies.items():
             # both variants came out of one ask, so the time is theirs together
             reports.append(tally.report(variant=v, k=k, seconds_per_question=seconds[k] / len(picked), **common))
@@ -182,17 +184,18 @@ def evaluate_table(engine, *, kbs, ks, n: int, seed: int, variants=("token", "se
 def print_table(reports: list[dict], out=sys.stdout) -> None:
     """A markdown table of `evaluate_table`'s reports, in percent."""
     keys = ("exact_match", "f1", "answer_recall", "retrieval_recall", "original_match")
-    out.write("| KB | passages | variant | k | n | EM | F1 | answer recall | retrieval recall | original match | s/question |\n")
-    out.write("|---|---|---|---|---|---|---|---|---|---|---|\n")
+    out.write("| KB | passages | retriever | variant | k | n | EM | F1 | answer recall | retrieval recall | original match | s/question |\n")
+    out.write("|---|---|---|---|---|---|---|---|---|---|---|---|\n")
     for r in reports:
         cells = ["n/a" if r[key] is None else f"{100 * r[key]:.1f}" for key in keys]
         k = "-" if r["variant"] == "closed-book" else str(r["k"])
-        out.write(f"| {r['kb']} | {r['kb_passages']:,} | {r['variant']} | {k} | {r['n']} | " + " | ".join(cells) + f" | {r['seconds_per_question']:.2f} |\n")
+        retriever = "-" if r["variant"] == "closed-book" else r["retriever"]
+        out.write(f"| {r['kb']} | {r['kb_passages']:,} | {retriever} | {r['variant']} | {k} | {r['n']} | " + " | ".join(cells) + f" | {r['seconds_per_question']:.2f} |\n")
 
 
 def print_report(report: dict, out=sys.stdout) -> None:
     out.write(f"{report['variant']} on {report['kb']} ({report['kb_passages']:,} passages, n={report['n']}, k={report['k']}, "
-              f"seed={report['seed']})\n")
+              f"{report['retriever']} retrieval, seed={report['seed']})\n")
     for key in ("exact_match", "f1", "answer_recall", "retrieval_recall", "original_match"):
         value = report[key]
         out.write(f"  {key:<17} {'n/a' if value is None else f'{100 * value:5.1f}%'}\n")

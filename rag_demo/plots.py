@@ -101,6 +101,13 @@ def empty_figure(message: str, *, title: str = "", height: int = 260):
     return fig
 
 
+def logit_formula(result: AskResult) -> str:
+    """The softmax's input as a formula: "20·score", or "20·score + 0.2·bm25" for hybrid retrieval."""
+    if result.retriever == "hybrid":
+        return f"{result.scale:g}·score + {result.lexical_weight:g}·bm25"
+    return f"{result.scale:g}·score"
+
+
 def doc_prob_figure(result: AskResult, *, height: int = 300):
     """Horizontal bars of the retriever's p(z|x) over the top-k passages (rank 1 on top)."""
     import plotly.graph_objects as go
@@ -116,15 +123,17 @@ def doc_prob_figure(result: AskResult, *, height: int = 300):
             text=[f"{p.prob:.2f}" for p in passages],
             textposition="outside",
             cliponaxis=False,
-            customdata=[[html.escape(shorten(passage_name(p.title, p.text), 60)), p.score, p.logit] for p in passages],
+            customdata=[[html.escape(shorten(passage_name(p.title, p.text), 60)), p.score, p.logit, p.lexical]
+                        for p in passages],
             hovertemplate="%{customdata[0]}<br>p(z|x) = %{x:.3f}<br>score = %{customdata[1]:.3f}"
-            "<br>logit = %{customdata[2]:.2f}<extra></extra>",
+            + ("<br>bm25 = %{customdata[3]:.2f}" if result.retriever == "hybrid" else "")
+            + "<br>logit = %{customdata[2]:.2f}<extra></extra>",
         )
     )
     fig.update_yaxes(title_text="passage", tickvals=ranks, ticktext=[passage_label(p, 18) for p in passages],
                      autorange="reversed")
     fig.update_xaxes(title_text="p(z|x)", range=[0, 1.0], gridcolor="rgba(128,128,128,0.2)")
-    _layout(fig, title=f"p(z|x) = softmax({result.scale:g}·score), top {len(passages)}",
+    _layout(fig, title=f"p(z|x) = softmax({logit_formula(result)}), top {len(passages)}",
             height=max(height, 90 + 26 * len(passages)))
     fig.update_layout(margin=dict(l=10, r=36, t=48, b=10))
     return fig

@@ -13,7 +13,8 @@ class RetrievedPassage:
     text: str
     score: float  # raw retriever score (inner product, or cosine for normalized encoders)
     prob: float  # p(z|x): softmax of the top-k logits
-    logit: float  # the score times the encoder's scale, the softmax's input
+    logit: float  # the softmax's input: scale * score, plus lexical_weight * lexical for hybrid retrieval
+    lexical: float = 0.0  # BM25 score of the passage for the question (hybrid retrieval; 0 for dense)
 
 
 @dataclass(frozen=True)
@@ -54,6 +55,8 @@ class AskResult:
     notices: tuple[str, ...] = ()
     index_recall: float | None = None  # recall@k of this index variant against exact search
     scale: float = 1.0
+    retriever: str = "dense"  # "dense" (the paper's) or "hybrid" (dense + BM25)
+    lexical_weight: float = 0.0  # BM25's weight in the logits (0 for dense)
 
     def to_json(self) -> dict:
         return asdict(self)

@@ -31,7 +31,7 @@ from typing import Any, Protocol
 import gradio as gr
 
 from . import heap, plots
-from .config import INDEX_KINDS, MAX_PAGE_BEAMS, MAX_PAGE_K
+from .config import INDEX_KINDS, MAX_PAGE_BEAMS, MAX_PAGE_K, RETRIEVERS
 from .corpus import SOURCE_SUFFIXES, KnowledgeBase, Passage, read_document_file, split_into_passages
 from .errors import InputError, RagDemoError
 from .progress import eta_text
@@ -47,6 +47,7 @@ VARIANT_CHOICES = [("Token", "token"), ("Sequence", "sequence"), ("Both", "both"
 INDEX_LABELS = {"flat": "Flat (exact)", "hnsw": "HNSW (graph)", "ivfpq": "IVF-PQ (compressed)"}
 INDEX_CHOICES = [(INDEX_LABELS.get(kind, kind), kind) for kind in INDEX_KINDS]
 DECODING_CHOICES = [("thorough", "thorough"), ("fast", "fast")]
+RETRIEVER_CHOICES = [("Dense + BM25", "hybrid"), ("Dense (the paper)", "dense")]
 PARAMETRIC_P = 0.5  # closed-book p at or above which a token is marked as coming from parametric memory
 ENGINE_GROUP = "engine"  # concurrency id shared by every event that calls the engine
 TIMING_ORDER = ("encode", "search", "generate", "total")
@@ -81,12 +82,16 @@ class Engine(Protocol):
     @property
     def default_kb(self) -> str: ...
 
+    @property
+    def lexical_weight(self) -> float: ...  # BM25's weight for hybrid retrieval; 0: dense only
+
     def ask(self, question: str, *, kb: str | KnowledgeBase, k: int = 5, index: str = "flat",
             variants: tuple[str, ...] = ("token", "sequence"), num_beams: int = 1,
-            sequence_decoding: str = "thorough", max_new_tokens: int = 16, closed_book: bool = True) -> AskResult: ...
+            sequence_decoding: str = "thorough", max_new_tokens: int = 16, closed_book: bool = True,
+            retriever: str | None = None) -> AskResult: ...
 
     def score(self, question: str, answer: str, *, kb: str | KnowledgeBase, k: int = 5, index: str = "flat",
-              variants: tuple[str, ...] = ("token", "sequence")) -> AskResult: ...
+              variants: tuple[str, ...] = ("token", "sequence"), retriever: str | None = None) -> AskResult: ...
 
     def index_reports(self, kb: str | KnowledgeBase) -> list[IndexReport]: ...
 
@@ -182,6 +187,10 @@ class BackgroundEngine:
     @property
     def default_kb(self) -> str:
         return self._get().default_kb
+
+    @property
+    def lexical_weight(self) -> float:
+        return self._get().lexical_weight
 
     def ask(self, question: str, **options: Any) -> AskResult:
         try:
@@ -387,8 +396,11 @@ def format_index_badge(result: AskResult) -> str:
         recall = f"recall@{result.k} {result.index_recall:.2f}"
     else:
         recall = "exact search" if result.index == "flat" else f"recall@{result.k} n/a"
+    retrieval = (f'<span class="rag-badge" title="p(z|x) = softmax({esc(plots.logit_formula(result))}) over the top k: '
+                 f'the dense retriever\'s score plus BM25 word matching">dense + BM25</span>' if result.retriever == "hybrid" else
+                 '<span class="rag-badge" title="p(z|x) = softmax of the dense retriever\'s scores, as in the paper">dense</span>')
     return (f'<span class="rag-badge" title="recall@k of this index variant against exact (flat) search, '
-            f'for this question">index {esc(result.index)} · {recall}</span>')
+            f'for this question">index {esc(result.index)} · {recall}</span>{retrieval}')
 
 
 def _variant_card(variant: VariantResult, passages: Sequence[RetrievedPassage], *, extra: str = "") -> str:
@@ -442,10 +454,15 @@ def _untitled(row: int) -> str:
     return f'<span class="rag-muted">no title · row {int(row)}</span>'
 
 
-def format_passages_html(passages: Sequence[RetrievedPassage], *, max_chars: int | None = None) -> str:
-    """Passage cards: rank, title, raw score, p(z|x) with a bar, and the text."""
+def format_passages_html(passages: Sequence[RetrievedPassage], *, max_chars: int | None = None,
+                         hybrid: bool = False) -> str:
+    """Passage cards: rank, title, raw score (and BM25 score for hybrid retrieval), p(z|x) with a bar, and the text."""
     if not passages:
         return '<div class="rag-empty">No passages retrieved.</div>'
+
+    def lexical(p: RetrievedPassage) -> str:
+        return f" · bm25 {p.lexical:.2f}" if hybrid else ""
+
     cards = []
     for p in passages:
         color = plots.passage_color(p.rank)
@@ -454,7 +471,7 @@ def format_passages_html(passages: Sequence[RetrievedPassage], *, max_chars: int
             f'<div class="rag-passage" style="border-left-color:{color}">'
             f'<div class="rag-passage-head"><span class="rag-rank" style="background:{color}">#{p.rank}</span>'
             f'<span class="rag-passage-title">{esc(p.title) if p.title.strip() else _untitled(p.id)}</span>'
-            f'<span class="rag-passage-nums">score {p.score:.3f} · p(z|x) <b>{p.prob:.3f}</b></span></div>'
+            f'<span class="rag-passage-nums">score {p.score:.3f}{lexical(p)} · p(z|x) <b>{p.prob:.3f}</b></span></div>'
             f'<div class="rag-pbar"><span style="width:{100 * p.prob:.1f}%;background:{color}"></span></div>'
             f'<div class="rag-passage-text">{esc(text)}</div></div>'
         )
@@ -466,7 +483,7 @@ def format_swap_column(result: AskResult) -> str:
     return (
         f'<div class="rag-swap-col"><div class="rag-swap-head">index: <b>{esc(result.kb)}</b> {format_index_badge(result)}</div>'
         f"{format_answer_html(result, closed_book=False, legend=False, question=False)}"
-        f"{format_passages_html(result.passages[:3], max_chars=220)}</div>"
+        f"{format_passages_html(result.passages[:3], max_chars=220, hybrid=result.retriever == 'hybrid')}</div>"
     )
 
 
@@ -547,25 +564,40 @@ def format_learn_html(result: AskResult | None, position: int | None = 0) -> str
         return format_status("Ask a question in the Ask tab first; this page then works through its numbers.", "info")
     passages = result.passages
     scale = result.scale
-    logits = [scale * p.score for p in passages]
+    hybrid = result.retriever == "hybrid"
+    weight = result.lexical_weight if hybrid else 0.0
+    logits = [scale * p.score + weight * p.lexical for p in passages]
     top = max(logits)
     weights = [math.exp(x - top) for x in logits]
     total = sum(weights)
     prior = [w / total for w in weights]  # p(z|x) recomputed from the raw scores
+    lexical_cell = (lambda p: f"<td>{p.lexical:.3f}</td>") if hybrid else (lambda p: "")
     rows = "".join(
         f"<tr><td>{_swatch(p.rank)}#{p.rank} {esc(plots.shorten(plots.passage_name(p.title, p.text), 28))}</td>"
-        f"<td>{p.score:.4f}</td><td>{lg:.3f}</td><td>{w:.4f}</td><td><b>{pr:.4f}</b></td><td>{p.prob:.4f}</td></tr>"
+        f"<td>{p.score:.4f}</td>{lexical_cell(p)}<td>{lg:.3f}</td><td>{w:.4f}</td><td><b>{pr:.4f}</b></td><td>{p.prob:.4f}</td></tr>"
         for p, lg, w, pr in zip(passages, logits, weights, prior)
     )
+    if hybrid:
+        how = (f"The retriever scores each passage <i>z</i> against the question <i>x</i> twice: an inner product of "
+               f"their vectors, <i>s(z)</i>, as in the paper, and BM25 word matching, <i>b(z)</i>, which keeps rare "
+               f"names and numbers that one vector blurs. The top {len(passages)} become a distribution by a softmax "
+               f"over those {len(passages)} only, with the encoder's scale λ = {scale:g} and BM25's weight "
+               f"β = {weight:g} (choose “Dense” in the Ask tab for the paper's retriever alone):</p>"
+               '<div class="rag-eq">p(z|x) = exp(λ·s(z) + β·b(z)) / Σ<sub>z′</sub> exp(λ·s(z′) + β·b(z′))</div>')
+        logit_head = "<th>bm25 b(z)</th><th>λ·s(z) + β·b(z)</th><th>exp(logit − max)</th>"
+    else:
+        how = (f"The retriever scores each passage <i>z</i> against the question <i>x</i> (an inner product of "
+               f"their vectors, <i>s(z)</i>). The top {len(passages)} become a distribution by a softmax over those "
+               f"{len(passages)} only, with the encoder's scale λ = {scale:g}:</p>"
+               '<div class="rag-eq">p(z|x) = exp(λ·s(z)) / Σ<sub>z′</sub> exp(λ·s(z′))</div>')
+        logit_head = "<th>λ·s(z)</th><th>exp(λ·s − max)</th>"
+    blank = "<td></td>" * (2 if hybrid else 1)
     step1 = (
         "<h3>1 · Retrieval: how much each passage is trusted</h3>"
-        f"<p>The retriever scores each passage <i>z</i> against the question <i>x</i> (an inner product of "
-        f"their vectors, <i>s(z)</i>). The top {len(passages)} become a distribution by a softmax over those "
-        f"{len(passages)} only, with the encoder's scale λ = {scale:g}:</p>"
-        '<div class="rag-eq">p(z|x) = exp(λ·s(z)) / Σ<sub>z′</sub> exp(λ·s(z′))</div>'
-        '<table class="rag-table"><thead><tr><th>passage</th><th>score s(z)</th><th>λ·s(z)</th>'
-        "<th>exp(λ·s − max)</th><th>p(z|x) computed</th><th>p(z|x) engine</th></tr></thead>"
-        f"<tbody>{rows}</tbody><tfoot><tr><td>sum</td><td></td><td></td><td>{total:.4f}</td><td>{sum(prior):.4f}</td>"
+        f"<p>{how}"
+        f'<table class="rag-table"><thead><tr><th>passage</th><th>score s(z)</th>{logit_head}'
+        "<th>p(z|x) computed</th><th>p(z|x) engine</th></tr></thead>"
+        f"<tbody>{rows}</tbody><tfoot><tr><td>sum</td><td></td>{blank}<td>{total:.4f}</td><td>{sum(prior):.4f}</td>"
         f"<td>{sum(p.prob for p in passages):.4f}</td></tr></tfoot></table>"
     )
     doc_prior = [p.prob for p in passages]
@@ -656,6 +688,15 @@ def parse_variants(choice: str) -> tuple[str, ...]:
     if choice in ("token", "sequence"):
         return (choice,)
     raise InputError(f"unknown variant {choice!r}; use token, sequence or both")
+
+
+def parse_retriever(choice: object) -> str | None:
+    """A retriever choice from the page or the API; empty means the engine's default."""
+    if choice in (None, ""):
+        return None
+    if choice not in RETRIEVERS:
+        raise InputError(f"unknown retriever {str(choice)[:40]!r}; choose {' or '.join(RETRIEVERS)}")
+    return str(choice)
 
 
 def parse_k(k: object) -> int:
@@ -896,7 +937,7 @@ class DemoActions:
 
     # ---- Ask ----------------------------------------------------------------------------------
     def ask(self, question: str, variant: str, k: float, index: str, kb_choice: str | None, num_beams: float,
-            sequence_decoding: str, mine: Held | KnowledgeBase | None) -> tuple:
+            sequence_decoding: str, mine: Held | KnowledgeBase | None, retriever: str | None = None) -> tuple:
         """-> status, answer, passages, p(z|x) plot, token heatmap, sequence heatmap, gain plot, last result."""
         try:
             knowledge = self.resolve_kb(kb_choice, mine)
@@ -909,6 +950,7 @@ class DemoActions:
                 num_beams=parse_beams(num_beams),
                 sequence_decoding=sequence_decoding or "thorough",
                 closed_book=True,
+                retriever=parse_retriever(retriever),
             )
         except Exception as err:  # the UI boundary: a message in the page, never a traceback
             return (_failure(err), *[gr.skip()] * 7)
@@ -916,7 +958,7 @@ class DemoActions:
         return (
             "",
             format_answer_html(result),
-            format_passages_html(result.passages),
+            format_passages_html(result.passages, hybrid=result.retriever == "hybrid"),
             _plot_update(plots.doc_prob_figure(result)),
             _plot_update(heat.get("token")),
             _plot_update(heat.get("sequence")),
@@ -924,11 +966,13 @@ class DemoActions:
             Held(result),
         )
 
-    def ask_json(self, question: str, variant: str = "both", k: int = 5, index: str = "flat", kb: str = "") -> dict:
+    def ask_json(self, question: str, variant: str = "both", k: int = 5, index: str = "flat", kb: str = "",
+                 retriever: str = "") -> dict:
         """The API: the AskResult as JSON. Errors come back as a gradio error with the message."""
         try:
             result = self.engine.ask(require_question(question), kb=self.known_kb(kb) if kb else self.engine.default_kb,
-                                     k=parse_k(k), index=index or "flat", variants=parse_variants(variant))
+                                     k=parse_k(k), index=index or "flat", variants=parse_variants(variant),
+                                     retriever=parse_retriever(retriever))
         except RagDemoError as err:
             raise gr.Error(str(err), print_exception=False) from None
         except Exception as err:  # the API boundary: a message for the caller, the details in the server log
@@ -1018,7 +1062,7 @@ class DemoActions:
                                      variants=("token", "sequence"))
         except Exception as err:  # the UI boundary
             return _failure(err), gr.skip(), gr.skip()
-        return "", format_answer_html(result), format_passages_html(result.passages)
+        return "", format_answer_html(result), format_passages_html(result.passages, hybrid=result.retriever == "hybrid")
 
     # ---- Score your answer ----------------------------------------------------------------------
     def score(self, question: str, answer: str, kb_choice: str | None, k: float, index: str,
@@ -1071,15 +1115,21 @@ class DemoActions:
             release(kb)
 
     # ---- first start --------------------------------------------------------------------------
+    def retriever_options(self) -> dict:
+        """The retriever radio's value and visibility: shown only when the engine can do hybrid retrieval."""
+        hybrid = engine_ready(self.engine) and self.engine.lexical_weight > 0
+        return {"value": "hybrid" if hybrid else "dense", "visible": hybrid}
+
     def poll(self, announced: bool) -> tuple:
-        """-> banner, timer, announced, 5 KB dropdowns, 2 example sets. Sends choices once the engine is ready."""
+        """-> banner, timer, announced, 5 KB dropdowns, 2 example sets, the retriever radio.
+        Sends choices once the engine is ready."""
         if not engine_ready(self.engine):
             failed = bool(getattr(self.engine, "failed", False))
             text = self.engine.status_text() if hasattr(self.engine, "status_text") else "Preparing…"
             banner = format_status(text, "error" if failed else "wait")
-            return (banner, gr.Timer(active=not failed), False, *[gr.skip()] * 7)
+            return (banner, gr.Timer(active=not failed), False, *[gr.skip()] * 8)
         if announced:
-            return ("", gr.Timer(active=False), True, *[gr.skip()] * 7)
+            return ("", gr.Timer(active=False), True, *[gr.skip()] * 8)
         names = self.kb_names()
         default = self.default_kb()
         right = next((n for n in names if n != default), default)
@@ -1091,6 +1141,7 @@ class DemoActions:
             gr.update(choices=choices, value=right), gr.update(choices=choices, value=default),
             gr.update(choices=choices, value=default),
             gr.Dataset(samples=samples, visible=bool(samples)), gr.Dataset(samples=samples, visible=bool(samples)),
+            gr.update(**self.retriever_options()),
         )
 
 
@@ -1190,6 +1241,8 @@ def build_demo(engine: Engine, *, limits: UploadLimits = UploadLimits(), files: 
                                               min_width=140)
                         decoding = gr.Radio(DECODING_CHOICES, value="thorough", label="RAG-Sequence decoding",
                                             elem_id="seq-decoding")
+                        retriever = gr.Radio(RETRIEVER_CHOICES, label="Retriever", elem_id="retriever",
+                                             **actions.retriever_options())
                     with gr.Column(scale=3, min_width=600):
                         ask_status = _status("ask-status")
                         answer = _html("answer", format_status("Ask a question, or click an example.", "info"))
@@ -1302,13 +1355,13 @@ def build_demo(engine: Engine, *, limits: UploadLimits = UploadLimits(), files: 
         # ---------------------------------------------------------------- events
         engine_events = dict(concurrency_id=ENGINE_GROUP, concurrency_limit=1)
         kb_dropdowns = [kb, swap_left, swap_right, score_kb, idx_kb]
-        poll_outputs = [banner, timer, announced, *kb_dropdowns, examples, swap_examples]
+        poll_outputs = [banner, timer, announced, *kb_dropdowns, examples, swap_examples, retriever]
         demo.load(actions.poll, inputs=announced, outputs=poll_outputs, api_visibility="private",
                   show_progress="hidden", queue=False)
         timer.tick(actions.poll, inputs=announced, outputs=poll_outputs, api_visibility="private",
                    show_progress="hidden", queue=False)
 
-        ask_inputs = [question, variant, k, index, kb, beams, decoding, mine]
+        ask_inputs = [question, variant, k, index, kb, beams, decoding, mine, retriever]
         ask_outputs = [ask_status, answer, passages, doc_prob, heat_token, heat_seq, gain, last]
         gr.on([ask_btn.click, question.submit], actions.ask, inputs=ask_inputs, outputs=ask_outputs, api_name="ask",
               **engine_events)
@@ -1347,9 +1400,11 @@ def build_demo(engine: Engine, *, limits: UploadLimits = UploadLimits(), files: 
         idx_btn.click(actions.index_reports, inputs=[idx_kb, mine], outputs=[idx_status, idx_table, idx_plot],
                       api_name="index_reports", **engine_events)
 
-        def ask_json(question: str, variant: str = "both", k: int = 5, index: str = "flat", kb: str = "") -> dict:
-            """Ask a question; returns the full AskResult as JSON. variant: token, sequence or both."""
-            return actions.ask_json(question, variant, k, index, kb)
+        def ask_json(question: str, variant: str = "both", k: int = 5, index: str = "flat", kb: str = "",
+                     retriever: str = "") -> dict:
+            """Ask a question; returns the full AskResult as JSON. variant: token, sequence or both;
+            retriever: hybrid, dense, or empty for the engine's default."""
+            return actions.ask_json(question, variant, k, index, kb, retriever)
 
         gr.api(ask_json, api_name="ask_json", **engine_events)
         demo.unload(actions.end_session)

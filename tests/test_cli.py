@@ -58,6 +58,17 @@ def test_score_and_readable_summary(saved):
               "--kb-path", f"tiny={saved / 'kb'}", "--k", "2", "--index", "hnsw")
     assert out.returncode == 0, out.stderr
     assert "RAG-Token" in out.stdout and "RAG-Sequence" in out.stdout and "p(z|x)=" in out.stdout
+    assert "hnsw index, dense" in out.stdout and "bm25=" not in out.stdout
+
+
+def test_hybrid_retrieval_from_the_command_line(saved):
+    out = run("ask", "capital of france", "--rag-checkpoint", str(saved / "rag"), "--kb-path", f"tiny={saved / 'kb'}",
+              "--k", "2", "--lexical-weight", "2.5", "--max-new-tokens", "2", "--json")
+    assert out.returncode == 0, out.stderr
+    data = json.loads(out.stdout)
+    assert (data["retriever"], data["lexical_weight"]) == ("hybrid", 2.5)
+    for p in data["passages"]:
+        assert p["logit"] == pytest.approx(data["scale"] * p["score"] + 2.5 * p["lexical"], abs=1e-4)
 
 
 @pytest.mark.parametrize(
@@ -71,6 +82,8 @@ def test_score_and_readable_summary(saved):
         (["ask", "q", "--kb", "nope"], "unknown knowledge base"),
         (["ask", "q", "--kb-path", "x=/does/not/exist"], "does not exist"),
         (["ask", "q", "--generator", "/no/such/model"], "does not exist"),
+        (["ask", "q", "--retriever", "hybrid"], "needs a lexical weight"),
+        (["ask", "q", "--lexical-weight", "-1"], "--lexical-weight must be 0 or more"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(saved, args, message, tmp_path):

@@ -197,3 +197,80 @@ def test_warm_up_loads_each_kb_index_and_the_few_shot_cache(tmp_path):
     assert engine.warm_up() > 0
     assert {(kb.fingerprint, "flat") for kb in engine.kbs.values()} <= set(engine._indexes)
     assert engine.generator._prefix_states  # the few-shot block's cache is ready for the first visitor
+
+
+# -- hybrid retrieval: dense + BM25 logits ----------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def hybrid_engine(tiny_parts, tiny_kb, rag_config):
+    from rag_demo.config import EngineConfig, RetrievalConfig
+    from rag_demo.loading import rag_engine_from_modules
+
+    return rag_engine_from_modules(
+        question_encoder=tiny_parts["q_enc"], question_tokenizer=tiny_parts["q_tok"],
+        generator_model=tiny_parts["bart"], generator_tokenizer=tiny_parts["gen_tok"],
+        rag_config=rag_config, kbs={"tiny": tiny_kb}, config=EngineConfig(retrieval=RetrievalConfig(lexical_weight=0.7)),
+    )
+
+
+def _brute_force_hybrid(engine, kb, question, k):
+    """Every passage's scale * <q, d> + weight * BM25, sorted: the top k and their logits."""
+    from rag_demo.lexical import LexicalIndex
+
+    xq = engine.encoder.encode_questions([question])[0]
+    dense = torch.from_numpy(kb.embeddings) @ xq
+    lexical = torch.from_numpy(LexicalIndex.build([f"{t} {x}" for t, x in zip(kb.titles, kb.texts)]).scores(question))
+    logits = engine.encoder.scale * dense + engine.lexical_weight * lexical
+    order = torch.argsort(logits, descending=True, stable=True)[:k]
+    return order.tolist(), logits[order], dense[order], lexical[order]
+
+
+@pytest.mark.parametrize("index", ["flat", "hnsw", "ivfpq"])
+@pytest.mark.parametrize("question", [QUESTION, "the deepest lake in siberia", "capital of france"])
+def test_hybrid_logits_are_scaled_dense_plus_weighted_bm25(hybrid_engine, tiny_kb, question, index):
+    result = hybrid_engine.ask(question, k=3, index=index, closed_book=False, variants=("token",), max_new_tokens=2)
+    rows, logits, dense, lexical = _brute_force_hybrid(hybrid_engine, tiny_kb, question, 3)
+    assert (result.retriever, result.lexical_weight) == ("hybrid", 0.7)
+    assert [p.id for p in result.passages] == rows  # 6 passages: every index holds all of them as candidates
+    assert [p.score for p in result.passages] == pytest.approx(dense.tolist(), abs=1e-5)
+    assert [p.lexical for p in result.passages] == pytest.approx(lexical.tolist(), abs=1e-5)
+    assert [p.logit for p in result.passages] == pytest.approx(logits.tolist(), abs=1e-4)
+    assert [p.prob for p in result.passages] == pytest.approx(torch.softmax(logits, 0).tolist(), abs=1e-5)
+
+
+def test_hybrid_finds_a_rare_word_that_dense_retrieval_misses(hybrid_engine, tiny_kb):
+    """The tiny DPR is random, so dense ranks passages by chance; a large BM25 weight puts the one
+    passage that shares the question's rare words first."""
+    from dataclasses import replace
+
+    question = "when was the penny black issued"
+    dense = hybrid_engine.ask(question, k=2, retriever="dense", closed_book=False, variants=("token",), max_new_tokens=1)
+    assert dense.retriever == "dense" and all(p.lexical == 0 for p in dense.passages)
+    loud = replace(hybrid_engine.config, retrieval=replace(hybrid_engine.config.retrieval, lexical_weight=1000.0))
+    from rag_demo.engine import RagEngine
+
+    engine = RagEngine(encoder=hybrid_engine.encoder, generator=hybrid_engine.generator, kbs=hybrid_engine.kbs, config=loud)
+    hybrid = engine.ask(question, k=2, closed_book=False, variants=("token",), max_new_tokens=1)
+    assert hybrid.passages[0].title == "Penny Black" and hybrid.passages[0].prob > 0.99
+
+
+def test_dense_retriever_is_the_plain_engine(hybrid_engine, tiny_engine):
+    ours = hybrid_engine.ask(QUESTION, k=3, retriever="dense", closed_book=False)
+    plain = tiny_engine.ask(QUESTION, k=3, closed_book=False)
+    assert plain.retriever == "dense" and tiny_engine.lexical_weight == 0.0
+    assert [(p.id, p.prob) for p in ours.passages] == [(p.id, p.prob) for p in plain.passages]
+    assert ours.variants["token"].answer == plain.variants["token"].answer
+
+
+def test_retriever_choice_is_checked(hybrid_engine, tiny_engine):
+    with pytest.raises(InputError, match="unknown retriever"):
+        hybrid_engine.ask(QUESTION, retriever="sparse")
+    with pytest.raises(InputError, match="lexical weight"):
+        tiny_engine.ask(QUESTION, retriever="hybrid")
+    with pytest.raises(InputError, match="0 or more"):
+        from rag_demo.config import EngineConfig, RetrievalConfig
+        from rag_demo.engine import RagEngine
+
+        RagEngine(encoder=tiny_engine.encoder, generator=tiny_engine.generator, kbs=tiny_engine.kbs,
+                  config=EngineConfig(retrieval=RetrievalConfig(lexical_weight=float("nan"))))

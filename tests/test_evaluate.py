@@ -46,7 +46,7 @@ def test_table_rows_match_single_evaluations(tiny_engine):
     out = io.StringIO()
     print_table(reports, out)
     lines = out.getvalue().splitlines()
-    assert len(lines) == 2 + len(reports) and lines[-1].startswith(f"| {kb} | {len(tiny_engine.resolve_kb(kb)):,} | closed-book | - | 3 |")
+    assert len(lines) == 2 + len(reports) and lines[-1].startswith(f"| {kb} | {len(tiny_engine.resolve_kb(kb)):,} | - | closed-book | - | 3 |")
 
 
 def test_unknown_variant_and_empty_sample_are_input_errors(tiny_engine):

@@ -34,9 +34,9 @@ def actions(ui_engine):
 
 
 def ask(actions, question=QUESTION, variant="both", kb=None, mine=None, k=3, index="flat", beams=1,
-        decoding="thorough"):
+        decoding="thorough", retriever=None):
     """The Ask tab's event with these settings."""
-    return actions.ask(question, variant, k, index, kb or actions.engine.default_kb, beams, decoding, mine)
+    return actions.ask(question, variant, k, index, kb or actions.engine.default_kb, beams, decoding, mine, retriever)
 
 
 def shown(token: str) -> str:
@@ -288,7 +288,8 @@ def test_demo_builds_with_named_endpoints_and_one_engine_lane(ui_engine):
     endpoints = demo.get_api_info()["named_endpoints"]
     for name in ("/ask", "/ask_json", "/swap", "/score", "/index_reports", "/build_kb", "/edit_passage", "/ask_mine"):
         assert name in endpoints
-    assert [p["parameter_name"] for p in endpoints["/ask_json"]["parameters"]] == ["question", "variant", "k", "index", "kb"]
+    assert [p["parameter_name"] for p in endpoints["/ask_json"]["parameters"]] == ["question", "variant", "k", "index", "kb",
+                                                                                 "retriever"]
     engine_fns = [fn for fn in demo.fns.values() if fn.concurrency_id == ui.ENGINE_GROUP]
     assert len(engine_fns) >= 8 and all(fn.concurrency_limit == 1 for fn in engine_fns)
 
@@ -452,6 +453,7 @@ def test_background_engine_reports_progress_then_serves(ui_engine):
     assert rest[0]["value"] == engine.default_kb and (KB_NAMES[0], KB_NAMES[0]) in rest[0]["choices"]
     assert rest[2]["value"] == KB_NAMES[1]  # the swap tab's right side starts on the other knowledge base
     assert rest[5].raw_samples == [[q] for q in QUESTIONS]  # the engine's example questions
+    assert rest[7] == {"__type__": "update", "value": "dense", "visible": False}  # a dense-only engine: no retriever choice
     assert ask(actions)[0] == ""
     assert all(is_skip(v) for v in actions.poll(True)[3:])
 
@@ -504,3 +506,52 @@ def test_app_server_options_and_lazy_engine(ui_engine):
             break
         time.sleep(0.02)
     assert seen
+
+
+# ---- hybrid retrieval --------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def hybrid_actions(ui_engine):
+    from dataclasses import replace
+
+    from rag_demo.config import RetrievalConfig
+    from rag_demo.engine import RagEngine
+
+    engine = RagEngine(encoder=ui_engine.encoder, generator=ui_engine.generator, kbs=ui_engine.kbs,
+                       config=replace(ui_engine.config, retrieval=RetrievalConfig(lexical_weight=0.5)))
+    return ui.DemoActions(engine)
+
+
+def test_retriever_radio_shows_only_for_an_engine_with_a_lexical_weight(actions, hybrid_actions):
+    assert actions.retriever_options() == {"value": "dense", "visible": False}
+    assert hybrid_actions.retriever_options() == {"value": "hybrid", "visible": True}
+    assert ui.DemoActions(ui.BackgroundEngine(lambda progress: None)).retriever_options()["visible"] is False  # not started
+
+
+def test_hybrid_ask_shows_bm25_and_its_formula(hybrid_actions):
+    status, answer, passages, prob_fig, *_, last = ask(hybrid_actions, k=3, retriever="hybrid")
+    assert status == ""
+    result = ui.unwrap(last)
+    assert (result.retriever, result.lexical_weight) == ("hybrid", 0.5)
+    assert [f"bm25 {p.lexical:.2f}" in passages for p in result.passages] == [True] * 3
+    assert "dense + BM25" in answer
+    assert "+ 0.5·bm25" in prob_fig["value"].layout.title.text
+    prior = softmax([result.scale * p.score + 0.5 * p.lexical for p in result.passages])
+    assert prior == pytest.approx([p.prob for p in result.passages], abs=1e-5)
+    learn = ui.format_learn_html(result, 0)
+    assert "β = 0.5" in learn and f"<b>{prior[0]:.4f}</b>" in learn and f"<td>{result.passages[0].lexical:.3f}</td>" in learn
+
+    status, answer, passages, *_, last = ask(hybrid_actions, k=3, retriever="dense")
+    result = ui.unwrap(last)
+    assert status == "" and result.retriever == "dense" and "bm25" not in passages and "dense + BM25" not in answer
+    assert "β" not in ui.format_learn_html(result, 0)
+
+
+def test_retriever_choice_errors_are_messages(actions, hybrid_actions):
+    assert "lexical weight" in ask(actions, retriever="hybrid")[0]
+    assert "unknown retriever" in ask(hybrid_actions, retriever="<b>sparse</b>")[0]
+    assert hybrid_actions.ask_json(QUESTION, "token", 2, "flat", "", "dense")["retriever"] == "dense"
+    assert hybrid_actions.ask_json(QUESTION, "token", 2)["retriever"] == "hybrid"
+    with pytest.raises(gr.Error, match="unknown retriever"):
+        hybrid_actions.ask_json(QUESTION, "token", 2, "flat", "", "bm25")
