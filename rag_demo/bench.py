@@ -280,15 +280,26 @@ def stage_latencies(engine, sizes: Sizes) -> list[dict]:
     return rows
 
 
-def synthetic_vectors(n: int, dim: int, clusters: int, *, seed: int) -> np.ndarray:
-    """Unit vectors around `clusters` random centres (so neighbours exist), float32 (n, dim)."""
+def synthetic_vectors(n: int, dim: int, clusters: int, *, seed: int, latent_dim: int = 64, space_seed: int = 0) -> np.ndarray:
+    """Unit vectors shaped like text embeddings, float32 (n, dim).
+
+    Sentence embeddings use few directions of their space and group by topic, and a query lies
+    among the passages it should find. So: `clusters` topic centres in a `latent_dim`-dim subspace,
+    points spread around them, and a little noise in every direction. The subspace and centres
+    come from `space_seed`, shared by base vectors and queries; `seed` draws the points. (Points of
+    full-rank noise would be nearly equidistant, and recall against exact search would mean nothing.)
+    """
+    space = np.random.default_rng(space_seed)
+    latent_dim = min(latent_dim, dim)
+    basis = (space.standard_normal((latent_dim, dim)) / np.sqrt(latent_dim)).astype(np.float32)  # (L, dim)
+    centres = space.standard_normal((clusters, latent_dim)).astype(np.float32)  # (C, L)
     rng = np.random.default_rng(seed)
-    centres = rng.standard_normal((clusters, dim), dtype=np.float32)
     out = np.empty((n, dim), dtype=np.float32)
     step = 100_000
     for start in range(0, n, step):
         m = min(step, n - start)
-        chunk = centres[rng.integers(0, clusters, m)] + 0.7 * rng.standard_normal((m, dim), dtype=np.float32)
+        latent = centres[rng.integers(0, clusters, m)] + 0.5 * rng.standard_normal((m, latent_dim), dtype=np.float32)
+        chunk = latent @ basis + 0.05 * rng.standard_normal((m, dim), dtype=np.float32)
         out[start : start + m] = chunk / np.linalg.norm(chunk, axis=1, keepdims=True)
     return out
 
