@@ -79,6 +79,7 @@ def build_parser() -> argparse.ArgumentParser:
     ask.add_argument("--max-new-tokens", type=_positive_int, default=16)
     ask.add_argument("--decoding", default="thorough", choices=DECODINGS, help="RAG-Sequence decoding (default thorough)")
     ask.add_argument("--no-closed-book", action="store_true", help="skip the generator-only answer")
+    ask.add_argument("--extractive", action="store_true", help="answers copy a run of a retrieved passage (causal generators)")
     _model_options(ask)
 
     score = commands.add_parser("score", help="log p(answer|question) under both variants")
@@ -103,6 +104,7 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--num-beams", type=_positive_int, default=1)
     evaluate.add_argument("--max-new-tokens", type=_positive_int, default=16)
     evaluate.add_argument("--decoding", default="thorough", choices=DECODINGS)
+    evaluate.add_argument("--extractive", action="store_true", help="answers copy a run of a retrieved passage")
     evaluate.add_argument("--table", action="store_true",
                           help="every variant and closed-book on every KB for each --ks; prints a markdown table")
     evaluate.add_argument("--ks", type=_k_list, default=(1, 5, 10), help="comma-separated k values for --table")
@@ -204,7 +206,8 @@ def cmd_ask(args) -> int:
     engine = make_engine(args)
     result = engine.ask(args.question, kb=args.kb, k=args.k, index=args.index, variants=args.variant,
                         num_beams=args.num_beams, max_new_tokens=args.max_new_tokens,
-                        sequence_decoding=args.decoding, closed_book=not args.no_closed_book, retriever=args.retriever)
+                        sequence_decoding=args.decoding, closed_book=not args.no_closed_book, retriever=args.retriever,
+                        extractive=args.extractive)
     if args.json:
         print(json.dumps(result.to_json(), ensure_ascii=False))
     else:
@@ -276,7 +279,7 @@ def cmd_eval(args) -> int:
         kbs = (args.kb,) if args.kb else engine.kb_names
         reports = evaluate_table(engine, kbs=kbs, ks=args.ks, n=args.n, seed=args.seed, index=args.index,
                                  num_beams=args.num_beams, max_new_tokens=args.max_new_tokens, sequence_decoding=args.decoding,
-                                 kb_sample=args.kb_sample, retriever=args.retriever)
+                                 kb_sample=args.kb_sample, retriever=args.retriever, extractive=args.extractive)
         if args.json:
             print(json.dumps(reports))
         else:
@@ -284,7 +287,8 @@ def cmd_eval(args) -> int:
         return 0
     report = evaluate(engine, kb=args.kb or engine.default_kb, variant=args.variant, n=args.n, seed=args.seed,
                       k=args.k, index=args.index, num_beams=args.num_beams, max_new_tokens=args.max_new_tokens,
-                      sequence_decoding=args.decoding, kb_sample=args.kb_sample, retriever=args.retriever)
+                      sequence_decoding=args.decoding, kb_sample=args.kb_sample, retriever=args.retriever,
+                      extractive=args.extractive)
     if args.json:
         print(json.dumps(report))
     else:

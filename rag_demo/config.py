@@ -96,6 +96,7 @@ class DecodingConfig:
     max_new_tokens: int = 16
     num_beams: int = 1
     sequence_decoding: str = "thorough"  # RAG-Sequence: "thorough" or "fast" (paper 2.5)
+    extractive: bool = False  # answers may only copy a run of a retrieved passage's tokens (causal generators)
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 from .generator import DecodeState, Generator
@@ -55,6 +56,53 @@ def logits_processors(generator: Generator, *, prefix_len: int, max_new_tokens: 
     if config.forced_eos_token_id is not None:
         processors.append(ForcedEOSTokenLogitsProcessor(max_length, config.forced_eos_token_id))
     return processors
+
+
+class CopySpans:
+    """A logits processor that makes answers copy: the tokens generated after `prefix_len` must
+    be a contiguous run of one of the `sources` (the retrieved passages as the generator reads
+    them), and a stop token may follow only once at least one token was copied.
+
+    It only masks the choice. Every probability the engine reports is still the model's own,
+    teacher-forced afterwards, so p(y|x) and the posteriors stay exact for the chosen answer.
+    """
+
+    def __init__(self, sources: list[list[int]], *, prefix_len: int, stop_ids: frozenset[int]):
+        self.sources = [np.asarray(source, dtype=np.int64) for source in sources if len(source)]
+        self.prefix_len = prefix_len
+        self.stop = np.asarray(sorted(stop_ids), dtype=np.int64)
+        self.starts = np.unique(np.concatenate(self.sources)) if self.sources else np.zeros(0, dtype=np.int64)
+
+    def allowed(self, generated: list[int]) -> np.ndarray:
+        """Token ids that may come next after `generated`, ascending."""
+        if not generated:
+            return self.starts
+        run = np.asarray(generated, dtype=np.int64)
+        n = len(run)
+        following, copied = [], False
+        for source in self.sources:
+            if len(source) < n:
+                continue
+            starts = np.flatnonzero((np.lib.stride_tricks.sliding_window_view(source, n) == run).all(axis=1))
+            if starts.size:
+                copied = True
+                ends = starts + n
+                following.append(source[ends[ends < len(source)]])
+        if copied:
+            following.append(self.stop)
+        return np.unique(np.concatenate(following)) if following else self.stop
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        """input_ids (N, L), scores (N, V) -> scores with every other token set to NEG."""
+        masked = torch.full_like(scores, NEG)
+        for row in range(input_ids.shape[0]):
+            generated = input_ids[row, self.prefix_len :].tolist()
+            if generated and generated[-1] in self.stop:  # finished: greedy repeats its last token, cut off later
+                masked[row] = scores[row]
+                continue
+            ok = torch.from_numpy(self.allowed(generated)).to(scores.device)
+            masked[row, ok] = scores[row, ok]
+        return masked
 
 
 class _Search:
@@ -104,10 +152,13 @@ def greedy(
     max_new_tokens: int,
     stop_ids: frozenset[int],
     generation_config=None,
+    copy_from: list[list[int]] | None = None,
 ) -> list[Hypothesis]:
-    """Greedy decoding of G groups at once; one hypothesis per group."""
+    """Greedy decoding of G groups at once; one hypothesis per group. `copy_from`: see `CopySpans`."""
     search = _Search(generator, state, groups, doc_lp)
     processors = logits_processors(generator, prefix_len=len(prefix), max_new_tokens=max_new_tokens, generation_config=generation_config)
+    if copy_from is not None:
+        processors.append(CopySpans(copy_from, prefix_len=len(prefix), stop_ids=stop_ids))
     sequences = torch.tensor([list(prefix)] * groups, dtype=torch.long).view(groups, len(prefix))
     scores = torch.zeros(groups)
     done = torch.zeros(groups, dtype=torch.bool)
@@ -147,14 +198,18 @@ def beam_search(
     num_beams: int,
     length_penalty: float | None = None,
     generation_config=None,
+    copy_from: list[list[int]] | None = None,
 ) -> list[list[Hypothesis]]:
-    """Beam search for G groups at once; returns each group's finished hypotheses, best first."""
+    """Beam search for G groups at once; returns each group's finished hypotheses, best first.
+    `copy_from`: see `CopySpans`."""
     if length_penalty is None:
         length_penalty = float((generation_config or generator.model.generation_config).length_penalty or 1.0)
     B, G = num_beams, groups
     search = _Search(generator, state, groups, doc_lp)
     search.expand(B)
     processors = logits_processors(generator, prefix_len=len(prefix), max_new_tokens=max_new_tokens, generation_config=generation_config)
+    if copy_from is not None:
+        processors.append(CopySpans(copy_from, prefix_len=len(prefix), stop_ids=stop_ids))
     stop = torch.tensor(sorted(stop_ids), dtype=torch.long)
     keep = max(2, 1 + len(stop_ids)) * B
 

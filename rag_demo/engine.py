@@ -417,19 +417,21 @@ class RagEngine:
 
     # -- decoding -------------------------------------------------------------------------------
     def _decode_token(self, state: DecodeState, doc_lp: torch.Tensor, prefix, *, num_beams: int,
-                      max_new_tokens: int) -> tuple[tuple[int, ...], dict[int, torch.Tensor]]:
+                      max_new_tokens: int, copy_from=None) -> tuple[tuple[int, ...], dict[int, torch.Tensor]]:
         """The answer and the per-row log-probs decoding already gave for it ({} after beam search)."""
         gen = self.generator
         branch = gen.fork(state, torch.arange(state.rows))
         stop = self._stop_ids()
-        options = dict(prefix=prefix, max_new_tokens=max_new_tokens, stop_ids=stop, generation_config=self.token_generation_config)
+        options = dict(prefix=prefix, max_new_tokens=max_new_tokens, stop_ids=stop, generation_config=self.token_generation_config,
+                       copy_from=copy_from)
         if num_beams == 1:
             hyp = decoding.greedy(gen, branch, groups=1, doc_lp=doc_lp, **options)[0]
             return hyp.ids, dict(enumerate(hyp.row_logprobs))
         return decoding.beam_search(gen, branch, groups=1, doc_lp=doc_lp, num_beams=num_beams, **options)[0][0].ids, {}
 
     def _decode_sequence(self, state: DecodeState, doc_lp: torch.Tensor, prefix, *, num_beams: int, max_new_tokens: int,
-                         sequence_decoding: str) -> tuple[tuple[int, ...], list[tuple[tuple[int, ...], float]], dict[int, torch.Tensor]]:
+                         sequence_decoding: str, copy_from=None,
+                         ) -> tuple[tuple[int, ...], list[tuple[tuple[int, ...], float]], dict[int, torch.Tensor]]:
         """Per-passage beams, then the marginal over passages (thorough) or over finders (fast).
 
         Returns the best answer, all candidates with their scores, and the best answer's per-row
@@ -440,10 +442,11 @@ class RagEngine:
         stop = self._stop_ids()
         if num_beams == 1:
             per_group = [[h] for h in decoding.greedy(gen, branch, groups=docs, doc_lp=None, prefix=prefix,
-                                                      max_new_tokens=max_new_tokens, stop_ids=stop)]
+                                                      max_new_tokens=max_new_tokens, stop_ids=stop, copy_from=copy_from)]
         else:
             per_group = decoding.beam_search(gen, branch, groups=docs, doc_lp=None, prefix=prefix,
-                                             max_new_tokens=max_new_tokens, stop_ids=stop, num_beams=num_beams)
+                                             max_new_tokens=max_new_tokens, stop_ids=stop, num_beams=num_beams,
+                                             copy_from=copy_from)
         found_by: dict[tuple[int, ...], list[int]] = {}
         known: dict[tuple[int, ...], dict[int, torch.Tensor]] = {}
         for z, hyps in enumerate(per_group):
@@ -489,12 +492,20 @@ class RagEngine:
     @falls_back_to_cpu_on_gpu_oom
     def ask(self, question: str, *, kb: str | KnowledgeBase | None = None, k: int = 5, index: str = "flat",
             variants=VARIANTS, num_beams: int | None = None, sequence_decoding: str | None = None,
-            max_new_tokens: int | None = None, closed_book: bool = True, retriever: str | None = None) -> AskResult:
-        """Retrieve k passages, answer with each variant, and trace every token to its passages."""
+            max_new_tokens: int | None = None, closed_book: bool = True, retriever: str | None = None,
+            extractive: bool | None = None) -> AskResult:
+        """Retrieve k passages, answer with each variant, and trace every token to its passages.
+
+        `extractive` makes both variants copy a run of a retrieved passage (see `decoding.CopySpans`);
+        the closed-book answer, which reads no passage, stays free."""
         num_beams = self.config.decoding.num_beams if num_beams is None else num_beams
         max_new_tokens = self.config.decoding.max_new_tokens if max_new_tokens is None else max_new_tokens
         sequence_decoding = sequence_decoding or self.config.decoding.sequence_decoding
         variants = self._check_options(variants, num_beams, max_new_tokens, sequence_decoding)
+        extractive = self.config.decoding.extractive if extractive is None else bool(extractive)
+        if extractive and self.generator.kind != "causal":
+            raise InputError("copying answers from passages works with causal generators only; "
+                             f"{self.generator.name} is {self.generator.kind}")
         question, notices = clean_text(question, what="question")
         total_started = time.perf_counter()
         timings: dict[str, float] = {}
@@ -502,22 +513,26 @@ class RagEngine:
         started = time.perf_counter()
         gen = self.generator
         prefix = gen.generation_prefix()
+        copy_from = ([gen.copy_source(retrieval.generator_question, Passage(p.title, p.text)) for p in retrieval.passages]
+                     if extractive else None)
         with torch.inference_mode():
             state = gen.start(self._inputs(retrieval), prefix)
             answers: dict[str, tuple[tuple[int, ...], list, dict[int, torch.Tensor]]] = {}
             if "token" in variants:
-                ids, known = self._decode_token(state, retrieval.doc_lp, prefix, num_beams=num_beams, max_new_tokens=max_new_tokens)
+                ids, known = self._decode_token(state, retrieval.doc_lp, prefix, num_beams=num_beams, max_new_tokens=max_new_tokens,
+                                                copy_from=copy_from)
                 answers["token"] = (ids, [], known)
             if "sequence" in variants:
                 answers["sequence"] = self._decode_sequence(state, retrieval.doc_lp, prefix, num_beams=num_beams,
-                                                            max_new_tokens=max_new_tokens, sequence_decoding=sequence_decoding)
+                                                            max_new_tokens=max_new_tokens, sequence_decoding=sequence_decoding,
+                                                            copy_from=copy_from)
             targets = [ids for ids, _, _ in answers.values()]
             per_doc = self._all_rows_logprobs(state, targets, [known for _, _, known in answers.values()])
             closed_state = self._closed_book_state(retrieval.generator_question, prefix) if closed_book else None
             closed_lps = (self._doc_token_logprobs(closed_state, targets, [[0]] * len(targets)) if closed_book
                           else [torch.full((1, len(t)), float("nan")) for t in targets])
             results = {}
-            decoding_name = "greedy" if num_beams == 1 else f"beam {num_beams}"
+            decoding_name = ("greedy" if num_beams == 1 else f"beam {num_beams}") + (", copying" if extractive else "")
             for (variant, (ids, candidates, _)), lps, closed in zip(answers.items(), per_doc, closed_lps):
                 name = decoding_name if variant == "token" else f"{decoding_name}, {sequence_decoding}"
                 results[variant] = self._variant_result(
@@ -531,7 +546,7 @@ class RagEngine:
             question=question, kb=self.resolve_kb(kb).name, index=index, k=k, passages=retrieval.passages,
             variants=results, closed_book=closed_result, timings_ms=timings,
             notices=notices + retrieval.notices, index_recall=retrieval.recall, scale=self.encoder.scale,
-            retriever=retrieval.retriever, lexical_weight=retrieval.lexical_weight,
+            retriever=retrieval.retriever, lexical_weight=retrieval.lexical_weight, extractive=extractive,
         )
 
     def _closed_book_answer(self, state: DecodeState, prefix, max_new_tokens: int) -> ClosedBookResult:

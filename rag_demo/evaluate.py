@@ -123,21 +123,21 @@ def _picked(engine, kb: str, n: int, seed: int, questions: list[EvalQuestion] | 
 
 def evaluate(engine, *, kb: str, variant: str, n: int, seed: int, k: int = 5, index: str = "flat", num_beams: int = 1,
              max_new_tokens: int = 16, sequence_decoding: str = "thorough", questions: list[EvalQuestion] | None = None,
-             kb_sample: int | None = None, retriever: str | None = None, progress=None) -> dict:
+             kb_sample: int | None = None, retriever: str | None = None, extractive: bool = False, progress=None) -> dict:
     """Sample n questions of `kb` and score `variant` ("token", "sequence" or "closed-book")."""
     if variant not in ("token", "sequence", "closed-book"):
         raise InputError(f"unknown variant {variant!r}; choose token, sequence or closed-book")
     reports = evaluate_table(engine, kbs=(kb,), ks=(k,), n=n, seed=seed, variants=(variant,), index=index,
                              num_beams=num_beams, max_new_tokens=max_new_tokens, sequence_decoding=sequence_decoding,
                              questions={kb: questions} if questions is not None else None, kb_sample=kb_sample,
-                             retriever=retriever, progress=progress)
+                             retriever=retriever, extractive=extractive, progress=progress)
     return reports[0]
 
 
 def evaluate_table(engine, *, kbs, ks, n: int, seed: int, variants=("token", "sequence", "closed-book"),
                    index: str = "flat", num_beams: int = 1, max_new_tokens: int = 16, sequence_decoding: str = "thorough",
                    questions: dict[str, list[EvalQuestion]] | None = None, kb_sample: int | None = None,
-                   retriever: str | None = None, progress=None) -> list[dict]:
+                   retriever: str | None = None, extractive: bool = False, progress=None) -> list[dict]:
     """One report per (kb, variant, k); closed-book gets one per kb (it reads no passage).
 
     `kb_sample` asks over a random part of each KB of that many passages (see `sample_kb`).
@@ -165,7 +165,7 @@ def evaluate_table(engine, *, kbs, ks, n: int, seed: int, variants=("token", "se
                 started = time.perf_counter()
                 result = engine.ask(item.question, kb=knowledge, k=k, index=index, variants=open_book, num_beams=num_beams,
                                     max_new_tokens=max_new_tokens, sequence_decoding=sequence_decoding, closed_book=False,
-                                    retriever=retriever)
+                                    retriever=retriever, extractive=extractive)
                 seconds[k] += time.perf_counter() - started
                 retrieved = any(p.id == item.gold_id for p in result.passages)
                 for v in open_book:
@@ -173,9 +173,10 @@ def evaluate_table(engine, *, kbs, ks, n: int, seed: int, variants=("token", "se
             if progress is not None:
                 progress(f"evaluating on {kb}", done, len(picked))
         common = {"kb": kb, "kb_passages": len(knowledge), "index": index, "retriever": retriever, "seed": seed}
+        open_common = common | {"extractive": extractive}
         for (v, k), tally in tallies.items():
             # both variants came out of one ask, so the time is theirs together
-            reports.append(tally.report(variant=v, k=k, seconds_per_question=seconds[k] / len(picked), **common))
+            reports.append(tally.report(variant=v, k=k, seconds_per_question=seconds[k] / len(picked), **open_common))
         if closed is not None:
             reports.append(closed.report(variant="closed-book", k=None, seconds_per_question=seconds["closed-book"] / len(picked), **common))
     return reports
@@ -189,13 +190,15 @@ def print_table(reports: list[dict], out=sys.stdout) -> None:
     for r in reports:
         cells = ["n/a" if r[key] is None else f"{100 * r[key]:.1f}" for key in keys]
         k = "-" if r["variant"] == "closed-book" else str(r["k"])
+        variant = r["variant"] + (", copying" if r.get("extractive") else "")
         retriever = "-" if r["variant"] == "closed-book" else r["retriever"]
-        out.write(f"| {r['kb']} | {r['kb_passages']:,} | {retriever} | {r['variant']} | {k} | {r['n']} | " + " | ".join(cells) + f" | {r['seconds_per_question']:.2f} |\n")
+        out.write(f"| {r['kb']} | {r['kb_passages']:,} | {retriever} | {variant} | {k} | {r['n']} | " + " | ".join(cells) + f" | {r['seconds_per_question']:.2f} |\n")
 
 
 def print_report(report: dict, out=sys.stdout) -> None:
+    copying = ", copying from passages" if report.get("extractive") else ""
     out.write(f"{report['variant']} on {report['kb']} ({report['kb_passages']:,} passages, n={report['n']}, k={report['k']}, "
-              f"{report['retriever']} retrieval, seed={report['seed']})\n")
+              f"{report['retriever']} retrieval{copying}, seed={report['seed']})\n")
     for key in ("exact_match", "f1", "answer_recall", "retrieval_recall", "original_match"):
         value = report[key]
         out.write(f"  {key:<17} {'n/a' if value is None else f'{100 * value:5.1f}%'}\n")

@@ -268,6 +268,11 @@ class CausalGenerator(Generator):
             return passage.text
         return self.tokenizer.decode(ids[: max(budget, 0)])
 
+    def copy_source(self, question: str, passage: Passage) -> list[int]:
+        """The passage's tokens as an answer would copy them: after 'Answer:', words start with a space."""
+        text = self._fit_passage(question, passage)
+        return self.tokenizer(" " + " ".join(part for part in (passage.title, text) if part), add_special_tokens=False)["input_ids"]
+
     @functools.cached_property
     def stop_ids(self) -> frozenset[int]:
         """EOS and every token that contains a line break ("\n", "\n\n", ...): the answer line ends."""

@@ -57,6 +57,7 @@ class AskResult:
     scale: float = 1.0
     retriever: str = "dense"  # "dense" (the paper's) or "hybrid" (dense + BM25)
     lexical_weight: float = 0.0  # BM25's weight in the logits (0 for dense)
+    extractive: bool = False  # answers were constrained to copy a run of a retrieved passage
 
     def to_json(self) -> dict:
         return asdict(self)

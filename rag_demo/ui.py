@@ -88,7 +88,7 @@ class Engine(Protocol):
     def ask(self, question: str, *, kb: str | KnowledgeBase, k: int = 5, index: str = "flat",
             variants: tuple[str, ...] = ("token", "sequence"), num_beams: int = 1,
             sequence_decoding: str = "thorough", max_new_tokens: int = 16, closed_book: bool = True,
-            retriever: str | None = None) -> AskResult: ...
+            retriever: str | None = None, extractive: bool | None = None) -> AskResult: ...
 
     def score(self, question: str, answer: str, *, kb: str | KnowledgeBase, k: int = 5, index: str = "flat",
               variants: tuple[str, ...] = ("token", "sequence"), retriever: str | None = None) -> AskResult: ...
@@ -937,7 +937,8 @@ class DemoActions:
 
     # ---- Ask ----------------------------------------------------------------------------------
     def ask(self, question: str, variant: str, k: float, index: str, kb_choice: str | None, num_beams: float,
-            sequence_decoding: str, mine: Held | KnowledgeBase | None, retriever: str | None = None) -> tuple:
+            sequence_decoding: str, mine: Held | KnowledgeBase | None, retriever: str | None = None,
+            extractive: bool = False) -> tuple:
         """-> status, answer, passages, p(z|x) plot, token heatmap, sequence heatmap, gain plot, last result."""
         try:
             knowledge = self.resolve_kb(kb_choice, mine)
@@ -951,6 +952,7 @@ class DemoActions:
                 sequence_decoding=sequence_decoding or "thorough",
                 closed_book=True,
                 retriever=parse_retriever(retriever),
+                extractive=bool(extractive),
             )
         except Exception as err:  # the UI boundary: a message in the page, never a traceback
             return (_failure(err), *[gr.skip()] * 7)
@@ -967,12 +969,12 @@ class DemoActions:
         )
 
     def ask_json(self, question: str, variant: str = "both", k: int = 5, index: str = "flat", kb: str = "",
-                 retriever: str = "") -> dict:
+                 retriever: str = "", extractive: bool = False) -> dict:
         """The API: the AskResult as JSON. Errors come back as a gradio error with the message."""
         try:
             result = self.engine.ask(require_question(question), kb=self.known_kb(kb) if kb else self.engine.default_kb,
                                      k=parse_k(k), index=index or "flat", variants=parse_variants(variant),
-                                     retriever=parse_retriever(retriever))
+                                     retriever=parse_retriever(retriever), extractive=bool(extractive))
         except RagDemoError as err:
             raise gr.Error(str(err), print_exception=False) from None
         except Exception as err:  # the API boundary: a message for the caller, the details in the server log
@@ -1243,6 +1245,9 @@ def build_demo(engine: Engine, *, limits: UploadLimits = UploadLimits(), files: 
                                             elem_id="seq-decoding")
                         retriever = gr.Radio(RETRIEVER_CHOICES, label="Retriever", elem_id="retriever",
                                              **actions.retriever_options())
+                        extractive = gr.Checkbox(False, label="Answers copy a passage span", elem_id="extractive",
+                                                 info="Decoding may only copy a run of a retrieved passage's words; "
+                                                      "the probabilities shown stay the model's own.")
                     with gr.Column(scale=3, min_width=600):
                         ask_status = _status("ask-status")
                         answer = _html("answer", format_status("Ask a question, or click an example.", "info"))
@@ -1361,7 +1366,7 @@ def build_demo(engine: Engine, *, limits: UploadLimits = UploadLimits(), files: 
         timer.tick(actions.poll, inputs=announced, outputs=poll_outputs, api_visibility="private",
                    show_progress="hidden", queue=False)
 
-        ask_inputs = [question, variant, k, index, kb, beams, decoding, mine, retriever]
+        ask_inputs = [question, variant, k, index, kb, beams, decoding, mine, retriever, extractive]
         ask_outputs = [ask_status, answer, passages, doc_prob, heat_token, heat_seq, gain, last]
         gr.on([ask_btn.click, question.submit], actions.ask, inputs=ask_inputs, outputs=ask_outputs, api_name="ask",
               **engine_events)
@@ -1401,10 +1406,10 @@ def build_demo(engine: Engine, *, limits: UploadLimits = UploadLimits(), files: 
                       api_name="index_reports", **engine_events)
 
         def ask_json(question: str, variant: str = "both", k: int = 5, index: str = "flat", kb: str = "",
-                     retriever: str = "") -> dict:
+                     retriever: str = "", extractive: bool = False) -> dict:
             """Ask a question; returns the full AskResult as JSON. variant: token, sequence or both;
-            retriever: hybrid, dense, or empty for the engine's default."""
-            return actions.ask_json(question, variant, k, index, kb, retriever)
+            retriever: hybrid, dense, or empty for the engine's default; extractive: answers copy a passage span."""
+            return actions.ask_json(question, variant, k, index, kb, retriever, extractive)
 
         gr.api(ask_json, api_name="ask_json", **engine_events)
         demo.unload(actions.end_session)

@@ -84,6 +84,7 @@ def test_hybrid_retrieval_from_the_command_line(saved):
         (["ask", "q", "--generator", "/no/such/model"], "does not exist"),
         (["ask", "q", "--retriever", "hybrid"], "needs a lexical weight"),
         (["ask", "q", "--lexical-weight", "-1"], "--lexical-weight must be 0 or more"),
+        (["ask", "q", "--extractive"], "causal generators only"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(saved, args, message, tmp_path):

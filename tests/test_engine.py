@@ -149,6 +149,7 @@ def test_index_variants_answer_and_report_recall(tiny_engine):
         ({"num_beams": 0}, "num_beams"),
         ({"max_new_tokens": 10_000}, "max_new_tokens"),
         ({"sequence_decoding": "quick"}, "unknown decoding"),
+        ({"extractive": True}, "causal generators only"),  # the tiny BART is seq2seq
     ],
 )
 def test_bad_input_gets_a_clear_error(tiny_engine, kwargs, message):

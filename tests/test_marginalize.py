@@ -86,3 +86,39 @@ def test_padding_positions_are_ignored():
     short = token_lp[:1, :, :2]
     assert torch.allclose(M.rag_sequence_logprob(padded, doc_lp, mask)[:1],
                           M.rag_sequence_logprob(short, doc_lp[:1], torch.ones(1, 2, dtype=torch.bool)), atol=1e-5)
+
+
+def test_copy_spans_allows_only_runs_of_a_source():
+    from rag_demo.decoding import NEG, CopySpans
+
+    stop = frozenset({0})
+    copy = CopySpans([[5, 6, 7, 5, 8], [9, 6, 7, 4]], prefix_len=1, stop_ids=stop)
+    assert copy.allowed([]).tolist() == [4, 5, 6, 7, 8, 9]
+    assert copy.allowed([6]).tolist() == [0, 7]  # 6 is followed by 7 in both; a copied run may stop
+    assert copy.allowed([6, 7]).tolist() == [0, 4, 5]  # each source's continuation
+    assert copy.allowed([5, 8]).tolist() == [0]  # the end of a source: only stop
+    assert copy.allowed([7, 6]).tolist() == [0]  # not a run of any source: only stop
+    scores = torch.zeros(2, 10)
+    out = copy(torch.tensor([[3, 6, 7], [3, 5, 8]]), scores)
+    assert (out[0] == 0).nonzero().flatten().tolist() == [0, 4, 5] and out[0, 9] == NEG
+    assert (out[1] == 0).nonzero().flatten().tolist() == [0]
+    done = copy(torch.tensor([[3, 6, 0]]), torch.ones(1, 10))  # finished rows are left alone
+    assert torch.equal(done, torch.ones(1, 10))
+
+
+def test_greedy_with_copy_spans_copies_a_passage_run(tiny_engine):
+    """The tiny BART answers free text; with the constraint, its answer is a run of the passage tokens."""
+    from rag_demo import decoding
+
+    gen = tiny_engine.generator
+    source = gen.tokenizer(" Lake Baikal is the deepest lake", add_special_tokens=False)["input_ids"]
+    prefix = gen.generation_prefix()
+    state = gen.start([gen.format_input("how deep is baikal", None)], prefix)
+    stops = frozenset(gen.eos_ids)
+    free = decoding.greedy(gen, gen.fork(state, torch.arange(1)), groups=1, doc_lp=None, prefix=prefix, max_new_tokens=6,
+                           stop_ids=stops)[0]
+    copied = decoding.greedy(gen, state, groups=1, doc_lp=None, prefix=prefix, max_new_tokens=6, stop_ids=stops,
+                             copy_from=[source])[0]
+    ids = [t for t in copied.ids if t not in stops]
+    assert ids and any(source[i : i + len(ids)] == ids for i in range(len(source)))
+    assert list(free.ids) != list(copied.ids)

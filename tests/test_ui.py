@@ -34,9 +34,10 @@ def actions(ui_engine):
 
 
 def ask(actions, question=QUESTION, variant="both", kb=None, mine=None, k=3, index="flat", beams=1,
-        decoding="thorough", retriever=None):
+        decoding="thorough", retriever=None, extractive=False):
     """The Ask tab's event with these settings."""
-    return actions.ask(question, variant, k, index, kb or actions.engine.default_kb, beams, decoding, mine, retriever)
+    return actions.ask(question, variant, k, index, kb or actions.engine.default_kb, beams, decoding, mine, retriever,
+                       extractive)
 
 
 def shown(token: str) -> str:
@@ -289,7 +290,7 @@ def test_demo_builds_with_named_endpoints_and_one_engine_lane(ui_engine):
     for name in ("/ask", "/ask_json", "/swap", "/score", "/index_reports", "/build_kb", "/edit_passage", "/ask_mine"):
         assert name in endpoints
     assert [p["parameter_name"] for p in endpoints["/ask_json"]["parameters"]] == ["question", "variant", "k", "index", "kb",
-                                                                                 "retriever"]
+                                                                                 "retriever", "extractive"]
     engine_fns = [fn for fn in demo.fns.values() if fn.concurrency_id == ui.ENGINE_GROUP]
     assert len(engine_fns) >= 8 and all(fn.concurrency_limit == 1 for fn in engine_fns)
 
@@ -555,3 +556,20 @@ def test_retriever_choice_errors_are_messages(actions, hybrid_actions):
     assert hybrid_actions.ask_json(QUESTION, "token", 2)["retriever"] == "hybrid"
     with pytest.raises(gr.Error, match="unknown retriever"):
         hybrid_actions.ask_json(QUESTION, "token", 2, "flat", "", "bm25")
+
+
+@pytest.mark.parametrize("beams", [1, 2])
+def test_extractive_answers_copy_a_run_of_a_retrieved_passage(actions, ui_engine, beams):
+    status, answer, *_, last = ask(actions, k=3, beams=beams, extractive=True)
+    assert status == ""
+    result = ui.unwrap(last)
+    assert result.extractive and "copying" in answer
+    gen = ui_engine.generator
+    sources = [gen.copy_source(result.question, Passage(p.title, p.text)) for p in result.passages]
+    for variant in result.variants.values():
+        assert "copying" in variant.decoding
+        ids = [t for t in variant.token_ids if t not in gen.stop_ids]
+        assert ids, variant
+        assert any(src[i : i + len(ids)] == ids for src in sources for i in range(len(src)))
+    free = ui.unwrap(ask(actions, k=3, beams=beams)[-1])
+    assert not free.extractive and all("copying" not in v.decoding for v in free.variants.values())
