@@ -276,7 +276,8 @@ class RagEngine:
                 self._private.clear()
 
     def warm_up(self) -> float:
-        """Load each KB's exact index and answer one example question; returns the seconds it took.
+        """Load each KB's exact index (and BM25 index, for hybrid retrieval) and answer one example
+        question; returns the seconds it took.
 
         Indexes load and the few-shot cache is computed on first use, and torch's first passes are
         slow, so without this the first visitor of a fresh server waits several times a normal ask.
@@ -284,6 +285,8 @@ class RagEngine:
         started = time.perf_counter()
         for name in self.kbs:
             self.search_index(name, "flat")
+            if self.lexical_weight > 0:
+                self._lexical_for(self.kbs[name])
         question = next(iter(self.example_questions()), "Who wrote the novel Nineteen Eighty-Four?")
         self.ask(question, k=min(5, len(self.kbs[self.default_kb])))
         return time.perf_counter() - started

@@ -179,6 +179,17 @@ def test_example_click_asks(page, ui_engine):
     assert token_texts(page, "#answer .rag-card-token") == shown(result.variants["token"].tokens)
 
 
+def test_extractive_checkbox_makes_answers_copy(page, ui_engine):
+    expect(page.locator("#retriever")).to_be_hidden()  # a dense-only engine offers no retriever choice
+    page.locator("#extractive input[type=checkbox]").check()
+    field(page, "question").fill(QUESTIONS[2])
+    page.locator("#ask-btn").click()
+    expect(page.locator("#answer .rag-card-token")).to_contain_text("copying")
+    result = ui_engine.ask(QUESTIONS[2], kb=KB_NAMES[0], k=5, variants=("token", "sequence"), closed_book=True, extractive=True)
+    assert token_texts(page, "#answer .rag-card-token") == shown(result.variants["token"].tokens)
+    assert token_texts(page, "#answer .rag-card-sequence") == shown(result.variants["sequence"].tokens)
+
+
 def test_empty_question_shows_message(page):
     page.locator("#ask-btn").click()
     expect(page.locator("#ask-status")).to_contain_text("Type a question")

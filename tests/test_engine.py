@@ -198,6 +198,17 @@ def test_warm_up_loads_each_kb_index_and_the_few_shot_cache(tmp_path):
     assert engine.warm_up() > 0
     assert {(kb.fingerprint, "flat") for kb in engine.kbs.values()} <= set(engine._indexes)
     assert engine.generator._prefix_states  # the few-shot block's cache is ready for the first visitor
+    assert not any(kind == "bm25" for _, kind in engine._indexes)  # dense only: no BM25 index
+
+    from dataclasses import replace
+
+    from rag_demo.config import RetrievalConfig
+    from rag_demo.engine import RagEngine
+
+    hybrid = RagEngine(encoder=engine.encoder, generator=engine.generator, kbs=engine.kbs,
+                       config=replace(engine.config, retrieval=RetrievalConfig(lexical_weight=0.5)))
+    hybrid.warm_up()
+    assert {(kb.fingerprint, "bm25") for kb in hybrid.kbs.values()} <= set(hybrid._indexes)
 
 
 # -- hybrid retrieval: dense + BM25 logits ----------------------------------------------------------
