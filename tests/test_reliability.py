@@ -300,7 +300,7 @@ class CrashOn:
     def __init__(self, engine: RagEngine, trigger: str):
         self._engine, self.trigger = engine, trigger
         self.copies = 0
-        self.kb_names, self.default_kb = engine.kb_names, engine.default_kb
+        self.kb_names, self.default_kb, self.lexical_weight = engine.kb_names, engine.default_kb, engine.lexical_weight
 
     def ask(self, question, **options):
         if self.trigger in question:
