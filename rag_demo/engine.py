@@ -17,15 +17,13 @@ from pathlib import Path
 import torch
 
 from . import decoding
-import numpy as np
-
 from .config import DECODINGS, DEFAULT_ENCODER, DEFAULT_LEXICAL_WEIGHT, INDEX_KINDS, RETRIEVERS, VARIANTS, EngineConfig
 from .corpus import KnowledgeBase, Passage, load_kb, make_kb
 from .encoders import Encoder
 from .errors import InputError, KnowledgeBaseError
 from .generator import DecodeState, Generator, Target, generator_from_model
 from .index import SearchIndex, cached_index, measure, recall_at_k
-from .lexical import LexicalIndex
+from .lexical import LexicalIndex, best_rows
 from .marginalize import (
     doc_logprobs,
     rag_sequence_logprob,
@@ -160,9 +158,9 @@ class RagEngine:
             return loaded
         raise InputError(f"unknown knowledge base {name!r}; choose one of {', '.join(self.kbs)} or give a KB folder")
 
-    def _index_for(self, kb: KnowledgeBase, kind: str) -> SearchIndex:
-        if kind not in INDEX_KINDS:
-            raise InputError(f"unknown index {kind!r}; choose one of {', '.join(INDEX_KINDS)}")
+    def _kept(self, kb: KnowledgeBase, kind: str, build):
+        """`build(registered)` once per KB and kind, then kept: for good when the KB is registered,
+        in the PRIVATE_INDEX_SLOTS least-recently-used slots when it is a visitor's own."""
         key = (kb.fingerprint, kind)
         registered = any(k is kb for k in self.kbs.values())
         with self._lock:
@@ -171,38 +169,35 @@ class RagEngine:
                 if not registered:
                     store.move_to_end(key)
                 return store[key]
-            cache_dir = (kb.path / "indexes") if (registered and kb.path is not None) else None
-            if cache_dir is None and registered and self.index_cache is not None:
-                cache_dir = self.index_cache / kb.fingerprint
-            index = cached_index(kind, kb.embeddings, kb.fingerprint, cache_dir, self.config.index, device=self.encoder.device)
-            store[key] = index
+            store[key] = built = build(registered)
             if not registered:
                 while len(store) > PRIVATE_INDEX_SLOTS:
                     store.popitem(last=False)
-            return index
+            return built
+
+    def _index_for(self, kb: KnowledgeBase, kind: str) -> SearchIndex:
+        if kind not in INDEX_KINDS:
+            raise InputError(f"unknown index {kind!r}; choose one of {', '.join(INDEX_KINDS)}")
+
+        def build(registered: bool) -> SearchIndex:
+            cache_dir = (kb.path / "indexes") if (registered and kb.path is not None) else None
+            if cache_dir is None and registered and self.index_cache is not None:
+                cache_dir = self.index_cache / kb.fingerprint
+            return cached_index(kind, kb.embeddings, kb.fingerprint, cache_dir, self.config.index, device=self.encoder.device)
+
+        return self._kept(kb, kind, build)
 
     def _lexical_for(self, kb: KnowledgeBase) -> LexicalIndex:
-        """The KB's BM25 index, built on first use (about a second for the default KBs) and kept
-        like its vector indexes: for good when the KB is registered, in the LRU slots when private."""
-        key = (kb.fingerprint, "bm25")
-        registered = any(k is kb for k in self.kbs.values())
-        with self._lock:
-            store = self._indexes if registered else self._private
-            if key not in store:
-                store[key] = LexicalIndex.build([f"{title} {text}" for title, text in zip(kb.titles, kb.texts)])
-                if not registered:
-                    while len(store) > PRIVATE_INDEX_SLOTS:
-                        store.popitem(last=False)
-            elif not registered:
-                store.move_to_end(key)
-            return store[key]
+        """The KB's BM25 index, built on first use (about a second for the default KBs) and kept like its vector indexes."""
+        return self._kept(kb, "bm25", lambda registered: LexicalIndex.build(
+            [f"{title} {text}" for title, text in zip(kb.titles, kb.texts)]))
 
     def resolve_retriever(self, retriever: str | None) -> str:
         """The retriever an ask uses: the one named, or hybrid when this engine has a lexical weight."""
         if retriever is None:
             return "hybrid" if self.lexical_weight > 0 else "dense"
         if retriever not in RETRIEVERS:
-            raise InputError(f"unknown retriever {retriever!r}; choose one of {', '.join(RETRIEVERS)}")
+            raise InputError(f"unknown retriever {str(retriever)[:40]!r}; choose one of {', '.join(RETRIEVERS)}")
         if retriever == "hybrid" and self.lexical_weight == 0:
             raise InputError("hybrid retrieval needs a lexical weight above 0 for this encoder (--lexical-weight)")
         return retriever
@@ -328,7 +323,7 @@ class RagEngine:
                 recall = recall_at_k(found[:, :k], exact)
             if lexical is not None:  # an approximate index: its dense rows and BM25's best, rescored together
                 seen = set(ids)
-                ids += [int(i) for i in self._lexical_for(knowledge).top(question, depth) if int(i) not in seen]
+                ids += [int(i) for i in best_rows(lexical, depth) if int(i) not in seen]
             # Scores are exact inner products with the stored vectors, as transformers' RagModel does,
             # so an approximate index changes which passages come back, not how they are weighed.
             vectors = torch.from_numpy(knowledge.embeddings[ids])  # (C, D)

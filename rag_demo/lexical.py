@@ -93,10 +93,14 @@ class LexicalIndex:
 
     def top(self, question: str, n: int) -> np.ndarray:
         """Rows of the n best-scoring passages with a score above 0, best first (fewer when fewer match)."""
-        scores = self.scores(question)
-        n = min(n, self.size)
-        if n <= 0:
-            return np.zeros(0, dtype=np.int64)
-        best = np.argpartition(-scores, n - 1)[:n]
-        best = best[np.argsort(-scores[best], kind="stable")]
-        return best[scores[best] > 0]
+        return best_rows(self.scores(question), n)
+
+
+def best_rows(scores: np.ndarray, n: int) -> np.ndarray:
+    """Rows of the n highest of (N,) scores that are above 0, best first (fewer when fewer are)."""
+    n = min(n, len(scores))
+    if n <= 0:
+        return np.zeros(0, dtype=np.int64)
+    best = np.argpartition(-scores, n - 1)[:n]
+    best = best[np.argsort(-scores[best], kind="stable")]
+    return best[scores[best] > 0]
