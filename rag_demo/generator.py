@@ -23,6 +23,7 @@ from . import prompts
 from .config import GeneratorConfig
 from .corpus import Passage
 from .errors import ModelLoadError
+from .kernels import PACKED_ATTENTION, register_packed_attention, use_few_rows_head
 
 log = logging.getLogger(__name__)
 
@@ -253,6 +254,8 @@ class CausalGenerator(Generator):
         super().__init__(model, tokenizer, config, name=name)
         self._prefix_states: dict[str, tuple[list[int], object]] = {}
         self._prefix_lock = threading.Lock()
+        if model.config._attn_implementation == "sdpa":  # the same attention, per packed row (`kernels`)
+            model.set_attn_implementation(register_packed_attention())
 
     def format_input(self, question: str, passage: Passage | None) -> str:
         if passage is None:
@@ -332,7 +335,7 @@ class CausalGenerator(Generator):
         """Each cache layer's attention window (inf: full); () when packed prefill is not possible."""
         from transformers import DynamicCache
 
-        if self.model.config._attn_implementation not in ("sdpa", "eager"):
+        if self.model.config._attn_implementation not in ("sdpa", "eager", PACKED_ATTENTION):
             return ()
         layers = DynamicCache(config=self.model.config).layers
         if not layers or not all(type(layer) in _rebinding_layers() for layer in layers):
@@ -392,8 +395,9 @@ class CausalGenerator(Generator):
             if prefix_cache is not None:
                 for index, layer in enumerate(prefix_cache.layers):
                     cache.update(layer.keys, layer.values, index)
+            packed = {"packed_rows": (shared, tuple(lengths))} if self.model.config._attn_implementation == PACKED_ATTENTION else {}
             out = self.model(input_ids=ids, attention_mask=mask[None, None].to(self.device), position_ids=positions,
-                             cache=cache, use_cache=True, logits_to_keep=(ends - 1).to(self.device))
+                             cache=cache, use_cache=True, logits_to_keep=(ends - 1).to(self.device), **packed)
             for j, i in enumerate(chunk):
                 logits[i] = out.logits[0, j]
                 start, end = shared + int(ends[j]) - lengths[j], shared + int(ends[j])
@@ -458,6 +462,7 @@ class CausalGenerator(Generator):
 
 def generator_from_model(model, tokenizer, config: GeneratorConfig, *, name: str) -> Generator:
     """Wrap a loaded transformers model in the generator interface that fits its architecture."""
+    use_few_rows_head(model)
     if getattr(model.config, "is_encoder_decoder", False):
         return Seq2SeqGenerator(model, tokenizer, config, name=name)
     return CausalGenerator(model, tokenizer, config, name=name)

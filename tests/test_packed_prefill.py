@@ -7,6 +7,7 @@ import torch
 
 from rag_demo.config import GeneratorConfig
 from rag_demo.generator import CausalGenerator, copy_cache
+from rag_demo.kernels import PACKED_ATTENTION
 from tests import tiny
 
 QUESTION = "who wrote a farewell to arms"
@@ -61,6 +62,7 @@ def test_packed_prefill_equals_padded_batch(tiny_parts, texts, window, monkeypat
     tokenizer = tiny_parts["gen_tok"]
     model = tiny_gemma3(len(tokenizer), sliding_window=window)
     generator = CausalGenerator(model, tokenizer, GeneratorConfig(model="t", max_prompt_tokens=400), name="t")
+    assert model.config._attn_implementation == PACKED_ATTENTION  # packed rows attend row by row; padded ones by SDPA
     lengths = [len(tokenizer(t)["input_ids"]) for t in texts]
     assert len(set(lengths)) > 1 and max(lengths) <= window  # padding is really saved; the window allows packing
     monkeypatch.setattr(generator_module, "PACK_TOKENS", 1000)  # several packed forwards of two or three rows

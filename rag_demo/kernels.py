@@ -1,0 +1,94 @@
+"""CPU fast paths that keep a generator's math and change only how torch is asked to do it.
+
+- The vocabulary projection of a few rows. A decode step or a prefill that keeps only the last
+  positions sends 1-64 rows through the LM head, a (V, H) matrix (Gemma-3: 262,144 x 640,
+  671 MB in float32). For that shape `F.linear(x, W)` (x @ Wᵀ) runs 2-5x slower on CPU than
+  `W @ xᵀ` of the same numbers: the BLAS call with the skinny operand first falls off its fast
+  path. `FewRowsLinear` keeps the weight (tied weights stay tied) and only swaps the product.
+- Packed prefill attention. Packing the k passage prompts into one sequence avoids computing
+  padding in the linear layers, but one attention over the packed sequence scores every query
+  against every row's keys and masks most of them away. `packed_rows_attention` attends each
+  row to the shared prefix and its own keys only: the same softmax, about half the work at k=5.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+import torch.nn.functional as F
+
+FEW_ROWS = 64  # up to this many rows the (V, H) @ (H, rows) product wins (docs/speed-notes.md)
+MIN_VOCAB = 8192  # smaller heads are cheap either way
+PACKED_ATTENTION = "rag_demo_packed_rows"
+
+
+class FewRowsLinear(torch.nn.Linear):
+    """An nn.Linear that computes few-row float32 CPU inputs as W @ xᵀ; otherwise nn.Linear."""
+
+    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+        rows = hidden.numel() // max(hidden.shape[-1], 1)
+        if not (0 < rows <= FEW_ROWS and hidden.device.type == "cpu" and hidden.dtype == torch.float32
+                and self.weight.dtype == torch.float32):
+            return super().forward(hidden)
+        flat = hidden.reshape(rows, hidden.shape[-1])
+        out = torch.mm(self.weight, flat.t()).t().contiguous()  # (rows, V)
+        if self.bias is not None:
+            out += self.bias
+        return out.view(*hidden.shape[:-1], self.out_features)
+
+
+def use_few_rows_head(model) -> bool:
+    """Make `model`'s output projection a FewRowsLinear in place (same weight). True when it is one."""
+    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    if type(head) is torch.nn.Linear and head.out_features >= MIN_VOCAB:
+        use_few_rows_head_module(head)
+    return isinstance(head, FewRowsLinear)
+
+
+def use_few_rows_head_module(layer: torch.nn.Linear) -> None:
+    """Swap the forward of this nn.Linear for FewRowsLinear's; parameters and state stay as they are."""
+    layer.__class__ = FewRowsLinear
+
+
+def packed_rows_attention(module, query, key, value, attention_mask, *, scaling=None, dropout=0.0,
+                          packed_rows: tuple[int, tuple[int, ...]] | None = None, **kwargs):
+    """Attention for a packed prefill; any other call goes to transformers' SDPA attention.
+
+    packed_rows = (shared, lengths): the query holds rows of `lengths` tokens end to end, the keys
+    are [shared prefix | the same rows]. Each row attends to the prefix and causally to itself.
+    query (1, H, N, D); key, value (1, H_kv, shared + N, D) -> (1, N, H, D), as SDPA attention returns.
+    """
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    if packed_rows is None or module.training or kwargs.get("softcap") is not None:
+        return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs)
+    shared, lengths = packed_rows
+    grouped = query.shape[1] != key.shape[1]
+    outputs, start = [], 0
+    for n in lengths:
+        rows_keys = torch.cat([key[:, :, :shared], key[:, :, shared + start : shared + start + n]], dim=2)
+        rows_values = torch.cat([value[:, :, :shared], value[:, :, shared + start : shared + start + n]], dim=2)
+        outputs.append(F.scaled_dot_product_attention(query[:, :, start : start + n], rows_keys, rows_values,
+                                                      attn_mask=_prefix_causal_mask(shared, n, query.device),
+                                                      scale=scaling, enable_gqa=grouped))
+        start += n
+    return torch.cat(outputs, dim=2).transpose(1, 2).contiguous(), None
+
+
+def _prefix_causal_mask(shared: int, n: int, device: torch.device) -> torch.Tensor:
+    """(1, 1, n, shared + n) bool: every query sees the prefix and the row's tokens up to itself."""
+    allowed = torch.ones(n, shared + n, dtype=torch.bool, device=device)
+    allowed[:, shared:] = torch.ones(n, n, dtype=torch.bool, device=device).tril()
+    return allowed[None, None]
+
+
+@functools.cache
+def register_packed_attention() -> str:
+    """Register `packed_rows_attention` (and SDPA's mask builder) with transformers under PACKED_ATTENTION."""
+    from transformers import AttentionInterface, AttentionMaskInterface
+    from transformers.masking_utils import sdpa_mask
+
+    AttentionInterface.register(PACKED_ATTENTION, packed_rows_attention)
+    AttentionMaskInterface.register(PACKED_ATTENTION, sdpa_mask)
+    return PACKED_ATTENTION
