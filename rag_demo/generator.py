@@ -156,17 +156,28 @@ class Generator:
             return (first.cpu() * mask).float()
         # RAG-Sequence may score ~10 candidates under ~10 passages: P copies of a row's cache and
         # (P, T-1, V) float32 logits (three times: model output, float, log-softmax) would take
-        # gigabytes at once, so the pairs go through in slices of bounded size.
-        per_pair = 3 * (length - 1) * state.logprobs.shape[-1] * 4 + 2 * _row_bytes(state)
-        chunk = max(1, CONTINUATION_BYTES // per_pair)
-        rest = []
-        for begin in range(0, pairs, chunk):
-            branch = self.fork(state, rows[begin : begin + chunk])
-            part = targets[begin : begin + chunk].to(self.device)
-            logits = self._forward_tokens(branch, part[:, :-1])  # (p, T-1, V)
-            rest.append(torch.log_softmax(logits.float(), dim=-1).gather(2, part[:, 1:, None]).squeeze(-1).cpu())
+        # gigabytes at once, so the pairs go through in slices of bounded size. Targets are
+        # right-padded to the longest; pairs sorted by length and each slice cut to its own longest
+        # compute (almost) no padding.
+        lengths = mask.sum(dim=1).tolist()
+        vocab, row_bytes = state.logprobs.shape[-1], 2 * _row_bytes(state)
+        rest = torch.zeros(pairs, length - 1)
+        order = sorted(range(pairs), key=lambda i: lengths[i])
+        while order:
+            take = 1
+            while take < len(order) and (take + 1) * (3 * (lengths[order[take]] - 1) * vocab * 4 + row_bytes) <= CONTINUATION_BYTES:
+                take += 1
+            picked, order = order[:take], order[take:]
+            width = max(lengths[i] for i in picked)
+            if width < 2:
+                continue  # one-token targets: `first` has them
+            index = torch.tensor(picked)
+            branch = self.fork(state, rows[index])
+            part = targets[index, :width].to(self.device)
+            logits = self._forward_tokens(branch, part[:, :-1])  # (p, width-1, V)
+            rest[index, : width - 1] = torch.log_softmax(logits.float(), dim=-1).gather(2, part[:, 1:, None]).squeeze(-1).cpu()
             del branch, logits
-        return (torch.cat([first.cpu(), torch.cat(rest, dim=0)], dim=1) * mask).float()
+        return (torch.cat([first.cpu(), rest], dim=1) * mask).float()
 
     @torch.inference_mode()
     def advance(self, state: DecodeState, tokens: torch.Tensor) -> DecodeState:
@@ -329,6 +340,88 @@ class CausalGenerator(Generator):
         if any(len(r) > window for r in rows for window in self._packable_layers):
             return False
         return prefix_cache is None or all(layer.keys.shape[-2] == shared for layer in prefix_cache.layers)
+
+    def continuation_logprobs(self, state: DecodeState, rows: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """As `Generator.continuation_logprobs`, but every target scored under one row rides in that
+        row's single forward: the targets are laid end to end after the row's cache, a mask keeps
+        each to its own tokens, and positions restart at the row's next position. No cache copy per
+        pair, no padding between targets. Falls back where a sliding window could cut the keys."""
+        pairs, length = targets.shape
+        lengths = mask.sum(dim=1).tolist()
+        if length < 2 or not self._can_pack_targets(state, rows.tolist(), lengths):
+            return super().continuation_logprobs(state, rows, targets, mask)
+        out = torch.zeros(pairs, length)
+        first = state.logprobs.index_select(0, rows.to(state.logprobs.device)).gather(1, targets[:, :1].to(state.logprobs.device))
+        out[:, 0] = first[:, 0].cpu()
+        vocab = state.logprobs.shape[-1]
+        for group in self._target_groups(rows.tolist(), lengths, vocab):
+            self._score_packed(state, group, rows, targets, lengths, out)
+        return (out * mask).float()
+
+    def _can_pack_targets(self, state: DecodeState, rows: list[int], lengths: list[int]) -> bool:
+        """Cache + the longest row's pack stays inside every attention window, so no window cuts a key
+        and the 4-D mask of `_score_packed` sees exactly the keys the plain path sees."""
+        if not self._packable_layers or state.attention_mask is None:
+            return False
+        packed: dict[int, int] = {}
+        for row, n in zip(rows, lengths):
+            packed[row] = packed.get(row, 0) + max(n - 1, 0)
+        longest = state.attention_mask.shape[1] + max(packed.values(), default=0)
+        return all(longest <= window for window in self._packable_layers)
+
+    def _target_groups(self, rows: list[int], lengths: list[int], vocab: int) -> list[list[int]]:
+        """Pairs split so that each group's logits (rows x packed tokens x V, float32, twice) stay
+        within CONTINUATION_BYTES; a group holds whole pairs."""
+        groups, current, tokens_per_row = [], [], {}
+        for i, n in enumerate(lengths):
+            if n < 2:
+                continue
+            trial = dict(tokens_per_row)
+            trial[rows[i]] = trial.get(rows[i], 0) + n - 1
+            if current and len(trial) * max(trial.values()) * vocab * 8 > CONTINUATION_BYTES:
+                groups.append(current)
+                current, trial = [], {rows[i]: n - 1}
+            current.append(i)
+            tokens_per_row = trial
+        if current:
+            groups.append(current)
+        return groups
+
+    def _score_packed(self, state: DecodeState, group: list[int], rows: torch.Tensor, targets: torch.Tensor,
+                      lengths: list[int], out: torch.Tensor) -> None:
+        """Teacher-force the pairs of `group`, one forward row per distinct state row; fills out[i, 1:n]."""
+        distinct = sorted({int(rows[i]) for i in group})
+        slot = {r: j for j, r in enumerate(distinct)}
+        placed: list[tuple[int, int, int]] = []  # (pair, forward row, start column)
+        used = [0] * len(distinct)
+        for i in group:
+            j = slot[int(rows[i])]
+            placed.append((i, j, used[j]))
+            used[j] += lengths[i] - 1
+        width, past = max(used), state.attention_mask.shape[1]
+        ids = torch.full((len(distinct), width), int(self.tokenizer.pad_token_id or 0), dtype=torch.long)
+        offsets = torch.zeros(len(distinct), width, dtype=torch.long)
+        allowed = torch.zeros(len(distinct), width, past + width, dtype=torch.bool)
+        allowed[:, :, :past] = state.attention_mask[distinct].bool().cpu()[:, None, :]
+        for j in range(len(distinct)):  # pad positions see only themselves (their output is unused)
+            allowed[j, used[j]:, past + used[j]:] = torch.eye(width - used[j], dtype=torch.bool)
+        for i, j, start in placed:
+            n = lengths[i] - 1
+            ids[j, start : start + n] = targets[i, :n]
+            offsets[j, start : start + n] = torch.arange(n)
+            allowed[j, start : start + n, past + start : past + start + n] = torch.ones(n, n, dtype=torch.bool).tril()
+        dtype = next(self.model.parameters()).dtype
+        mask = torch.zeros(allowed.shape, dtype=dtype).masked_fill(~allowed, torch.finfo(dtype).min)[:, None]
+        branch = self.fork(state, torch.tensor(distinct))
+        positions = branch.next_position.cpu()[:, None] + offsets
+        with torch.inference_mode():
+            logits = self.model(input_ids=ids.to(self.device), attention_mask=mask.to(self.device),
+                                position_ids=positions.to(self.device), cache=branch.cache, use_cache=True).logits
+        for i, j, start in placed:
+            n = lengths[i] - 1
+            scored = torch.log_softmax(logits[j, start : start + n].float(), dim=-1)  # (n, V)
+            out[i, 1 : n + 1] = scored.gather(1, targets[i, 1 : n + 1, None].to(scored.device)).squeeze(-1).cpu()
+        del branch, logits
 
     @functools.cached_property
     def _packable_layers(self) -> tuple[float, ...]:

@@ -1,10 +1,11 @@
-"""CPU fast paths that keep a generator's math and change only how torch is asked to do it.
+"""Fast paths that keep a generator's math and change only how torch is asked to compute it.
 
-- The vocabulary projection of a few rows. A decode step or a prefill that keeps only the last
-  positions sends 1-64 rows through the LM head, a (V, H) matrix (Gemma-3: 262,144 x 640,
-  671 MB in float32). For that shape `F.linear(x, W)` (x @ Wᵀ) runs 2-5x slower on CPU than
-  `W @ xᵀ` of the same numbers: the BLAS call with the skinny operand first falls off its fast
-  path. `FewRowsLinear` keeps the weight (tied weights stay tied) and only swaps the product.
+- The vocabulary projection of a few rows (CPU, float32). A decode step or a prefill that keeps
+  only the last positions sends 1-64 rows through the LM head, a (V, H) matrix (Gemma-3:
+  262,144 x 640, 671 MB in float32). For that shape `F.linear(x, W)` (x @ Wᵀ) measured 2-3x
+  slower on this project's CPUs than `W @ xᵀ`, the same products in the other operand order
+  (docs/speed-notes.md). `FewRowsLinear` keeps the weight (tied weights stay tied) and only
+  swaps the product.
 - Packed prefill attention. Packing the k passage prompts into one sequence avoids computing
   padding in the linear layers, but one attention over the packed sequence scores every query
   against every row's keys and masks most of them away. `packed_rows_attention` attends each

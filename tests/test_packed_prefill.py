@@ -82,3 +82,35 @@ def test_copy_cache_is_independent(tiny_parts, texts):
         generator.advance(branch, torch.tensor([5, 6]))
         assert copy_cache(state.cache).layers[0] is not state.cache.layers[0]
     assert all(torch.equal(a, layer.keys) for a, layer in zip(before, state.cache.layers))
+
+
+@pytest.mark.parametrize("window", [4096, 40])
+def test_packed_teacher_forcing_equals_pair_by_pair(tiny_parts, texts, window, monkeypatch):
+    """Targets laid end to end per row give each pair's log-probs of the one-pair-per-row path; a
+    window that the pack would cross sends the call to that path."""
+    import rag_demo.generator as generator_module
+    from rag_demo.generator import Generator
+
+    tokenizer = tiny_parts["gen_tok"]
+    generator = CausalGenerator(tiny_gemma3(len(tokenizer), sliding_window=window), tokenizer,
+                                GeneratorConfig(model="t", max_prompt_tokens=400), name="t")
+    answers = ["ernest hemingway", "a", "the old man and the sea by ernest hemingway", "mark twain"]
+    ids = [generator.answer_target(a).ids for a in answers]
+    pairs = [(t, r) for t in range(len(ids)) for r in (0, 2, 3, 1) if (t + r) % 3]  # rows repeat, in mixed order
+    width = max(len(i) for i in ids)
+    targets = torch.zeros(len(pairs), width, dtype=torch.long)
+    mask = torch.zeros(len(pairs), width, dtype=torch.bool)
+    for p, (t, _) in enumerate(pairs):
+        targets[p, : len(ids[t])] = torch.tensor(ids[t])
+        mask[p, : len(ids[t])] = True
+    rows = torch.tensor([r for _, r in pairs])
+    with torch.inference_mode():
+        state = generator.start(texts[:4])
+        packable = generator._can_pack_targets(state, rows.tolist(), mask.sum(1).tolist())
+        assert packable == (window == 4096)
+        expected = Generator.continuation_logprobs(generator, state, rows, targets, mask)
+        packed = generator.continuation_logprobs(state, rows, targets, mask)
+        monkeypatch.setattr(generator_module, "CONTINUATION_BYTES", 1)  # a group per pair
+        one_by_one = generator.continuation_logprobs(state, rows, targets, mask)
+    assert torch.allclose(packed, expected, atol=1e-4) and torch.allclose(one_by_one, expected, atol=1e-4)
+    assert bool((expected[mask] < 0).all()) and bool((expected[~mask] == 0).all())
