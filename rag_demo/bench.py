@@ -503,11 +503,18 @@ def vs_plain_loop(engine, sizes: Sizes, mismatches: list[str]) -> list[dict]:
 
 
 def memory_probe(quick: bool, device: torch.device, kb_paths: dict[str, str] | None = None) -> dict:
-    """Run in a child process: load the demo's engine, import the page, answer on every KB and index."""
+    """Run in a child process: load the demo's engine, import the page, answer on every KB and index.
+
+    The heap is handled as `python app.py` handles it: two malloc arenas, free pages handed back
+    after loading and after every ask (`rag_demo.heap`)."""
+    from . import heap
+
+    heap.limit_arenas(2)
     started = time.perf_counter()
     engine = quick_engine(Path(tempfile.mkdtemp()), device) if quick else default_engine(device, kb_paths)
     loaded = time.perf_counter() - started
     loaded_mb = peak_rss_mb()
+    heap.release_free_memory()
     import gradio  # noqa: F401  (the page's weight in the process)
 
     from . import ui  # noqa: F401
@@ -516,6 +523,7 @@ def memory_probe(quick: bool, device: torch.device, kb_paths: dict[str, str] | N
         question = (engine.example_questions(name, 1) or QUICK_QUESTIONS[:1])[0]
         for kind in INDEX_KINDS:
             engine.ask(question, kb=name, index=kind)
+            heap.release_free_memory()
     default_peak = peak_rss_mb()
     # the largest ask the page allows: 20 passages, 6 beams, both variants and closed-book
     engine.ask(question, kb=name, k=min(MAX_PAGE_K, len(engine.resolve_kb(name))), num_beams=MAX_PAGE_BEAMS)
