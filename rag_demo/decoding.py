@@ -30,8 +30,10 @@ class Hypothesis:
     row_logprobs: torch.Tensor | None = None
 
 
-def logits_processors(generator: Generator, *, prefix_len: int, max_new_tokens: int, generation_config=None):
-    """The generation-config constraints transformers applies (forced BOS/EOS, min length, n-gram bans)."""
+def logits_processors(generator: Generator, *, prefix_len: int, max_new_tokens: int, generation_config=None,
+                      copy_from: list[list[int]] | None = None, stop_ids: frozenset[int] = frozenset()):
+    """The generation-config constraints transformers applies (forced BOS/EOS, min length, n-gram bans),
+    then `CopySpans` over `copy_from` when answers must copy a passage."""
     from transformers import (
         ForcedBOSTokenLogitsProcessor,
         ForcedEOSTokenLogitsProcessor,
@@ -55,6 +57,8 @@ def logits_processors(generator: Generator, *, prefix_len: int, max_new_tokens: 
         processors.append(ForcedBOSTokenLogitsProcessor(config.forced_bos_token_id))
     if config.forced_eos_token_id is not None:
         processors.append(ForcedEOSTokenLogitsProcessor(max_length, config.forced_eos_token_id))
+    if copy_from is not None:
+        processors.append(CopySpans(copy_from, prefix_len=prefix_len, stop_ids=stop_ids))
     return processors
 
 
@@ -156,9 +160,8 @@ def greedy(
 ) -> list[Hypothesis]:
     """Greedy decoding of G groups at once; one hypothesis per group. `copy_from`: see `CopySpans`."""
     search = _Search(generator, state, groups, doc_lp)
-    processors = logits_processors(generator, prefix_len=len(prefix), max_new_tokens=max_new_tokens, generation_config=generation_config)
-    if copy_from is not None:
-        processors.append(CopySpans(copy_from, prefix_len=len(prefix), stop_ids=stop_ids))
+    processors = logits_processors(generator, prefix_len=len(prefix), max_new_tokens=max_new_tokens, generation_config=generation_config,
+                                   copy_from=copy_from, stop_ids=stop_ids)
     sequences = torch.tensor([list(prefix)] * groups, dtype=torch.long).view(groups, len(prefix))
     scores = torch.zeros(groups)
     done = torch.zeros(groups, dtype=torch.bool)
@@ -207,9 +210,8 @@ def beam_search(
     B, G = num_beams, groups
     search = _Search(generator, state, groups, doc_lp)
     search.expand(B)
-    processors = logits_processors(generator, prefix_len=len(prefix), max_new_tokens=max_new_tokens, generation_config=generation_config)
-    if copy_from is not None:
-        processors.append(CopySpans(copy_from, prefix_len=len(prefix), stop_ids=stop_ids))
+    processors = logits_processors(generator, prefix_len=len(prefix), max_new_tokens=max_new_tokens, generation_config=generation_config,
+                                   copy_from=copy_from, stop_ids=stop_ids)
     stop = torch.tensor(sorted(stop_ids), dtype=torch.long)
     keep = max(2, 1 + len(stop_ids)) * B
 

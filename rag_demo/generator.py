@@ -151,7 +151,7 @@ class Generator:
         pairs, length = targets.shape
         if length == 0:
             return torch.zeros(pairs, 0)
-        first = state.logprobs.index_select(0, rows.to(state.logprobs.device)).gather(1, targets[:, :1].to(state.logprobs.device))
+        first = self._first_logprobs(state, rows, targets)
         if length == 1:
             return (first.cpu() * mask).float()
         # RAG-Sequence may score ~10 candidates under ~10 passages: P copies of a row's cache and
@@ -178,6 +178,12 @@ class Generator:
             rest[index, : width - 1] = torch.log_softmax(logits.float(), dim=-1).gather(2, part[:, 1:, None]).squeeze(-1).cpu()
             del branch, logits
         return (torch.cat([first.cpu(), rest], dim=1) * mask).float()
+
+    @staticmethod
+    def _first_logprobs(state: DecodeState, rows: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        """(P, 1): each pair's first target token under its row, read off the state (no forward)."""
+        device = state.logprobs.device
+        return state.logprobs.index_select(0, rows.to(device)).gather(1, targets[:, :1].to(device))
 
     @torch.inference_mode()
     def advance(self, state: DecodeState, tokens: torch.Tensor) -> DecodeState:
@@ -351,8 +357,7 @@ class CausalGenerator(Generator):
         if length < 2 or not self._can_pack_targets(state, rows.tolist(), lengths):
             return super().continuation_logprobs(state, rows, targets, mask)
         out = torch.zeros(pairs, length)
-        first = state.logprobs.index_select(0, rows.to(state.logprobs.device)).gather(1, targets[:, :1].to(state.logprobs.device))
-        out[:, 0] = first[:, 0].cpu()
+        out[:, 0] = self._first_logprobs(state, rows, targets)[:, 0].cpu()
         vocab = state.logprobs.shape[-1]
         for group in self._target_groups(rows.tolist(), lengths, vocab):
             self._score_packed(state, group, rows, targets, lengths, out)
