@@ -558,6 +558,21 @@ class CausalGenerator(Generator):
 
 
 
+def drop_construction_tables(tokenizer) -> None:
+    """Free the Python copies of vocabulary and merges that a Rust-backed tokenizer was built from.
+
+    transformers keeps them on the tokenizer after handing them to the Rust backend, which holds
+    its own. For Gemma-3's 262k entries and 515k merges that is about 140 MB of Python objects, a
+    sixth of the demo's resident memory outside the weights. Encoding and decoding use only the
+    backend; the demo never saves a loaded tokenizer (whose `save_pretrained` may want them).
+    """
+    if getattr(tokenizer, "_tokenizer", None) is None:
+        return
+    for name in ("_vocab", "_merges"):
+        if isinstance(getattr(tokenizer, name, None), (dict, list)):
+            setattr(tokenizer, name, None)
+
+
 def generator_from_model(model, tokenizer, config: GeneratorConfig, *, name: str) -> Generator:
     """Wrap a loaded transformers model in the generator interface that fits its architecture."""
     use_few_rows_head(model)
@@ -581,6 +596,7 @@ def load_generator(config: GeneratorConfig, *, path: str | None = None, device: 
         raise ModelLoadError(f"unknown dtype {config.dtype!r}; use float32, bfloat16 or float16")
     model = load_pretrained(loader, source, "generator", dtype=dtype)
     tokenizer = load_pretrained(AutoTokenizer, source, "generator tokenizer")
+    drop_construction_tables(tokenizer)
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
     model.to(device or torch.device("cpu"))

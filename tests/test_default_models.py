@@ -55,3 +55,18 @@ def test_eval_command_reports_metrics(engine):
     assert report["n"] == 4
     for key in ("exact_match", "f1", "answer_recall", "retrieval_recall"):
         assert 0.0 <= report[key] <= 1.0
+
+
+def test_generator_tokenizer_without_its_construction_tables_encodes_as_loaded(engine):
+    from transformers import AutoTokenizer
+
+    tokenizer = engine.generator.tokenizer
+    assert tokenizer._vocab is None and tokenizer._merges is None  # the ~140 MB of Python copies are gone
+    fresh = AutoTokenizer.from_pretrained(tokenizer.name_or_path)
+    assert fresh._merges  # a plain load keeps them, so the check above means something
+    for text in ("who played john coffey in the green mile?", "Ça va — 東京 🙂 <start_of_turn>user\n",
+                 "Answer: Michael Clarke Duncan\n"):
+        ids = tokenizer(text)["input_ids"]
+        assert ids == fresh(text)["input_ids"]
+        assert tokenizer.decode(ids) == fresh.decode(ids)
+    assert len(tokenizer) == len(fresh) and tokenizer.get_vocab() == fresh.get_vocab()
