@@ -41,6 +41,7 @@ import torch
 from .config import INDEX_KINDS, MAX_PAGE_BEAMS, MAX_PAGE_K, EngineConfig, GeneratorConfig, IndexConfig
 from .corpus import Passage, make_kb
 from .heap import status_mb
+from .kernels import stock_head
 
 log = logging.getLogger(__name__)
 
@@ -411,7 +412,7 @@ def vs_transformers(sizes: Sizes, questions: list[str], passages: list[Passage],
                                 sequence_decoding="thorough")
             _sync(device)
             started = time.perf_counter()
-            with torch.inference_mode():
+            with torch.inference_mode(), stock_head(model.generator):
                 theirs = model.generate(context_input_ids=batch.input_ids, context_attention_mask=batch.attention_mask,
                                         doc_scores=scores, n_docs=k, num_beams=1, max_length=new + 1)
             _sync(device)

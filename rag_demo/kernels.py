@@ -14,6 +14,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 
 import torch
@@ -50,6 +51,23 @@ def use_few_rows_head(model) -> bool:
 def use_few_rows_head_module(layer: torch.nn.Linear) -> None:
     """Swap the forward of this nn.Linear for FewRowsLinear's; parameters and state stay as they are."""
     layer.__class__ = FewRowsLinear
+
+
+@contextlib.contextmanager
+def stock_head(model):
+    """Within the block `model`'s output projection is a plain nn.Linear again.
+
+    The bench times transformers' own generate on the module our engine also runs; this keeps the
+    fast path above on our side only, so their time is that of the code they ship."""
+    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    if type(head) is not FewRowsLinear:
+        yield
+        return
+    head.__class__ = torch.nn.Linear
+    try:
+        yield
+    finally:
+        head.__class__ = FewRowsLinear
 
 
 def packed_rows_attention(module, query, key, value, attention_mask, *, scaling=None, dropout=0.0,

@@ -133,9 +133,10 @@ def doc_prob_figure(result: AskResult, *, height: int = 300):
     fig.update_yaxes(title_text="passage", tickvals=ranks, ticktext=[passage_label(p, 18) for p in passages],
                      autorange="reversed")
     fig.update_xaxes(title_text="p(z|x)", range=[0, 1.0], gridcolor="rgba(128,128,128,0.2)")
-    _layout(fig, title=f"p(z|x) = softmax({logit_formula(result)}), top {len(passages)}",
-            height=max(height, 90 + 26 * len(passages)))
-    fig.update_layout(margin=dict(l=10, r=36, t=48, b=10))
+    # two short lines: one long line ran past the chart's right edge in a half-width column
+    _layout(fig, title=f"p(z|x) over the top {len(passages)}<br>= softmax({logit_formula(result)})",
+            height=max(height, 110 + 26 * len(passages)))
+    fig.update_layout(margin=dict(l=10, r=36, t=68, b=10))
     return fig
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import csv
 import hashlib
 import html
+import json
 import logging
 import math
 import re
@@ -303,6 +304,14 @@ def _is_special(token: str) -> bool:
     return len(stripped) > 2 and ((stripped[0] == "<" and stripped[-1] == ">") or (stripped[0] == "[" and stripped[-1] == "]"))
 
 
+def _ends_answer(tokens: Sequence[str], t: int) -> bool:
+    """The last token is a line break or a special token: the generator's stop, not a word."""
+    if t != len(tokens) - 1:
+        return False
+    token = tokens[t]
+    return (token.strip() == "" and "\n" in token) or _is_special(token)
+
+
 def _token_text(token: str) -> str:
     """Escaped token text as shown inline: newlines visible, special tokens kept short."""
     if token == "":
@@ -333,7 +342,8 @@ def format_token_spans(variant: VariantResult, passages: Sequence[RetrievedPassa
         if best is not None and best < len(passages):
             rank = passages[best].rank
             style = f' style="background:{plots.rgba(plots.passage_color(rank), 0.12 + 0.6 * row[best])}"'
-        if _is_special(token):
+        ending = _ends_answer(variant.tokens, t)
+        if _is_special(token) or ending:
             classes.append("rag-special")
         if p_closed >= PARAMETRIC_P:
             classes.append("rag-parametric")
@@ -362,6 +372,11 @@ def format_token_spans(variant: VariantResult, passages: Sequence[RetrievedPassa
             f'<span class="rag-tip-probs">p = {fmt_prob(p_open)} with passages · <b>{fmt_prob(p_closed)}</b> closed-book'
             f' · gain {gain:+.2f} nats</span><span class="rag-tip-kind">{esc(kind)}</span>{"".join(rows)}{more}</span>'
         )
+        if ending:
+            label += "; it ends the answer"
+            tip = tip.replace('<span class="rag-tip-kind">',
+                              '<span class="rag-tip-kind">the stop token: it ends the answer, and its probability is part of '
+                              'p(y|x) · ', 1)
         spans.append(
             f'<span class="{" ".join(classes)}" tabindex="0" aria-label="{esc(label)}"{style}>'
             f'<span class="rag-tok-text">{_token_text(token)}</span>{tip}</span>'
@@ -450,8 +465,18 @@ def format_answer_html(result: AskResult, *, closed_book: bool = True, legend: b
     )
 
 
+NARROW_SCREEN = "(max-width: 980px)"  # below this the sidebar column stacks above the results
+
+
+def scroll_into_view_js(elem_id: str) -> str:
+    """Browser code for an event: on a narrow screen, scroll the element with this id into view."""
+    return (f"() => {{ if (window.matchMedia({json.dumps(NARROW_SCREEN)}).matches) {{ "
+            f"const el = document.getElementById({json.dumps(elem_id)}); "
+            "if (el) el.scrollIntoView({behavior: 'smooth', block: 'start'}); } }")
+
+
 def _untitled(row: int) -> str:
-    return f'<span class="rag-muted">no title · row {int(row)}</span>'
+    return f'<span class="rag-muted">passage {int(row)}</span>'
 
 
 def format_passages_html(passages: Sequence[RetrievedPassage], *, max_chars: int | None = None,
@@ -483,8 +508,15 @@ def format_swap_column(result: AskResult) -> str:
     return (
         f'<div class="rag-swap-col"><div class="rag-swap-head">index: <b>{esc(result.kb)}</b> {format_index_badge(result)}</div>'
         f"{format_answer_html(result, closed_book=False, legend=False, question=False)}"
-        f"{format_passages_html(result.passages[:3], max_chars=220, hybrid=result.retriever == 'hybrid')}</div>"
+        f"{format_passages_html(result.passages[:3], max_chars=220, hybrid=result.retriever == 'hybrid')}"
+        f"{_more_passages_note(len(result.passages), 3)}</div>"
     )
+
+
+def _more_passages_note(total: int, shown: int) -> str:
+    if total <= shown:
+        return ""
+    return f'<div class="rag-muted">the top {shown} of the {total} passages the answers read</div>'
 
 
 def format_swap_summary(left: AskResult, right: AskResult) -> str:
@@ -503,8 +535,16 @@ def format_score_html(result: AskResult) -> str:
     cards = []
     for v in result.variants.values():
         closed_lp = sum(v.closed_book_token_logprobs)
+        split = ""
+        last = len(v.tokens) - 1
+        if last > 0 and _ends_answer(v.tokens, last) and last < min(len(v.token_logprobs), len(v.closed_book_token_logprobs)):
+            # the stop token's gain can cancel the words' gain; show them apart
+            end_gain = v.token_logprobs[last] - v.closed_book_token_logprobs[last]
+            words_gain = sum(v.token_logprobs[:last]) - sum(v.closed_book_token_logprobs[:last])
+            split = (f": {words_gain:+.2f} for the words, {end_gain:+.2f} for ending the answer there "
+                     f"(“{_token_text(v.tokens[last])}”)")
         extra = (f'<div class="rag-cands">closed-book log p = {fmt_log(closed_lp)} → the passages change it by '
-                 f"<b>{v.logprob - closed_lp:+.2f}</b> nats</div>")
+                 f"<b>{v.logprob - closed_lp:+.2f}</b> nats{split}</div>")
         cards.append(_variant_card(v, result.passages, extra=extra))
     return (
         f'<div class="rag-answer-block"><div class="rag-question">Q: {esc(result.question)} '
@@ -1202,7 +1242,8 @@ def build_demo(engine: Engine, *, limits: UploadLimits = UploadLimits(), files: 
         return gr.Dropdown(INDEX_CHOICES, value="flat", label="Index variant", elem_id=elem_id, min_width=150)
 
     def k_slider(elem_id: str) -> gr.Slider:
-        return gr.Slider(1, MAX_PAGE_K, value=5, step=1, label="k passages", elem_id=elem_id, min_width=150)
+        return gr.Slider(1, MAX_PAGE_K, value=5, step=1, label="k passages", elem_id=elem_id, min_width=150,
+                         info="more passages: slower answers")
 
     with gr.Blocks(title="RAG provenance explorer", delete_cache=(3600, 3600)) as demo:
         def release_kb(value: Any) -> None:
@@ -1252,9 +1293,11 @@ def build_demo(engine: Engine, *, limits: UploadLimits = UploadLimits(), files: 
                                 passages = _html("passages", max_height=440)
                             with gr.Column(scale=2, min_width=260):
                                 doc_prob = gr.Plot(label="p(z|x)", elem_id="doc-prob", show_label=False, visible=False)
-                with gr.Row():
-                    heat_token = gr.Plot(label="RAG-Token posterior", elem_id="heat-token", show_label=False, visible=False)
-                    heat_seq = gr.Plot(label="RAG-Sequence posterior", elem_id="heat-seq", show_label=False, visible=False)
+                with gr.Row():  # side by side on a wide screen, one under the other on a phone
+                    with gr.Column(min_width=420):
+                        heat_token = gr.Plot(label="RAG-Token posterior", elem_id="heat-token", show_label=False, visible=False)
+                    with gr.Column(min_width=420):
+                        heat_seq = gr.Plot(label="RAG-Sequence posterior", elem_id="heat-seq", show_label=False, visible=False)
                 gain = gr.Plot(label="Retrieval gain", elem_id="gain", show_label=False, visible=False)
 
             # ---------------------------------------------------------------- Swap
@@ -1275,9 +1318,12 @@ def build_demo(engine: Engine, *, limits: UploadLimits = UploadLimits(), files: 
                                                    visible=bool(samples))
                     with gr.Column(scale=3, min_width=600):
                         gr.HTML('<p class="rag-help">The same model answers the same question against two knowledge '
-                                "bases. In the paper, swapping a 2016 Wikipedia index for a 2018 one updated answers "
-                                "about world leaders without retraining: the knowledge lives in the index.</p>",
-                                js_on_load=None)
+                                "bases. <b>nq-counterfactual</b> holds the passages of <b>nq-wiki</b> with each answer "
+                                "swapped for another name or term of the same kind (BIG-bench's knowledge-conflict "
+                                "task), so its passages are false on purpose: an answer that follows them was read from "
+                                "the index, not remembered by the model. In the paper, swapping a 2016 Wikipedia index "
+                                "for a 2018 one updated answers about world leaders without retraining: the knowledge "
+                                "lives in the index.</p>", js_on_load=None)
                         swap_status = _status("swap-status")
                         swap_summary = _html("swap-summary")
                         with gr.Row():
@@ -1329,8 +1375,10 @@ def build_demo(engine: Engine, *, limits: UploadLimits = UploadLimits(), files: 
                 score_status = _status("score-status")
                 score_out = _html("score-out")
                 with gr.Row():
-                    score_heat_token = gr.Plot(elem_id="score-heat-token", show_label=False, visible=False)
-                    score_heat_seq = gr.Plot(elem_id="score-heat-seq", show_label=False, visible=False)
+                    with gr.Column(min_width=420):
+                        score_heat_token = gr.Plot(elem_id="score-heat-token", show_label=False, visible=False)
+                    with gr.Column(min_width=420):
+                        score_heat_seq = gr.Plot(elem_id="score-heat-seq", show_label=False, visible=False)
                 score_gain = gr.Plot(elem_id="score-gain", show_label=False, visible=False)
 
             # ---------------------------------------------------------------- Index variants
@@ -1362,13 +1410,21 @@ def build_demo(engine: Engine, *, limits: UploadLimits = UploadLimits(), files: 
         timer.tick(actions.poll, inputs=announced, outputs=poll_outputs, api_visibility="private",
                    show_progress="hidden", queue=False)
 
+        # On a narrow screen the controls stack above the results: bring the results into view when
+        # an ask starts (the progress shows there) and again when it is answered (the page has grown)
+        scroll_to = {name: dict(fn=None, js=scroll_into_view_js(name), queue=False, api_visibility="private")
+                     for name in ("answer", "swap-summary", "score-out")}
+        gr.on([ask_btn.click, question.submit, examples.click], **scroll_to["answer"])
+        gr.on([swap_btn.click, swap_question.submit, swap_examples.click], **scroll_to["swap-summary"])
+        gr.on([score_btn.click, score_answer.submit], **scroll_to["score-out"])
         ask_inputs = [question, variant, k, index, kb, beams, decoding, mine, retriever, extractive]
         ask_outputs = [ask_status, answer, passages, doc_prob, heat_token, heat_seq, gain, last]
         gr.on([ask_btn.click, question.submit], actions.ask, inputs=ask_inputs, outputs=ask_outputs, api_name="ask",
-              **engine_events)
+              **engine_events).then(**scroll_to["answer"])
         examples.click(lambda sample: sample[0] if sample else gr.skip(), inputs=examples, outputs=question,
                        api_visibility="private", queue=False).then(
-            actions.ask, inputs=ask_inputs, outputs=ask_outputs, api_visibility="private", **engine_events)
+            actions.ask, inputs=ask_inputs, outputs=ask_outputs, api_visibility="private", **engine_events).then(
+            **scroll_to["answer"])
         kb.change(actions.examples_update, inputs=kb, outputs=examples,
                   api_visibility="private", queue=False)
         last.change(actions.learn_tokens, inputs=last, outputs=[learn_token, learn_out], api_visibility="private",
@@ -1379,10 +1435,11 @@ def build_demo(engine: Engine, *, limits: UploadLimits = UploadLimits(), files: 
         swap_inputs = [swap_question, swap_left, swap_right, swap_variant, swap_k, mine]
         swap_outputs = [swap_status, swap_summary, swap_left_out, swap_right_out]
         gr.on([swap_btn.click, swap_question.submit], actions.swap, inputs=swap_inputs, outputs=swap_outputs,
-              api_name="swap", **engine_events)
+              api_name="swap", **engine_events).then(**scroll_to["swap-summary"])
         swap_examples.click(lambda sample: sample[0] if sample else gr.skip(), inputs=swap_examples,
                             outputs=swap_question, api_visibility="private", queue=False).then(
-            actions.swap, inputs=swap_inputs, outputs=swap_outputs, api_visibility="private", **engine_events)
+            actions.swap, inputs=swap_inputs, outputs=swap_outputs, api_visibility="private", **engine_events).then(
+            **scroll_to["swap-summary"])
 
         mine_outputs = [mine_status, mine, mine_pick, mine_edit_title, mine_edit_text, mine_preview, *kb_dropdowns]
         mine_build.click(actions.build_mine, inputs=[mine_files, mine_paste_title, mine_paste, mine],
@@ -1397,7 +1454,7 @@ def build_demo(engine: Engine, *, limits: UploadLimits = UploadLimits(), files: 
         gr.on([score_btn.click, score_answer.submit], actions.score,
               inputs=[score_question, score_answer, score_kb, score_k, score_index, mine],
               outputs=[score_status, score_out, score_heat_token, score_heat_seq, score_gain], api_name="score",
-              **engine_events)
+              **engine_events).then(**scroll_to["score-out"])
         idx_btn.click(actions.index_reports, inputs=[idx_kb, mine], outputs=[idx_status, idx_table, idx_plot],
                       api_name="index_reports", **engine_events)
 

@@ -190,6 +190,30 @@ def test_extractive_checkbox_makes_answers_copy(page, ui_engine):
     assert token_texts(page, "#answer .rag-card-sequence") == shown(result.variants["sequence"].tokens)
 
 
+def test_narrow_screen_brings_the_answer_into_view_and_stacks_the_heatmaps(browser, server):
+    context = browser.new_context(viewport={"width": 420, "height": 900})
+    try:
+        page = context.new_page()
+        page.set_default_timeout(TIMEOUT_MS)
+        page.goto(server)
+        page.locator("#ask-btn").wait_for()
+        assert page.evaluate("() => window.scrollY") == 0
+        field(page, "question").fill(QUESTIONS[1])
+        page.locator("#ask-btn").click()
+        expect(page.locator("#answer .rag-card-closed")).to_be_visible()
+        # the controls stack above the results on a phone; without scrolling the answer sat below the fold
+        page.wait_for_function("() => { const r = document.getElementById('answer').getBoundingClientRect();"
+                               " return window.scrollY > 0 && r.top < window.innerHeight && r.bottom > 0; }")
+        expect(page.locator("#heat-seq .main-svg").first).to_be_visible()
+        token_box, seq_box = page.locator("#heat-token").bounding_box(), page.locator("#heat-seq").bounding_box()
+        assert seq_box["y"] >= token_box["y"] + token_box["height"] - 1  # one under the other, full width
+        assert token_box["width"] > 300
+        page.wait_for_timeout(500)
+        shot(page, "ask_narrow")
+    finally:
+        context.close()
+
+
 def test_empty_question_shows_message(page):
     page.locator("#ask-btn").click()
     expect(page.locator("#ask-status")).to_contain_text("Type a question")

@@ -39,6 +39,24 @@ def test_few_rows_head_keeps_tied_weights_and_skips_small_heads():
     assert type(small.get_output_embeddings()) is torch.nn.Linear
 
 
+def test_stock_head_restores_plain_linear_inside_the_block_only():
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    model = LlamaForCausalLM(LlamaConfig(vocab_size=kernels.MIN_VOCAB, hidden_size=16, intermediate_size=32,
+                                         num_hidden_layers=1, num_attention_heads=2))
+    kernels.use_few_rows_head(model)
+    head = model.get_output_embeddings()
+    with kernels.stock_head(model):
+        assert type(head) is torch.nn.Linear
+    assert type(head) is kernels.FewRowsLinear
+    with pytest.raises(RuntimeError), kernels.stock_head(model):
+        raise RuntimeError("a failing generate")
+    assert type(head) is kernels.FewRowsLinear  # put back after an error too
+    plain = torch.nn.Linear(4, 5)
+    with kernels.stock_head(plain):  # nothing to undo on a model without a swapped head
+        assert type(plain) is torch.nn.Linear
+
+
 def test_few_rows_linear_leaves_bfloat16_to_linear():
     layer = torch.nn.Linear(8, 9000).to(torch.bfloat16)
     kernels.use_few_rows_head_module(layer)

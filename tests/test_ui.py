@@ -119,6 +119,25 @@ def test_token_spans_tint_by_dominant_passage_and_show_closed_book():
     assert "rag-parametric" in second  # closed-book p = exp(-0.1) >= 0.5
 
 
+def test_the_stop_token_is_marked_and_its_gain_shown_apart():
+    from dataclasses import replace
+
+    result = evil_result()
+    variant = replace(
+        result.variants["token"], answer="George Washington", tokens=(" George", " Washington", "\n\n"), token_ids=(1, 2, 3),
+        token_logprobs=(-3.0, -0.25, -0.25), logprob=-3.5, closed_book_token_logprobs=(-1.0, -0.25, -2.25),
+        doc_token_logprobs=((-2.9, -4.0), (-0.2, -0.5), (-0.2, -0.4)), posteriors=((0.8, 0.2), (0.7, 0.3), (0.8, 0.2)),
+    )
+    scored = replace(result, variants={"token": variant})
+    # the words lose 2 nats with the passages, stopping after them gains 2: the total alone hides both
+    assert "<b>+0.00</b> nats: -2.00 for the words, +2.00 for ending the answer there (“↵↵”)" in ui.format_score_html(scored)
+    spans = re.split(r'<span class="rag-tok[ "]', ui.format_token_spans(variant, result.passages))[1:]
+    assert "it ends the answer" in spans[2] and "rag-special" in spans[2]
+    assert not any("ends the answer" in span or "rag-special" in span for span in spans[:2])
+    plain = replace(variant, tokens=(" George", " Washington", " Jr"))  # no stop token: nothing to split
+    assert "for the words" not in ui.format_score_html(replace(result, variants={"token": plain}))
+
+
 def test_format_helpers():
     assert ui.fmt_prob(0.5) == "0.500"
     assert ui.fmt_log(float("-inf")) == "−∞"
