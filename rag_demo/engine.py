@@ -22,7 +22,7 @@ from .corpus import KnowledgeBase, Passage, load_kb, make_kb
 from .encoders import Encoder
 from .errors import InputError, KnowledgeBaseError
 from .generator import DecodeState, Generator, Target, generator_from_model
-from .index import SearchIndex, cached_index, measure, recall_at_k
+from .index import SearchIndex, cached_index, index_cache_paths, measure, recall_at_k
 from .lexical import LexicalIndex, best_rows
 from .marginalize import (
     doc_logprobs,
@@ -271,8 +271,8 @@ class RagEngine:
                 self._private.clear()
 
     def warm_up(self) -> float:
-        """Load each KB's exact index (and BM25 index, for hybrid retrieval) and answer one example
-        question; returns the seconds it took.
+        """Load each KB's exact index, the approximate ones already saved beside it, and its BM25
+        index (for hybrid retrieval), and answer one example question; returns the seconds it took.
 
         Indexes load and the few-shot cache is computed on first use, and torch's first passes are
         slow, so without this the first visitor of a fresh server waits several times a normal ask.
@@ -280,11 +280,20 @@ class RagEngine:
         started = time.perf_counter()
         for name in self.kbs:
             self.search_index(name, "flat")
+            for kind in self._prebuilt_kinds(self.kbs[name]):
+                self.search_index(name, kind)  # checking and reading the file: tens of ms at a first ask
             if self.lexical_weight > 0:
                 self._lexical_for(self.kbs[name])
         question = next(iter(self.example_questions()), "Who wrote the novel Nineteen Eighty-Four?")
         self.ask(question, k=min(5, len(self.kbs[self.default_kb])))
         return time.perf_counter() - started
+
+    def _prebuilt_kinds(self, kb: KnowledgeBase) -> list[str]:
+        """The approximate index kinds already saved beside a KB (`prepare` saves them for the default KBs)."""
+        if kb.path is None:
+            return []
+        return [kind for kind in INDEX_KINDS if kind != "flat"
+                and index_cache_paths(kind, kb.fingerprint, kb.path / "indexes", self.config.index)[0].is_file()]
 
     def example_questions(self, kb: str | None = None, n: int = 8) -> list[str]:
         return list(self._examples.get(kb or self.default_kb, []))[:n]

@@ -151,6 +151,12 @@ def build_index(kind: str, xb: np.ndarray, config: IndexConfig, *, device: torch
     return SearchIndex(kind, index, None, time.perf_counter() - started, _serialized_bytes(index))
 
 
+def index_cache_paths(kind: str, fingerprint: str, cache_dir: Path, config: IndexConfig) -> tuple[Path, Path]:
+    """(index file, its metadata) for `kind` of the KB with this fingerprint under `cache_dir`."""
+    stem = f"{kind}-{fingerprint}-{params_key(kind, config)}"
+    return cache_dir / f"{stem}.faiss", cache_dir / f"{stem}.json"
+
+
 def cached_index(kind: str, xb: np.ndarray, fingerprint: str, cache_dir: Path | None, config: IndexConfig,
                  *, device: torch.device | None = None) -> SearchIndex:
     """Load `kind` from `cache_dir` when it was built for this KB fingerprint, else build and save it.
@@ -163,8 +169,8 @@ def cached_index(kind: str, xb: np.ndarray, fingerprint: str, cache_dir: Path | 
         return build_index(kind, xb, config, device=device)
     import faiss
 
-    stem = f"{kind}-{fingerprint}-{params_key(kind, config)}"
-    path, meta_path = cache_dir / f"{stem}.faiss", cache_dir / f"{stem}.json"
+    path, meta_path = index_cache_paths(kind, fingerprint, cache_dir, config)
+    stem = path.stem
     if path.is_file() and meta_path.is_file():
         try:
             meta = json.loads(meta_path.read_text())

@@ -211,6 +211,24 @@ def test_warm_up_loads_each_kb_index_and_the_few_shot_cache(tmp_path):
     assert {(kb.fingerprint, "bm25") for kb in hybrid.kbs.values()} <= set(hybrid._indexes)
 
 
+def test_warm_up_reads_the_saved_approximate_indexes_and_builds_none(tmp_path):
+    from rag_demo.corpus import load_kb, save_kb
+    from rag_demo.engine import RagEngine
+    from tests.ui_engine import make_ui_engine
+
+    engine = make_ui_engine(tmp_path / "engine")
+    saved = {name: load_kb(save_kb(kb, tmp_path / name), name=name) for name, kb in engine.kbs.items()}
+    first = RagEngine(encoder=engine.encoder, generator=engine.generator, kbs=saved, config=engine.config)
+    first.search_index("nq-wiki", "hnsw")  # built once and saved beside the KB, as `prepare` does
+    wiki = saved["nq-wiki"]
+    assert first._prebuilt_kinds(wiki) == ["hnsw"] and first._prebuilt_kinds(saved["nq-counterfactual"]) == []
+    fresh = RagEngine(encoder=engine.encoder, generator=engine.generator, kbs=saved, config=engine.config)
+    fresh.warm_up()
+    kinds = {kind for _, kind in fresh._indexes}
+    assert (wiki.fingerprint, "hnsw") in fresh._indexes  # the first HNSW ask reads no file
+    assert "ivfpq" not in kinds  # never built, so not built at start-up either
+
+
 # -- hybrid retrieval: dense + BM25 logits ----------------------------------------------------------
 
 
