@@ -202,8 +202,11 @@ def retrieval_gain_figure(variants: Sequence[VariantResult], *, height: int = 28
                 y=gains,
                 mode="lines+markers",
                 name=VARIANT_NAMES.get(v.variant, v.variant),
-                line=dict(color=VARIANT_COLORS.get(v.variant, "#444"), width=2),
-                marker=dict(size=8),
+                # dashed and hollow for RAG-Sequence: when both variants give the same answer the lines coincide
+                line=dict(color=VARIANT_COLORS.get(v.variant, "#444"), width=2,
+                          dash="dash" if v.variant == "sequence" else "solid"),
+                marker=dict(size=8 if v.variant == "sequence" else 10,
+                            symbol="circle-open" if v.variant == "sequence" else "circle"),
                 customdata=[[lab, math.exp(a), math.exp(b)] for lab, a, b in
                             zip(labels, v.token_logprobs, v.closed_book_token_logprobs)],
                 hovertemplate="“%{customdata[0]}”: %{y:+.2f} nats<br>with passages p = %{customdata[1]:.3f}"

@@ -34,6 +34,7 @@ import gradio as gr
 from . import heap, plots
 from .config import INDEX_KINDS, MAX_PAGE_BEAMS, MAX_PAGE_K
 from .corpus import SOURCE_SUFFIXES, KnowledgeBase, Passage, read_document_file, split_into_passages
+from .engine import MAX_QUESTION_CHARS
 from .errors import InputError, RagDemoError
 from .progress import eta_text
 from .results import AskResult, ClosedBookResult, IndexReport, RetrievedPassage, VariantResult
@@ -465,6 +466,9 @@ def format_answer_html(result: AskResult, *, closed_book: bool = True, legend: b
     )
 
 
+# One more than the engine keeps, so a longer paste reaches it and comes back with its "cut to" notice
+# instead of being cut silently by the browser.
+QUESTION_BOX_CHARS = MAX_QUESTION_CHARS + 1
 NARROW_SCREEN = "(max-width: 980px)"  # below this the sidebar column stacks above the results
 
 
@@ -1264,8 +1268,8 @@ def build_demo(engine: Engine, *, limits: UploadLimits = UploadLimits(), files: 
             with gr.Tab("Ask", id="ask", elem_id="tab-ask"):
                 with gr.Row():
                     with gr.Column(scale=1, min_width=330, elem_classes=["rag-sidebar"]):
-                        question = gr.Textbox(label="Question", lines=2, max_lines=4, elem_id="question", max_length=500,
-                                              placeholder="Ask a factual question, e.g. Who wrote A Farewell to Arms?")
+                        question = gr.Textbox(label="Question", lines=2, max_lines=4, elem_id="question",
+                                              max_length=QUESTION_BOX_CHARS, placeholder="Ask a factual question, e.g. Who wrote A Farewell to Arms?")
                         ask_btn = gr.Button("Ask", variant="primary", elem_id="ask-btn", size="md")
                         variant = gr.Radio(VARIANT_CHOICES, value="both", label="RAG variant", elem_id="variant")
                         with gr.Row():
@@ -1305,7 +1309,7 @@ def build_demo(engine: Engine, *, limits: UploadLimits = UploadLimits(), files: 
                 with gr.Row():
                     with gr.Column(scale=1, min_width=330, elem_classes=["rag-sidebar"]):
                         swap_question = gr.Textbox(label="Question", lines=2, max_lines=4, elem_id="swap-question",
-                                                   max_length=500, placeholder="e.g. What is the capital of France?")
+                                                   max_length=QUESTION_BOX_CHARS, placeholder="e.g. What is the capital of France?")
                         swap_btn = gr.Button("Ask both", variant="primary", elem_id="swap-btn", size="md")
                         # one per line: two side by side cut long KB names such as "nq-counterfactual"
                         swap_left = kb_dropdown("swap-left", default, "Left index")
@@ -1354,7 +1358,7 @@ def build_demo(engine: Engine, *, limits: UploadLimits = UploadLimits(), files: 
                         mine_preview = _html("mine-preview", max_height=220)
                 with gr.Row(equal_height=True):
                     mine_question = gr.Textbox(label="Ask your knowledge base", elem_id="mine-question", scale=6,
-                                               max_length=500)
+                                               max_length=QUESTION_BOX_CHARS)
                     mine_ask = gr.Button("Ask", variant="primary", elem_id="mine-ask", scale=1, min_width=110)
                 mine_ask_status = _status("mine-ask-status")
                 mine_answer = _html("mine-answer")
@@ -1365,7 +1369,8 @@ def build_demo(engine: Engine, *, limits: UploadLimits = UploadLimits(), files: 
                 gr.HTML('<p class="rag-help">Type an answer of your own: both variants score it, log p(answer | question), '
                         "with the per-token provenance of each word.</p>", js_on_load=None)
                 with gr.Row(equal_height=True):
-                    score_question = gr.Textbox(label="Question", elem_id="score-question", scale=4, max_length=500)
+                    score_question = gr.Textbox(label="Question", elem_id="score-question", scale=4,
+                                                max_length=QUESTION_BOX_CHARS)
                     score_answer = gr.Textbox(label="Your answer", elem_id="score-answer", scale=3, max_length=300)
                     score_btn = gr.Button("Score", variant="primary", elem_id="score-btn", scale=1, min_width=110)
                 with gr.Row(elem_classes=["rag-options"]):
