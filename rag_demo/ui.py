@@ -1142,6 +1142,14 @@ class DemoActions:
     def learn(self, result: Held | AskResult | None, position: int | None) -> str:
         return format_learn_html(unwrap(result), position)
 
+    @staticmethod
+    def carry_question(result: Held | AskResult | None, typed: str | None):
+        """The Score tab's question: the last asked one, unless the visitor already typed one there."""
+        result = unwrap(result)
+        if result is None or (typed or "").strip():
+            return gr.skip()
+        return result.question
+
     # ---- the end of a session -------------------------------------------------------------------
     def end_session(self, request: gr.Request) -> None:
         """The tab was closed: delete the visitor's uploaded files now."""
@@ -1434,6 +1442,8 @@ def build_demo(engine: Engine, *, limits: UploadLimits = UploadLimits(), files: 
                   api_visibility="private", queue=False)
         last.change(actions.learn_tokens, inputs=last, outputs=[learn_token, learn_out], api_visibility="private",
                     queue=False)
+        last.change(actions.carry_question, inputs=[last, score_question], outputs=score_question,
+                    api_visibility="private", queue=False)
         learn_token.change(actions.learn, inputs=[last, learn_token], outputs=learn_out, api_visibility="private",
                            queue=False)
 

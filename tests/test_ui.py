@@ -592,3 +592,11 @@ def test_extractive_answers_copy_a_run_of_a_retrieved_passage(actions, ui_engine
         assert any(src[i : i + len(ids)] == ids for src in sources for i in range(len(src)))
     free = ui.unwrap(ask(actions, k=3, beams=beams)[-1])
     assert not free.extractive and all("copying" not in v.decoding for v in free.variants.values())
+
+
+def test_score_tab_takes_the_last_question_only_when_its_box_is_empty():
+    result = ui.Held(evil_result())
+    assert ui.DemoActions.carry_question(result, "") == result.value.question
+    assert ui.DemoActions.carry_question(result, "  ") == result.value.question
+    assert is_skip(ui.DemoActions.carry_question(result, "my own question"))  # never overwrite what was typed
+    assert is_skip(ui.DemoActions.carry_question(None, ""))
