@@ -94,7 +94,8 @@ def build_parser() -> argparse.ArgumentParser:
     build.add_argument("--encoder", default=EncoderConfig().model, help="passage encoder id or folder")
     build.add_argument("--words", type=_positive_int, default=100, help="words per passage (default 100, as DPR)")
 
-    prepare = commands.add_parser("prepare", help="fetch, convert, embed and index the offline default ahead of time")
+    prepare = commands.add_parser("prepare", help="fetch, convert, embed and index the offline default ahead of time, "
+                                  "and check the example questions")
     prepare.add_argument("--json", action="store_true")
 
     evaluate = commands.add_parser("eval", help="exact match / F1 / recall on sampled KB questions")
@@ -250,6 +251,11 @@ def cmd_prepare(args) -> int:
     from . import data
 
     prepared = data.prepare(progress=_progress())
+    from .engine import RagEngine
+    from .featured import feature_checked_examples
+
+    # the page's first start would ask each example question once to order them; do it at build time
+    feature_checked_examples(RagEngine.from_config(progress=_progress()), progress=_progress())
     if args.json:
         print(json.dumps({"generator": str(prepared.generator_path), "encoder": str(prepared.encoder_path),
                           "kbs": {k: str(v) for k, v in prepared.kb_paths.items()}}))

@@ -295,6 +295,10 @@ class RagEngine:
         return [kind for kind in INDEX_KINDS if kind != "flat"
                 and index_cache_paths(kind, kb.fingerprint, kb.path / "indexes", self.config.index)[0].is_file()]
 
+    def feature_examples(self, examples: dict[str, list[str]]) -> None:
+        """Replace the example questions offered for these KBs (e.g. reordered by `featured`)."""
+        self._examples = {**self._examples, **{name: list(qs) for name, qs in examples.items()}}
+
     def example_questions(self, kb: str | None = None, n: int = 8) -> list[str]:
         return list(self._examples.get(kb or self.default_kb, []))[:n]
 
