@@ -388,9 +388,9 @@ def format_token_spans(variant: VariantResult, passages: Sequence[RetrievedPassa
 def format_closed_book_spans(closed: ClosedBookResult) -> str:
     """Closed-book tokens in grey, darker when the model is surer; the tooltip gives p."""
     spans = []
-    for token, lp in zip(closed.tokens, closed.token_logprobs):
+    for t, (token, lp) in enumerate(zip(closed.tokens, closed.token_logprobs)):
         p = math.exp(lp)
-        classes = "rag-tok rag-closed" + (" rag-special" if _is_special(token) else "")
+        classes = "rag-tok rag-closed" + (" rag-special" if _is_special(token) or _ends_answer(closed.tokens, t) else "")
         spans.append(
             f'<span class="{classes}" tabindex="0" aria-label="{esc(plots.token_label(token))}: p {fmt_prob(p)}"'
             f' style="background:rgba(107,114,128,{0.1 + 0.45 * p:.3f})"><span class="rag-tok-text">{_token_text(token)}'
