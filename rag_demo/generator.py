@@ -372,7 +372,33 @@ class CausalGenerator(Generator):
         for row, n in zip(rows, lengths):
             packed[row] = packed.get(row, 0) + max(n - 1, 0)
         longest = state.attention_mask.shape[1] + max(packed.values(), default=0)
-        return all(longest <= window for window in self._packable_layers)
+        if all(longest <= window for window in self._packable_layers):
+            return True
+        # A window cuts keys: a mask per layer type can apply it as the plain path does, when the
+        # sliding layers hold what that mask assumes (their last window - 1 positions)
+        return self._sliding_keys_kept(state) is not None and max(lengths, default=0) < min(self._packable_layers)
+
+    @functools.cached_property
+    def _window_layer_types(self) -> tuple[str, ...]:
+        """The model's layer types when it takes a mask per type (full and sliding attention); else ()."""
+        types = tuple(getattr(self.model.config, "layer_types", None) or ())
+        window = getattr(self.model.config, "sliding_window", None)
+        if not types or not set(types) <= {"full_attention", "sliding_attention"} or len(types) != len(self._packable_layers):
+            return ()
+        expected = tuple(float(window) if t == "sliding_attention" else float("inf") for t in types)
+        return types if window and expected == self._packable_layers else ()
+
+    def _sliding_keys_kept(self, state: DecodeState) -> int | None:
+        """How many past positions the sliding layers of `state` hold; None when a per-type mask cannot apply."""
+        if not self._window_layer_types or "sliding_attention" not in self._window_layer_types:
+            return None
+        layer = state.cache.layers[self._window_layer_types.index("sliding_attention")]
+        past = state.attention_mask.shape[1]
+        window = int(self.model.config.sliding_window)
+        kept = int(layer.keys.shape[-2]) if getattr(layer, "keys", None) is not None else -1
+        if getattr(layer, "cumulative_length", past) != past or kept != min(past, window - 1):
+            return None
+        return kept
 
     def _target_groups(self, rows: list[int], lengths: list[int], vocab: int) -> list[list[int]]:
         """Pairs split so that each group's logits (rows x packed tokens x V, float32, twice) stay
@@ -416,11 +442,25 @@ class CausalGenerator(Generator):
             offsets[j, start : start + n] = torch.arange(n)
             allowed[j, start : start + n, past + start : past + start + n] = torch.ones(n, n, dtype=torch.bool).tril()
         dtype = next(self.model.parameters()).dtype
-        mask = torch.zeros(allowed.shape, dtype=dtype).masked_fill(~allowed, torch.finfo(dtype).min)[:, None]
+
+        def additive(keep: torch.Tensor) -> torch.Tensor:
+            return torch.zeros(keep.shape, dtype=dtype).masked_fill(~keep, torch.finfo(dtype).min)[:, None].to(self.device)
+
+        mask = additive(allowed)
+        kept = self._sliding_keys_kept(state)
+        if kept is not None and not all(past + width <= w for w in self._packable_layers):
+            # sliding layers see their last `kept` past positions and the pack; a target token at
+            # offset t (position past + t) sees a past position p only when p > past + t - window
+            window = int(self.model.config.sliding_window)
+            sliding = allowed[:, :, past - kept:].clone()
+            first_visible = (kept - window + 1) + offsets  # (rows, width): first kept column each query may see
+            columns = torch.arange(kept)
+            sliding[:, :, :kept] &= columns[None, None, :] >= first_visible[:, :, None]
+            mask = {"full_attention": mask, "sliding_attention": additive(sliding)}
         branch = self.fork(state, torch.tensor(distinct))
         positions = branch.next_position.cpu()[:, None] + offsets
         with torch.inference_mode():
-            logits = self.model(input_ids=ids.to(self.device), attention_mask=mask.to(self.device),
+            logits = self.model(input_ids=ids.to(self.device), attention_mask=mask,
                                 position_ids=positions.to(self.device), cache=branch.cache, use_cache=True).logits
         for i, j, start in placed:
             n = lengths[i] - 1

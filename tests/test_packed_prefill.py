@@ -84,10 +84,11 @@ def test_copy_cache_is_independent(tiny_parts, texts):
     assert all(torch.equal(a, layer.keys) for a, layer in zip(before, state.cache.layers))
 
 
-@pytest.mark.parametrize("window", [4096, 40])
+@pytest.mark.parametrize("window", [4096, 40, 6])
 def test_packed_teacher_forcing_equals_pair_by_pair(tiny_parts, texts, window, monkeypatch):
-    """Targets laid end to end per row give each pair's log-probs of the one-pair-per-row path; a
-    window that the pack would cross sends the call to that path."""
+    """Targets laid end to end per row give each pair's log-probs of the one-pair-per-row path. A
+    sliding window that the cache and pack cross (40) is applied by a mask of its own for the
+    sliding layers; one shorter than a target (6) sends the call to the one-pair-per-row path."""
     import rag_demo.generator as generator_module
     from rag_demo.generator import Generator
 
@@ -107,7 +108,8 @@ def test_packed_teacher_forcing_equals_pair_by_pair(tiny_parts, texts, window, m
     with torch.inference_mode():
         state = generator.start(texts[:4])
         packable = generator._can_pack_targets(state, rows.tolist(), mask.sum(1).tolist())
-        assert packable == (window == 4096)
+        assert packable == (window != 6)
+        assert max(mask.sum(1).tolist()) >= 6 and (window == 4096) == (state.attention_mask.shape[1] < window)
         expected = Generator.continuation_logprobs(generator, state, rows, targets, mask)
         packed = generator.continuation_logprobs(state, rows, targets, mask)
         monkeypatch.setattr(generator_module, "CONTINUATION_BYTES", 1)  # a group per pair
