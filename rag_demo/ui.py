@@ -504,7 +504,10 @@ def format_passages_html(passages: Sequence[RetrievedPassage], *, max_chars: int
             f'<div class="rag-pbar"><span style="width:{100 * p.prob:.1f}%;background:{color}"></span></div>'
             f'<div class="rag-passage-text">{esc(text)}</div></div>'
         )
-    return f'<div class="rag-passages">{"".join(cards)}</div>'
+    # with hybrid retrieval the dense score alone does not give the order, which surprises readers
+    order = ('<div class="rag-muted rag-order-note">ranked by p(z|x), which adds the BM25 score to the dense '
+             "score: a lower score can rank higher</div>" if hybrid and len(passages) > 1 else "")
+    return f'<div class="rag-passages">{order}{"".join(cards)}</div>'
 
 
 def format_swap_column(result: AskResult) -> str:

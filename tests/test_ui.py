@@ -600,3 +600,10 @@ def test_score_tab_takes_the_last_question_only_when_its_box_is_empty():
     assert ui.DemoActions.carry_question(result, "  ") == result.value.question
     assert is_skip(ui.DemoActions.carry_question(result, "my own question"))  # never overwrite what was typed
     assert is_skip(ui.DemoActions.carry_question(None, ""))
+
+
+def test_hybrid_passage_list_says_what_orders_it():
+    passages = evil_result().passages
+    assert "ranked by p(z|x)" in ui.format_passages_html(passages, hybrid=True)
+    assert "ranked by" not in ui.format_passages_html(passages, hybrid=False)  # dense: the score gives the order
+    assert "ranked by" not in ui.format_passages_html(passages[:1], hybrid=True)
