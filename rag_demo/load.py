@@ -125,11 +125,15 @@ def pid_listening_on(port: int) -> int | None:
         if not proc.name.isdigit():
             continue
         try:
-            for fd in (proc / "fd").iterdir():
+            fds = list((proc / "fd").iterdir())
+        except OSError:  # gone, or not ours to read
+            continue
+        for fd in fds:
+            try:
                 if os.readlink(fd) in inodes:
                     return int(proc.name)
-        except OSError:
-            continue
+            except OSError:  # this descriptor closed while we looked; the others still count
+                continue
     return None
 
 

@@ -605,6 +605,28 @@ def test_load_script_drives_the_page_and_reports(server):
     assert load.summarize(crash)["errors"] == 1 and "unknown knowledge base" in crash.asks[0].error
 
 
+def test_listening_process_is_found_when_another_descriptor_closes_during_the_scan(monkeypatch):
+    import os
+    import socket
+
+    from rag_demo import load
+
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        port, ours = listener.getsockname()[1], f"/proc/{os.getpid()}/fd/"
+        real = os.readlink
+
+        def closing(path):  # every descriptor of ours below the listener vanishes as it is read
+            text = str(path)
+            if text.startswith(ours) and int(text[len(ours):]) < listener.fileno():
+                raise FileNotFoundError(text)
+            return real(path)
+
+        monkeypatch.setattr(load.os, "readlink", closing)
+        assert load.pid_listening_on(port) == os.getpid()
+
+
 # ---- markup typed by a visitor, in a real browser ------------------------------------------------------------
 
 EVIL = '<img src=x onerror="window.__pwned=1"><script>window.__pwned=2</script>'
