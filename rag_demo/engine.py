@@ -17,7 +17,8 @@ from pathlib import Path
 import torch
 
 from . import decoding
-from .config import DECODINGS, DEFAULT_ENCODER, DEFAULT_LEXICAL_WEIGHT, INDEX_KINDS, RETRIEVERS, VARIANTS, EngineConfig
+from .config import (DECODINGS, DEFAULT_ENCODER, DEFAULT_LEXICAL_WEIGHT, INDEX_KINDS, MAX_QUESTION_CHARS, RETRIEVERS, VARIANTS,
+                     EngineConfig)
 from .corpus import KnowledgeBase, Passage, load_kb, make_kb
 from .encoders import Encoder
 from .errors import InputError, KnowledgeBaseError
@@ -39,7 +40,6 @@ log = logging.getLogger(__name__)
 
 MAX_NEW_TOKENS_LIMIT = 64
 MAX_BEAMS = 8
-MAX_QUESTION_CHARS = 2000
 PRIVATE_INDEX_SLOTS = 16  # indexes of visitors' own KBs kept in memory, least recently used dropped
 OOM_NOTICE = "the GPU ran out of memory, so this answer was computed on the CPU (and later ones will be too)"
 

@@ -32,9 +32,8 @@ from typing import Any, Protocol
 import gradio as gr
 
 from . import heap, plots
-from .config import INDEX_KINDS, MAX_PAGE_BEAMS, MAX_PAGE_K
+from .config import INDEX_KINDS, MAX_PAGE_BEAMS, MAX_PAGE_K, MAX_QUESTION_CHARS
 from .corpus import SOURCE_SUFFIXES, KnowledgeBase, Passage, read_document_file, split_into_passages
-from .engine import MAX_QUESTION_CHARS
 from .errors import InputError, RagDemoError
 from .progress import eta_text
 from .results import AskResult, ClosedBookResult, IndexReport, RetrievedPassage, VariantResult

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from rag_demo import ui
-from rag_demo.engine import MAX_QUESTION_CHARS
+from rag_demo.config import MAX_QUESTION_CHARS
 from tests.ui_engine import KB_NAMES, QUESTIONS
 
 pytestmark = [pytest.mark.browser, pytest.mark.usefixtures("one_torch_thread")]

@@ -607,3 +607,13 @@ def test_hybrid_passage_list_says_what_orders_it():
     assert "ranked by p(z|x)" in ui.format_passages_html(passages, hybrid=True)
     assert "ranked by" not in ui.format_passages_html(passages, hybrid=False)  # dense: the score gives the order
     assert "ranked by" not in ui.format_passages_html(passages[:1], hybrid=True)
+
+
+def test_importing_the_page_module_loads_no_model_library():
+    import subprocess
+    import sys
+
+    code = "import sys, rag_demo.ui; print(sorted(m for m in ('torch', 'transformers', 'faiss') if m in sys.modules))"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                          cwd=Path(__file__).resolve().parent.parent)
+    assert done.stdout.strip() == "[]"
