@@ -367,16 +367,15 @@ def format_token_spans(variant: VariantResult, passages: Sequence[RetrievedPassa
         label = f"“{plots.token_label(token)}”: p {fmt_prob(p_open)}, closed-book p {fmt_prob(p_closed)}"
         if best is not None and best < len(passages):
             label += f", mostly passage #{passages[best].rank} ({row[best]:.2f})"
+        about = kind
+        if ending:
+            label += "; it ends the answer"
+            about = f"the stop token: it ends the answer, and its probability is part of p(y|x) · {kind}"
         tip = (
             f'<span class="rag-tip" role="tooltip"><span class="rag-tip-head">“{esc(plots.token_label(token))}”</span>'
             f'<span class="rag-tip-probs">p = {fmt_prob(p_open)} with passages · <b>{fmt_prob(p_closed)}</b> closed-book'
-            f' · gain {gain:+.2f} nats</span><span class="rag-tip-kind">{esc(kind)}</span>{"".join(rows)}{more}</span>'
+            f' · gain {gain:+.2f} nats</span><span class="rag-tip-kind">{esc(about)}</span>{"".join(rows)}{more}</span>'
         )
-        if ending:
-            label += "; it ends the answer"
-            tip = tip.replace('<span class="rag-tip-kind">',
-                              '<span class="rag-tip-kind">the stop token: it ends the answer, and its probability is part of '
-                              'p(y|x) · ', 1)
         spans.append(
             f'<span class="{" ".join(classes)}" tabindex="0" aria-label="{esc(label)}"{style}>'
             f'<span class="rag-tok-text">{_token_text(token)}</span>{tip}</span>'
