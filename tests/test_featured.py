@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from types import SimpleNamespace
 
 import pytest
 
@@ -13,49 +14,42 @@ from tests.ui_engine import KB_NAMES, QUESTIONS
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
-def _questions(engine, right_in_both: set[str], right_in_token_only: set[str]) -> dict[str, list[KBQuestion]]:
-    """Example questions whose stored answer is what the engine says for the chosen ones, nonsense for the rest."""
-    items = []
-    for i, question in enumerate(QUESTIONS[:4]):
-        result = engine.ask(question, kb=KB_NAMES[0], k=5, variants=VARIANTS, closed_book=False)
-        token, sequence = (result.variants[v].answer for v in VARIANTS)
-        if question in right_in_both and token != sequence:
-            pytest.skip("the tiny model's two variants differ on this question")
-        answer = token if question in right_in_both | right_in_token_only else "zz no such answer zz"
-        items.append(KBQuestion(question, answer, "x", answer, i, True))
-    return {KB_NAMES[0]: items}
+def _questions(answer: str = "zz no such answer zz") -> dict[str, list[KBQuestion]]:
+    """Four example questions of the first KB whose passages all say `answer`."""
+    return {KB_NAMES[0]: [KBQuestion(q, answer, "x", answer, i, True) for i, q in enumerate(QUESTIONS[:4])]}
 
 
 def test_examples_answered_right_come_first_and_the_order_is_saved(ui_engine, tmp_path, monkeypatch):
-    both, token_only = {QUESTIONS[3]}, {QUESTIONS[1]}
-    questions = _questions(ui_engine, both, token_only)
-    token = {q: r.variants["token"].answer for q, r in
-             ((q, ui_engine.ask(q, kb=KB_NAMES[0], k=5, variants=VARIANTS, closed_book=False)) for q in token_only)}
-    sequence_right = {q for q in token_only if ui_engine.ask(q, kb=KB_NAMES[0], k=5, variants=VARIANTS,
-                                                              closed_book=False).variants["sequence"].answer == token[q]}
+    said = {QUESTIONS[0]: ("wrong", "wrong"), QUESTIONS[1]: ("right", "wrong"),  # (RAG-Token, RAG-Sequence)
+            QUESTIONS[2]: ("wrong", "wrong"), QUESTIONS[3]: ("right", "right")}
+    asked = []
+
+    def ask(question, **options):
+        asked.append((question, options["k"], tuple(options["variants"]), options["closed_book"]))
+        return SimpleNamespace(variants={v: SimpleNamespace(answer=a) for v, a in zip(VARIANTS, said[question])})
+
+    monkeypatch.setattr(ui_engine, "ask", ask)
+    questions = _questions("Right")
     steps = []
     order = order_examples(ui_engine, questions, cache_dir=tmp_path, progress=lambda *a: steps.append(a))
-    expected_first = [QUESTIONS[3]] + sorted(sequence_right, key=QUESTIONS.index)
-    assert order[KB_NAMES[0]][: len(expected_first)] == expected_first
-    assert sorted(order[KB_NAMES[0]]) == sorted(QUESTIONS[:4])  # reordered, none dropped
-    if not sequence_right:
-        assert order[KB_NAMES[0]][1] == QUESTIONS[1]  # one variant right beats none
+    # both right, then one, then none in their stored order
+    assert order == {KB_NAMES[0]: [QUESTIONS[3], QUESTIONS[1], QUESTIONS[0], QUESTIONS[2]]}
+    assert asked == [(q, 5, VARIANTS, False) for q in QUESTIONS[:4]]  # the page's defaults, once each
     assert steps[-1] == ("checking the example questions", 4, 4)
     saved = json.loads(next(tmp_path.glob("examples-*.json")).read_text())
-    assert saved["right"][KB_NAMES[0]][QUESTIONS[3]] == 2
+    assert saved["right"][KB_NAMES[0]] == {QUESTIONS[0]: 0, QUESTIONS[1]: 1, QUESTIONS[2]: 0, QUESTIONS[3]: 2}
 
     def no_asking(*args, **kwargs):
         raise AssertionError("a saved order must be read, not checked again")
 
     monkeypatch.setattr(ui_engine, "ask", no_asking)
     assert order_examples(ui_engine, questions, cache_dir=tmp_path) == order
-    changed = {KB_NAMES[0]: [*questions[KB_NAMES[0]][:3], KBQuestion(QUESTIONS[3], "other", "x", "other", 3, True)]}
     with pytest.raises(AssertionError, match="checked again"):
-        order_examples(ui_engine, changed, cache_dir=tmp_path)  # another stored answer: another key
+        order_examples(ui_engine, _questions("other"), cache_dir=tmp_path)  # other stored answers: another key
 
 
 def test_an_unwritable_or_broken_cache_only_costs_a_check(ui_engine, tmp_path):
-    questions = _questions(ui_engine, set(), set())
+    questions = _questions()
     blocked = tmp_path / "file"
     blocked.write_text("not a folder")
     order = order_examples(ui_engine, questions, cache_dir=blocked / "featured")
