@@ -11,6 +11,7 @@ import logging
 import threading
 import time
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -34,6 +35,7 @@ from .marginalize import (
     rag_token_posteriors,
     rag_token_token_logprobs,
 )
+from .progress import Progress
 from .results import AskResult, ClosedBookResult, IndexReport, RetrievedPassage, VariantResult
 
 log = logging.getLogger(__name__)
@@ -71,6 +73,18 @@ def falls_back_to_cpu_on_gpu_oom(method):
         return replace(result, notices=result.notices + (OOM_NOTICE,))
 
     return run
+
+
+class _Steps:
+    """Counts an ask's steps for `progress(stage, done, total)`; without a listener it does nothing."""
+
+    def __init__(self, progress: Progress | None, total: int):
+        self.progress, self.total, self.done = progress, total, 0
+
+    def __call__(self, stage: str) -> None:
+        if self.progress is not None:
+            self.progress(stage, min(self.done, self.total - 1), self.total)
+        self.done += 1
 
 
 def clean_text(text: str, *, what: str, limit: int = MAX_QUESTION_CHARS) -> tuple[str, tuple[str, ...]]:
@@ -441,7 +455,7 @@ class RagEngine:
         return decoding.beam_search(gen, branch, groups=1, doc_lp=doc_lp, num_beams=num_beams, **options)[0][0].ids, {}
 
     def _decode_sequence(self, state: DecodeState, doc_lp: torch.Tensor, prefix, *, num_beams: int, max_new_tokens: int,
-                         sequence_decoding: str, copy_from=None,
+                         sequence_decoding: str, copy_from=None, step: Callable[[str], None] | None = None,
                          ) -> tuple[tuple[int, ...], list[tuple[tuple[int, ...], float]], dict[int, torch.Tensor]]:
         """Per-passage beams, then the marginal over passages (thorough) or over finders (fast).
 
@@ -468,6 +482,9 @@ class RagEngine:
                 if h.row_logprobs is not None:
                     known.setdefault(h.ids, {})[z] = h.row_logprobs[0]
         candidates = list(found_by)
+        if step is not None:
+            step(f"RAG-Sequence: scoring {len(candidates)} candidate answer{'s' if len(candidates) != 1 else ''} "
+                 + (f"against all {docs} passages" if sequence_decoding == "thorough" else "against the passages that wrote them"))
         rows = [list(range(docs)) if sequence_decoding == "thorough" else found_by[c] for c in candidates]
         missing = [[z for z in zs if z not in known.get(c, {})] for c, zs in zip(candidates, rows)]
         for cand, zs, lps in zip(candidates, missing, self._doc_token_logprobs(state, candidates, missing)):
@@ -504,11 +521,13 @@ class RagEngine:
     def ask(self, question: str, *, kb: str | KnowledgeBase | None = None, k: int = 5, index: str = "flat",
             variants=VARIANTS, num_beams: int | None = None, sequence_decoding: str | None = None,
             max_new_tokens: int | None = None, closed_book: bool = True, retriever: str | None = None,
-            extractive: bool | None = None) -> AskResult:
+            extractive: bool | None = None, progress: Progress | None = None) -> AskResult:
         """Retrieve k passages, answer with each variant, and trace every token to its passages.
 
         `extractive` makes both variants copy a run of a retrieved passage (see `decoding.CopySpans`);
-        the closed-book answer, which reads no passage, stays free."""
+        the closed-book answer, which reads no passage, stays free. `progress(stage, done, total)`
+        hears of each step as it starts (`total` steps in all), so a page can say what is running
+        instead of guessing a time."""
         num_beams = self.config.decoding.num_beams if num_beams is None else num_beams
         max_new_tokens = self.config.decoding.max_new_tokens if max_new_tokens is None else max_new_tokens
         sequence_decoding = sequence_decoding or self.config.decoding.sequence_decoding
@@ -518,27 +537,36 @@ class RagEngine:
             raise InputError("copying answers from passages works with causal generators only; "
                              f"{self.generator.name} is {self.generator.kind}")
         question, notices = clean_text(question, what="question")
+        step = _Steps(progress, 3 + ("token" in variants) + 2 * ("sequence" in variants) + closed_book)
         total_started = time.perf_counter()
         timings: dict[str, float] = {}
+        step("retrieving passages")
         retrieval = self.retrieve(question, kb=kb, k=k, index=index, retriever=retriever, timings=timings)
         started = time.perf_counter()
         gen = self.generator
         prefix = gen.generation_prefix()
         copy_from = ([gen.copy_source(retrieval.generator_question, Passage(p.title, p.text)) for p in retrieval.passages]
                      if extractive else None)
+        docs = len(retrieval.passages)
         with torch.inference_mode():
+            step(f"reading the {docs} passage{'s' if docs != 1 else ''}")
             state = gen.start(self._inputs(retrieval), prefix)
             answers: dict[str, tuple[tuple[int, ...], list, dict[int, torch.Tensor]]] = {}
             if "token" in variants:
+                step("RAG-Token: writing the answer, one token at a time over all passages")
                 ids, known = self._decode_token(state, retrieval.doc_lp, prefix, num_beams=num_beams, max_new_tokens=max_new_tokens,
                                                 copy_from=copy_from)
                 answers["token"] = (ids, [], known)
             if "sequence" in variants:
+                step("RAG-Sequence: an answer from each passage")
                 answers["sequence"] = self._decode_sequence(state, retrieval.doc_lp, prefix, num_beams=num_beams,
                                                             max_new_tokens=max_new_tokens, sequence_decoding=sequence_decoding,
-                                                            copy_from=copy_from)
+                                                            copy_from=copy_from, step=step)
+            step("tracing each answer token to its passages")
             targets = [ids for ids, _, _ in answers.values()]
             per_doc = self._all_rows_logprobs(state, targets, [known for _, _, known in answers.values()])
+            if closed_book:
+                step("the closed-book answer (no passages)")
             closed_state = self._closed_book_state(retrieval.generator_question, prefix) if closed_book else None
             closed_lps = (self._doc_token_logprobs(closed_state, targets, [[0]] * len(targets)) if closed_book
                           else [torch.full((1, len(t)), float("nan")) for t in targets])
@@ -583,7 +611,11 @@ class RagEngine:
     @falls_back_to_cpu_on_gpu_oom
     def score(self, question: str, answer: str, *, kb: str | KnowledgeBase | None = None, k: int = 5,
               index: str = "flat", variants=VARIANTS, retriever: str | None = None) -> AskResult:
-        """log p(answer|x) under each variant, with per-token provenance, for an answer the user gives."""
+        """log p(answer|x) under each variant, with per-token provenance, for an answer the user gives.
+
+        The answer is scored with the ending RAG-Token finds likeliest after it (for a causal
+        generator "\n\n", "\n" or EOS): the one greedy decoding would pick, so an answer the page
+        wrote scores as it did when asked."""
         variants = self._check_options(variants, 1, 1, "thorough")
         question, notices = clean_text(question, what="question")
         answer, answer_notices = clean_text(answer, what="answer", limit=500)
@@ -592,10 +624,14 @@ class RagEngine:
         retrieval = self.retrieve(question, kb=kb, k=k, index=index, retriever=retriever, timings=timings)
         started = time.perf_counter()
         gen = self.generator
-        target: Target = gen.answer_target(answer)
+        targets: list[Target] = gen.answer_targets(answer)
         with torch.inference_mode():
-            state = gen.start(self._inputs(retrieval), target.prefix)
-            per_doc = self._doc_token_logprobs(state, [target.ids], [list(range(state.rows))])[0]
+            state = gen.start(self._inputs(retrieval), targets[0].prefix)
+            all_rows = list(range(state.rows))
+            per_ending = self._doc_token_logprobs(state, [t.ids for t in targets], [all_rows] * len(targets))
+            token_lp = [float(rag_token_token_logprobs(lps[None], retrieval.doc_lp[None])[0, -1]) for lps in per_ending]
+            best = max(range(len(targets)), key=lambda i: token_lp[i])  # the answer part is shared
+            target, per_doc = targets[best], per_ending[best]
             closed_state = self._closed_book_state(retrieval.generator_question, target.prefix)
             closed = self._doc_token_logprobs(closed_state, [target.ids], [[0]])[0][0]
         results = {

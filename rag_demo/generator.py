@@ -223,6 +223,10 @@ class Seq2SeqGenerator(Generator):
             return Target(prefix=(bos,), ids=tuple(ids[1:]))
         return Target(prefix=(self.decoder_start,), ids=tuple(ids))
 
+    def answer_targets(self, answer: str) -> list[Target]:
+        """The ways the answer may end: for a seq2seq generator only EOS."""
+        return [self.answer_target(answer)]
+
     def generation_prefix(self) -> tuple[int, ...]:
         return (self.decoder_start,)
 
@@ -302,9 +306,16 @@ class CausalGenerator(Generator):
         return self.eos_ids | frozenset(newline_tokens)
 
     def answer_target(self, answer: str) -> Target:
-        """The answer as it follows 'Answer:', ended by the newline that stops generation."""
-        ids = self.tokenizer(" " + answer.strip() + prompts.ANSWER_STOP, add_special_tokens=False)["input_ids"]
-        return Target(prefix=(), ids=tuple(ids))
+        """The answer as it follows 'Answer:', ended as the worked examples end theirs (`prompts.ANSWER_STOP`)."""
+        return self.answer_targets(answer)[0]
+
+    def answer_targets(self, answer: str) -> list[Target]:
+        """The answer followed by each token that commonly ends one: the worked examples' ending
+        first, then a single newline, then EOS. Generation may stop with any of them."""
+        body = self.tokenizer(" " + answer.strip(), add_special_tokens=False)["input_ids"]
+        endings = [self.tokenizer(stop, add_special_tokens=False)["input_ids"][-1] for stop in (prompts.ANSWER_STOP, "\n")]
+        endings += sorted(self.eos_ids)
+        return [Target(prefix=(), ids=tuple(body) + (end,)) for end in dict.fromkeys(endings)]
 
     def generation_prefix(self) -> tuple[int, ...]:
         return ()

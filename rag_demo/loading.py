@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import logging
 from dataclasses import replace
 from pathlib import Path
@@ -29,18 +28,11 @@ def pick_device(name: str) -> torch.device:
 
 
 def _examples_for(kb: KnowledgeBase) -> list[str]:
-    if kb.path is None:
+    from .data import QUESTIONS_FILE, load_questions
+
+    if kb.path is None or not (kb.path / QUESTIONS_FILE).is_file():
         return []
-    questions = kb.path / "questions.jsonl"
-    if not questions.is_file():
-        return []
-    picked = []
-    with questions.open(encoding="utf-8") as handle:
-        for line in handle:
-            record = json.loads(line)
-            if record.get("example"):
-                picked.append(record["question"])
-    return picked
+    return [q.question for q in load_questions(kb.path) if q.example]
 
 
 def rag_engine_from_modules(*, question_encoder, question_tokenizer, generator_model, generator_tokenizer,

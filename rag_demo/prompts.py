@@ -35,7 +35,9 @@ EXAMPLES = (
 )
 
 CLOSED_BOOK_INSTRUCTION = "Answer each question with a short answer.\n\n"
-ANSWER_STOP = "\n"
+# What follows every worked example's answer, so what the generator writes to end its own; a
+# scored answer ends with it too, so Score gives the page's own answer the probability Ask showed.
+ANSWER_STOP = "\n\n"
 
 
 def _passage_block(title: str, text: str) -> str:
@@ -45,9 +47,9 @@ def _passage_block(title: str, text: str) -> str:
 def few_shot_prefix(*, with_passages: bool = True) -> str:
     """The instruction and worked examples shared by every prompt of one kind."""
     if not with_passages:
-        return CLOSED_BOOK_INSTRUCTION + "".join(f"Question: {q}\nAnswer: {a}\n\n" for _, _, q, a in EXAMPLES)
+        return CLOSED_BOOK_INSTRUCTION + "".join(f"Question: {q}\nAnswer: {a}{ANSWER_STOP}" for _, _, q, a in EXAMPLES)
     return INSTRUCTION + "".join(
-        f"{_passage_block(title, text)}Question: {q}\nAnswer: {a}\n\n" for title, text, q, a in EXAMPLES
+        f"{_passage_block(title, text)}Question: {q}\nAnswer: {a}{ANSWER_STOP}" for title, text, q, a in EXAMPLES
     )
 
 

@@ -89,7 +89,7 @@ class Engine(Protocol):
     def ask(self, question: str, *, kb: str | KnowledgeBase, k: int = 5, index: str = "flat",
             variants: tuple[str, ...] = ("token", "sequence"), num_beams: int = 1,
             sequence_decoding: str = "thorough", max_new_tokens: int = 16, closed_book: bool = True,
-            retriever: str | None = None, extractive: bool | None = None) -> AskResult: ...
+            retriever: str | None = None, extractive: bool | None = None, progress: ProgressFn | None = None) -> AskResult: ...
 
     def score(self, question: str, answer: str, *, kb: str | KnowledgeBase, k: int = 5, index: str = "flat",
               variants: tuple[str, ...] = ("token", "sequence"), retriever: str | None = None) -> AskResult: ...
@@ -979,7 +979,9 @@ class DemoActions:
     # ---- Ask ----------------------------------------------------------------------------------
     def ask(self, question: str, variant: str, k: float, index: str, kb_choice: str | None, num_beams: float,
             sequence_decoding: str, mine: Held | KnowledgeBase | None, retriever: str | None = None,
-            extractive: bool = False) -> tuple:
+            extractive: bool = False,
+            progress: gr.Progress = gr.Progress(),  # noqa: B008 (gradio injects a tracker here)
+            ) -> tuple:
         """-> status, answer, passages, p(z|x) plot, token heatmap, sequence heatmap, gain plot, last result."""
         try:
             knowledge = self.resolve_kb(kb_choice, mine)
@@ -994,6 +996,7 @@ class DemoActions:
                 closed_book=True,
                 retriever=parse_retriever(retriever),
                 extractive=bool(extractive),
+                progress=_progress_adapter(progress),
             )
         except Exception as err:  # the UI boundary: a message in the page, never a traceback
             return (_failure(err), *[gr.skip()] * 7)
@@ -1026,13 +1029,17 @@ class DemoActions:
 
     # ---- Swap the index -----------------------------------------------------------------------
     def swap(self, question: str, left: str | None, right: str | None, variant: str, k: float,
-             mine: Held | KnowledgeBase | None) -> tuple[str, str, str, str]:
+             mine: Held | KnowledgeBase | None,
+             progress: gr.Progress = gr.Progress(),  # noqa: B008 (gradio injects a tracker here)
+             ) -> tuple[str, str, str, str]:
         """-> status, summary, left column, right column. Same question and model, two knowledge bases."""
         try:
             question = require_question(question)
             sides = [self.resolve_kb(left, mine), self.resolve_kb(right, mine)]
+            report = _progress_adapter(progress)
             a, b = (self.engine.ask(question, kb=kb, k=self.fit_k(k, kb), variants=parse_variants(variant),
-                                    closed_book=False) for kb in sides)
+                                    closed_book=False, progress=_part_of(report, side, len(sides), getattr(kb, "name", kb)))
+                    for side, kb in enumerate(sides))
         except Exception as err:  # the UI boundary
             return _failure(err), gr.skip(), gr.skip(), gr.skip()
         return "", format_swap_summary(a, b), format_swap_column(a), format_swap_column(b)
@@ -1095,14 +1102,16 @@ class DemoActions:
             return (_failure(err), mine, *[gr.skip()] * 9)
         return self._mine_outputs(format_status(f"{what} and re-indexed {_count(len(kb), 'passage')}. Ask again.", "ok"), kb)
 
-    def ask_mine(self, question: str, mine: Held | KnowledgeBase | None) -> tuple[str, str, str]:
+    def ask_mine(self, question: str, mine: Held | KnowledgeBase | None,
+                 progress: gr.Progress = gr.Progress(),  # noqa: B008 (gradio injects a tracker here)
+                 ) -> tuple[str, str, str]:
         """-> status, answer, passages: both variants against the visitor's own knowledge base."""
         kb = unwrap(mine)
         try:
             if not isinstance(kb, KnowledgeBase):
                 raise InputError("Build your knowledge base first (upload or paste text above).")
             result = self.engine.ask(require_question(question), kb=kb, k=min(5, len(kb)),
-                                     variants=("token", "sequence"))
+                                     variants=("token", "sequence"), progress=_progress_adapter(progress))
         except Exception as err:  # the UI boundary
             return _failure(err), gr.skip(), gr.skip()
         return "", format_answer_html(result), format_passages_html(result.passages, hybrid=result.retriever == "hybrid")
@@ -1204,6 +1213,17 @@ def _progress_adapter(progress: gr.Progress | None) -> ProgressFn | None:
         progress((done, total) if total else None, desc=stage)
 
     return report
+
+
+def _part_of(report: ProgressFn | None, part: int, parts: int, label: str) -> ProgressFn | None:
+    """`report` for the `part`-th of `parts` equal jobs: one bar across all of them, each stage labelled."""
+    if report is None:
+        return None
+
+    def report_part(stage: str, done: int, total: int) -> None:
+        report(f"{label}: {stage}", part * total + done, parts * total)
+
+    return report_part
 
 
 # ---------------------------------------------------------------------------------------------

@@ -44,6 +44,23 @@ def test_left_padded_batch_equals_single_prompts(causal_engine):
         assert [row[z] for row in result.variants["token"].doc_token_logprobs] == pytest.approx(direct, abs=1e-4)
 
 
+def test_score_ends_the_answer_as_rag_token_likes_best(causal_engine):
+    from rag_demo.marginalize import rag_token_logprob
+
+    gen = causal_engine.generator
+    targets = gen.answer_targets("ernest hemingway")
+    assert len(targets) >= 2 and len({t.ids[:-1] for t in targets}) == 1 and all(t.ids[-1] in gen.stop_ids for t in targets)
+    retrieval = causal_engine.retrieve(QUESTION, k=4)
+    state = gen.start(causal_engine._inputs(retrieval), gen.generation_prefix())
+    per_target = causal_engine._doc_token_logprobs(state, [t.ids for t in targets], [list(range(4))] * len(targets))
+    totals = [float(rag_token_logprob(lps[None], retrieval.doc_lp[None], torch.ones(1, lps.shape[1], dtype=torch.bool)))
+              for lps in per_target]
+    best = max(range(len(targets)), key=totals.__getitem__)
+    scored = causal_engine.score(QUESTION, "ernest hemingway", k=4).variants["token"]
+    assert scored.token_ids == targets[best].ids
+    assert scored.logprob == pytest.approx(totals[best], abs=1e-4)
+
+
 def test_rag_token_greedy_equals_a_loop_of_full_forwards(causal_engine):
     from rag_demo.marginalize import next_token_marginal
 

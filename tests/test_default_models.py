@@ -48,6 +48,18 @@ def test_swapping_the_index_changes_the_answer(engine):
     assert follows >= len(featured) // 2
 
 
+@pytest.mark.parametrize("kb", ["nq-wiki", "nq-counterfactual"])
+def test_score_gives_asked_answers_the_probability_ask_showed(engine, kb):
+    endings = set()
+    for q in _featured(engine, kb)[:3]:
+        token = engine.ask(q.question, kb=kb, k=5, variants=("token",), closed_book=False).variants["token"]
+        endings.add(token.tokens[-1])
+        scored = engine.score(q.question, token.answer, kb=kb, k=5, variants=("token",)).variants["token"]
+        assert scored.token_ids == token.token_ids  # the same tokens, the same ending
+        assert scored.logprob == pytest.approx(token.logprob, abs=1e-3)
+    assert endings <= {"\n\n", "\n"}
+
+
 def test_eval_command_reports_metrics(engine):
     from rag_demo.evaluate import evaluate
 

@@ -68,6 +68,32 @@ def test_provenance_shapes_and_sums(tiny_engine):
     assert set(result.timings_ms) >= {"encode", "search", "generate", "total"}
 
 
+@pytest.mark.parametrize("variants, closed_book, decoding", [
+    (("token", "sequence"), True, "thorough"), (("token",), False, "thorough"), (("sequence",), True, "fast"),
+])
+def test_ask_reports_each_step_once_in_order(tiny_engine, variants, closed_book, decoding):
+    heard = []
+    result = tiny_engine.ask(QUESTION, k=3, max_new_tokens=4, variants=variants, closed_book=closed_book,
+                             sequence_decoding=decoding, progress=lambda *report: heard.append(report))
+    stages = [stage for stage, _, _ in heard]
+    total = heard[0][2]
+    assert [done for _, done, _ in heard] == list(range(total)) and {t for _, _, t in heard} == {total}
+    assert stages[:2] == ["retrieving passages", "reading the 3 passages"]
+    assert stages[-1] == ("the closed-book answer (no passages)" if closed_book else "tracing each answer token to its passages")
+    assert any(s.startswith("RAG-Token") for s in stages) == ("token" in variants)
+    scoring = [s for s in stages if s.startswith("RAG-Sequence: scoring")]
+    if "sequence" in variants:
+        candidates = len(result.variants["sequence"].candidates)
+        plural = "s" if candidates != 1 else ""
+        against = "against all 3 passages" if decoding == "thorough" else "against the passages that wrote them"
+        assert scoring == [f"RAG-Sequence: scoring {candidates} candidate answer{plural} {against}"]
+    else:
+        assert scoring == []
+    quiet = tiny_engine.ask(QUESTION, k=3, max_new_tokens=4, variants=variants, closed_book=closed_book,
+                            sequence_decoding=decoding)
+    assert {v: r.token_ids for v, r in quiet.variants.items()} == {v: r.token_ids for v, r in result.variants.items()}
+
+
 def test_closed_book_matches_generator_without_passages(tiny_engine, tiny_parts):
     result = tiny_engine.ask(QUESTION, k=2, max_new_tokens=6)
     question_as_read = tiny_engine.retrieve(QUESTION, k=1).generator_question

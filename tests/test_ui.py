@@ -282,6 +282,33 @@ def test_kb_swap_changes_the_answer(actions, ui_engine):
     assert "The answers are the same" in same
 
 
+class HeardProgress:
+    """Stands in for gradio's tracker: records what the page would show."""
+
+    def __init__(self):
+        self.heard: list[tuple[tuple[int, int] | None, str]] = []
+
+    def __call__(self, fraction, desc=None, **_):
+        self.heard.append((fraction, desc))
+
+
+def test_ask_and_swap_show_which_step_runs(actions):
+    tracker = HeardProgress()
+    out = actions.ask(QUESTION, "both", 3, "flat", KB_NAMES[0], 1, "thorough", None, progress=tracker)
+    assert out[0] == ""
+    steps = [desc for _, desc in tracker.heard]
+    assert steps[0] == "retrieving passages" and steps[-1] == "the closed-book answer (no passages)"
+    assert [done for (done, _), _ in tracker.heard] == list(range(len(steps)))
+
+    tracker = HeardProgress()
+    assert actions.swap(QUESTION, KB_NAMES[0], KB_NAMES[1], "token", 3, None, progress=tracker)[0] == ""
+    halves = len(tracker.heard) // 2
+    assert [desc for _, desc in tracker.heard[:2]] == [f"{KB_NAMES[0]}: retrieving passages", f"{KB_NAMES[0]}: reading the 3 passages"]
+    assert tracker.heard[halves][1] == f"{KB_NAMES[1]}: retrieving passages"
+    assert [done for (done, _), _ in tracker.heard] == list(range(2 * halves))  # one bar across both asks
+    assert {total for (_, total), _ in tracker.heard} == {2 * halves}
+
+
 def test_ask_json_shape(actions):
     data = actions.ask_json(QUESTION, "both", 4, "hnsw", "")
     json.dumps(data)  # plain JSON
