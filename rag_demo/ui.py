@@ -1177,7 +1177,9 @@ class DemoActions:
     # ---- first start --------------------------------------------------------------------------
     def retriever_options(self) -> dict:
         """The retriever radio's value and visibility: shown only when the engine can do hybrid retrieval."""
-        hybrid = engine_ready(self.engine) and self.engine.lexical_weight > 0
+        if not engine_ready(self.engine):  # no value yet: an API call then gets the engine's own default
+            return {"value": None, "visible": False}
+        hybrid = self.engine.lexical_weight > 0
         return {"value": "hybrid" if hybrid else "dense", "visible": hybrid}
 
     def poll(self, announced: bool) -> tuple:
@@ -1269,7 +1271,10 @@ def build_demo(engine: Engine, *, limits: UploadLimits = UploadLimits(), files: 
     ready = engine_ready(engine)
 
     def kb_dropdown(elem_id: str, value: str | None, label: str = "Knowledge base") -> gr.Dropdown:
-        return gr.Dropdown(kb_choices, value=value, label=label, elem_id=elem_id, min_width=150)
+        # The choices reach the page once the engine is ready; API calls see only the choices the
+        # page was built with, so names are checked by `resolve_kb` instead of by gradio.
+        return gr.Dropdown(kb_choices, value=value, label=label, elem_id=elem_id, min_width=150,
+                           allow_custom_value=True, elem_classes=["rag-kb-dropdown"])
 
     def index_dropdown(elem_id: str) -> gr.Dropdown:
         return gr.Dropdown(INDEX_CHOICES, value="flat", label="Index variant", elem_id=elem_id, min_width=150)

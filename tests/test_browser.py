@@ -387,6 +387,35 @@ def test_ask_json_api(server, ui_engine):
         client.predict("  ", "both", 3, "flat", "", api_name="/ask_json")
 
 
+def test_api_names_a_kb_of_a_page_built_before_the_engine_was_ready(ui_engine):
+    """The page's KB dropdowns get their choices in the browser; API calls must still accept KB names."""
+    from gradio_client import Client
+
+    release = threading.Event()
+    engine = ui.BackgroundEngine(lambda progress: (release.wait(30), ui_engine)[1]).start()
+    demo = ui.build_demo(engine)  # built while the engine starts: no KB names yet
+    release.set()
+    assert engine.wait(30)
+    try:
+        client = Client(launch(demo), verbose=False)
+        kb = KB_NAMES[1]
+        status, answer, *_ = client.predict(QUESTIONS[0], "token", 3, "flat", kb, 1, "thorough", api_name="/ask")
+        direct = ui_engine.ask(QUESTIONS[0], kb=kb, k=3, variants=("token",))  # the engine's default retriever
+        assert status == "" and f"knowledge base <b>{kb}</b>" in answer
+        assert ui.esc(direct.passages[0].title) in client.predict(QUESTIONS[0], "token", 3, "flat", kb, 1, "thorough",
+                                                                   api_name="/ask")[2]
+        status, cards, *_ = client.predict(QUESTIONS[0], "Paris", kb, 3, "flat", api_name="/score")
+        assert status == "" and "Paris" in cards
+        status, summary, *_ = client.predict(QUESTIONS[0], KB_NAMES[0], kb, "token", 3, api_name="/swap")
+        assert status == "" and kb in summary
+        status, table, _ = client.predict(kb, api_name="/index_reports")
+        assert status == "" and "<b>hnsw</b>" in table
+        status, *_ = client.predict(QUESTIONS[0], "token", 3, "flat", "not-a-kb", 1, "thorough", api_name="/ask")
+        assert "unknown knowledge base &#x27;not-a-kb&#x27;" in status
+    finally:
+        demo.close()
+
+
 def test_first_start_shows_progress_then_the_page_works(browser, ui_engine):
     release = threading.Event()
 
