@@ -66,7 +66,8 @@ GENERATOR_FORMAT = 1  # bump when the conversion changes, so old folders are reb
 GENERATOR_BYTES = 1_500_000_000  # the assembled GGUF (0.25 GB) and the float32 safetensors (1.1 GB)
 CHECK_PROMPT = "Question: who wrote the opening crawl for star wars?\nAnswer:"
 
-KB_FORMAT = 3  # 2: example questions retrieval gets right in both KBs; 3: one counterfactual per real passage
+KB_FORMAT = 4  # 2: example questions retrieval gets right in both KBs; 3: one counterfactual per real passage;
+# 4: no restoration with several mentions unless checked against a second one
 QUESTIONS_FILE = "questions.jsonl"
 EXAMPLES_PER_KB = 8
 EXAMPLE_CANDIDATES = 200  # questions tried, in a seeded random order, until EXAMPLES_PER_KB pass
@@ -109,10 +110,12 @@ class RestoreStats:
     same_answer: int  # substitute == answer: no conflict to study
     several_mentions: int  # kept; every mention restored
     inside_word: int  # kept; a mention glued to letters, e.g. "Lucas" swapped inside "Lucasfilm"
+    moved: int = 0  # several mentions, pointed at the faithful passage another question restores
+    ambiguous: int = 0  # several mentions and no second restoration to check them against: left out
 
     @property
     def failed(self) -> int:
-        return self.swapped_not_found + self.same_answer
+        return self.swapped_not_found + self.same_answer + self.ambiguous
 
 
 @dataclass(frozen=True)
@@ -240,6 +243,72 @@ def counterfactual_answer(record: ConflictRecord, swap: ConflictRecord) -> str:
     return record.answer if record.answer in swap.context else ""
 
 
+def _fills(parts: list[str], text: str) -> tuple[str, ...] | None:
+    """What stands in `text` where a swapped context, split at its substitute into `parts`, had it.
+
+    >>> _fills(["passed ", " with no votes ; by ", " ."], "passed on July 2 with no votes ; by Jefferson .")
+    ('on July 2', 'Jefferson')
+    """
+    if len(text) < sum(map(len, parts)) or not (text.startswith(parts[0]) and text.endswith(parts[-1])):
+        return None
+    end = len(text) - len(parts[-1])
+    pos, found = len(parts[0]), []
+    for part in parts[1:-1]:
+        at = text.find(part, pos + 1)
+        if at < 0 or at + len(part) > end:
+            return None
+        found.append(text[pos:at])
+        pos = at + len(part)
+    found.append(text[pos:end])
+    return tuple(found) if pos < end else None
+
+
+def faithful_restorations(records: list[ConflictRecord]) -> tuple[list[tuple[ConflictRecord, str]], int]:
+    """Each record with the real passage behind it, and how many were moved to another's restoration.
+
+    Putting the answer back is exact when the swap replaced one mention. With several mentions
+    it is often wrong: a question with several answer spans ("who wrote it and when was it
+    passed") had every span swapped to one entity, and restoring gives "passed Thomas Jefferson
+    with no opposing votes". Such a restoration is kept only when a record with another answer
+    restores the same text; else the record is pointed at a one-mention restoration of its passage
+    (the same text around the swapped spans, each span a few words) that contains its answer, or
+    left out.
+    """
+    restored = [restore_passage(r.context, r.swapped_answer, r.answer) for r in records]
+    single = [r.context.count(r.swapped_answer) == 1 for r in records]
+    # Agreement counts only between different answers: near-duplicate questions ("who played
+    # elizabeth swann ...", "who played elizabeth in ...") share their answer and their error.
+    answers_of: dict[str, set[str]] = {}
+    for record, text in zip(records, restored):
+        answers_of.setdefault(text, set()).add(record.answer)
+    trusted = {text for text, one in zip(restored, single) if one} | {t for t, a in answers_of.items() if len(a) > 1}
+    key = 16  # characters of a passage's start or end that find its other restorations
+    by_start: dict[str, list[str]] = {}
+    by_end: dict[str, list[str]] = {}
+    for text in dict.fromkeys(t for t, one in zip(restored, single) if one):
+        by_start.setdefault(text[:key], []).append(text)
+        by_end.setdefault(text[-key:], []).append(text)
+    kept, moved = [], 0
+    for record, text in zip(records, restored):
+        if text in trusted:
+            kept.append((record, text))
+            continue
+        parts = record.context.split(record.swapped_answer)
+        if len(parts[0]) >= key:
+            near = by_start.get(parts[0][:key], [])
+        elif len(parts[-1]) >= key:
+            near = by_end.get(parts[-1][-key:], [])
+        else:
+            near = []
+        for candidate in near:
+            spans = _fills(parts, candidate)
+            if spans and all(1 <= len(span.split()) <= 12 for span in spans) and record.answer in candidate:
+                kept.append((record, candidate))
+                moved += 1
+                break
+    return kept, moved
+
+
 def build_default_data(records: list[ConflictRecord], *, n_candidates: int = EXAMPLE_CANDIDATES, seed: int = 0) -> DefaultData:
     """Restore the real passages and deduplicate both KBs; records with nothing to restore are dropped.
 
@@ -250,8 +319,10 @@ def build_default_data(records: list[ConflictRecord], *, n_candidates: int = EXA
     evaluation needs one gold passage per question; splitting would blur which piece is gold.
     Many questions share a passage (13.8k real passages for 17.5k questions), hence dedup.
     """
-    kept = [r for r in records if r.swapped_answer != r.answer and r.swapped_answer in r.context]
-    wiki, wiki_rows = dedup_passages(restore_passage(r.context, r.swapped_answer, r.answer) for r in kept)
+    candidates_to_restore = [r for r in records if r.swapped_answer != r.answer and r.swapped_answer in r.context]
+    restorations, moved = faithful_restorations(candidates_to_restore)
+    kept = [r for r, _ in restorations]
+    wiki, wiki_rows = dedup_passages(text for _, text in restorations)
     # The task swapped a shared passage once per question that uses it (up to 22 copies, each with
     # another substitute). As a KB those near-duplicates crowd the top k and contradict one another,
     # so nq-counterfactual keeps one swap per real passage, row for row with nq-wiki.
@@ -268,6 +339,8 @@ def build_default_data(records: list[ConflictRecord], *, n_candidates: int = EXA
         same_answer=sum(r.swapped_answer == r.answer for r in records),
         several_mentions=sum(r.context.count(r.swapped_answer) > 1 for r in kept),
         inside_word=sum(_mentions_inside_words(r.context, r.swapped_answer) for r in kept),
+        moved=moved,
+        ambiguous=len(candidates_to_restore) - len(kept),
     )
     # Example candidates show the conflict plainly: a short passage, one clean mention, and a real
     # passage no other question shares (its one swap is then this question's own).

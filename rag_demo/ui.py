@@ -35,6 +35,7 @@ from . import heap, plots
 from .config import INDEX_KINDS, MAX_PAGE_BEAMS, MAX_PAGE_K, MAX_QUESTION_CHARS
 from .corpus import SOURCE_SUFFIXES, KnowledgeBase, Passage, read_document_file, split_into_passages
 from .errors import InputError, RagDemoError
+from .evaluate import contains_answer
 from .progress import eta_text
 from .results import AskResult, ClosedBookResult, IndexReport, RetrievedPassage, VariantResult
 
@@ -524,13 +525,36 @@ def _more_passages_note(total: int, shown: int) -> str:
     return f'<div class="rag-muted">the top {shown} of the {total} passages the answers read</div>'
 
 
+def _passages_say(result: AskResult, answer: str) -> bool:
+    """Whether some retrieved passage contains `answer` (SQuAD-normalized words)."""
+    return bool(answer.strip()) and any(contains_answer(f"{p.title} {p.text}", answer) for p in result.passages)
+
+
+def swap_verdict(left: AskResult, right: AskResult) -> str:
+    """One sentence on what the swap showed, checked against the passages each side retrieved."""
+    if left.kb == right.kb:
+        return "Both sides read the same knowledge base; choose two different ones to see a swap."
+    answers = {side.kb: [v.answer for v in side.variants.values()] for side in (left, right)}
+    said = {side.kb: all(_passages_say(side, a) for a in answers[side.kb]) for side in (left, right)}
+    if answers[left.kb] != answers[right.kb]:
+        if said[left.kb] and said[right.kb]:
+            return ("Same question, same model, different knowledge base: the answer changed, "
+                    "and each side's answer is written in its own passages.")
+        return ("The answer changed with the knowledge base, but not every answer is written in its side's "
+                "passages: the model also made some of it up.")
+    if said[left.kb] and said[right.kb]:
+        return "The same answer on both sides, and both sides' passages contain it."
+    if said[left.kb] or said[right.kb]:
+        holder = left.kb if said[left.kb] else right.kb
+        return f"The same answer on both sides, but only {holder}'s passages contain it."
+    return "The same answer on both sides, and neither side's passages contain it: it comes from the model, not the index."
+
+
 def format_swap_summary(left: AskResult, right: AskResult) -> str:
     def answers(r: AskResult) -> str:
         return " / ".join(f"“{esc(v.answer)}”" for v in r.variants.values())
 
-    same = [v.answer for v in left.variants.values()] == [v.answer for v in right.variants.values()]
-    verdict = ("The answers are the same: both indexes support it." if same
-               else "Same question, same model, different index: the answer follows the index.")
+    verdict = esc(swap_verdict(left, right))
     return (f'<div class="rag-swap-summary"><b>{esc(left.kb)}</b> → {answers(left)} &nbsp;|&nbsp; '
             f'<b>{esc(right.kb)}</b> → {answers(right)}<div>{verdict}</div></div>')
 

@@ -31,10 +31,12 @@ def row(question: str, context: str, swapped: str, answer: str) -> dict:
             "target_scores": {swapped: 1, answer: 0}}
 
 
-SHARED = "{} founded {}film in 1971 ."  # one original passage behind two questions
+SHARED = "In 1971 {} founded a studio ."  # one original passage behind two questions
 ROWS = [
-    row("who founded lucasfilm?", SHARED.format("Larry Hogan", "Larry Hogan"), "Larry Hogan", "Lucas"),
-    row("who started lucasfilm?", SHARED.format("Ann Bo", "Ann Bo"), "Ann Bo", "Lucas"),
+    row("who founded the studio?", SHARED.format("Larry Hogan"), "Larry Hogan", "Lucas"),
+    row("who started the studio?", SHARED.format("Ann Bo"), "Ann Bo", "Lucas"),
+    row("what studio made it?", "It was made by Larry Hoganfilm .", "Larry Hogan", "Lucas"),  # inside a word
+    # Several mentions and nothing to check them against: "Bo Li ... Bo Li" or two answer spans? Left out.
     row("who sang it?", "It was sung by Zed Q and later by Zed Q again .", "Zed Q", "Bo Li"),
     row("who is number one?", "The number one is One .", "One", "Rafael Nadal"),
     # Two questions whose passages cross: the first's counterfactual is the second's real passage.
@@ -44,6 +46,9 @@ ROWS = [
     {"input": "\nQuestion: who narrated it?\nContext: Narrated by Robert Mitchum .", "target": "Robert Mitchum",
      "target_scores": {"Robert Mitchum": 0}},
     row("who wrote it?", "Nobody is named here .", "Cy Young", "Al Gore"),
+    # Two answer spans swapped to one entity; the next question's swap shows the real passage.
+    row("who drafted it and when?", "The bill was passed Zed Q ; Zed Q drafted it .", "Zed Q", "Tom Jeff"),
+    row("when did the bill pass?", "The bill was passed in May ; Tom Jeff drafted it .", "in May", "on July 2"),
 ]
 
 
@@ -146,23 +151,40 @@ def test_restore_undoes_the_swap(original, answer, swapped):
 def test_build_default_data_restores_dedups_and_points_at_gold():
     built = data.build_default_data(data.parse_task(json.loads(task_json())), n_candidates=2)
     wiki, counterfactual = built.passages["nq-wiki"], built.passages["nq-counterfactual"]
-    assert [p.text for p in wiki] == ["Lucas founded Lucasfilm in 1971 .",
-                                      "It was sung by Bo Li and later by Bo Li again .",
-                                      "The number one is Rafael Nadal .", "Al won .", "Bo Li won ."]
-    # one swap per real passage, row for row: the two lucasfilm questions share "Larry Hogan"
-    assert len(counterfactual) == 5 and all(p.title == "" for p in wiki + counterfactual)
-    assert [e.wiki_id for e in built.examples] == [0, 0, 1, 2, 3, 4]
-    assert [e.counterfactual_id for e in built.examples] == [0, 0, 1, 2, 3, 4]
+    assert [p.text for p in wiki] == ["In 1971 Lucas founded a studio .", "It was made by Lucasfilm .",
+                                      "The number one is Rafael Nadal .", "Al won .", "Bo Li won .",
+                                      "The bill was passed on July 2 ; Tom Jeff drafted it ."]
+    # one swap per real passage, row for row: the two studio questions share "Larry Hogan"
+    assert len(counterfactual) == 6 and all(p.title == "" for p in wiki + counterfactual)
+    assert [e.question for e in built.examples if e.question == "who sang it?"] == []
+    assert [e.wiki_id for e in built.examples] == [0, 0, 1, 2, 3, 4, 5, 5]
+    assert [e.counterfactual_id for e in built.examples] == [0, 0, 1, 2, 3, 4, 5, 5]
     assert [e.swapped_answer for e in built.examples][:2] == ["Larry Hogan", "Larry Hogan"]
+    # the two-span question reads the real passage; its counterfactual swapped the date only
+    assert counterfactual[5].text == "The bill was passed in May ; Tom Jeff drafted it ."
+    assert [(e.answer, e.swapped_answer) for e in built.examples[6:]] == [("Tom Jeff", "Tom Jeff"), ("on July 2", "in May")]
     for example in built.examples:
         assert example.answer in wiki[example.wiki_id].text
         assert example.swapped_answer in counterfactual[example.counterfactual_id].text
-        assert example.answer not in counterfactual[example.counterfactual_id].text
+        if example.swapped_answer != example.answer:
+            assert example.answer not in counterfactual[example.counterfactual_id].text
     stats = built.stats
-    assert (stats.records, stats.kept, stats.same_answer, stats.swapped_not_found, stats.failed) == (8, 6, 1, 1, 2)
-    assert (stats.several_mentions, stats.inside_word) == (3, 2)
+    assert (stats.records, stats.kept, stats.same_answer, stats.swapped_not_found, stats.ambiguous, stats.failed) == (11, 8, 1, 1, 1, 3)
+    assert (stats.several_mentions, stats.inside_word, stats.moved) == (1, 1, 1)
     # Example candidates: one clean mention in a real passage no other question shares.
     assert len(built.candidates) == 2 and set(built.candidates) <= {3, 4, 5}
+
+
+@pytest.mark.parametrize("agreeing, kept", [(("Bo Li", "Bo Li"), 0), (("Bo Li", "Al"), 2)])
+def test_several_mentions_are_trusted_when_another_answer_restores_the_same_passage(agreeing, kept):
+    # "Bo Li and Al sang ; Bo Li and Al wrote ." swapped by two questions with other answers
+    first, second = agreeing
+    original = "Bo Li and Al sang it ; Bo Li and Al wrote it ."
+    records = [data.ConflictRecord("q1", original.replace(first, "Zed Q"), first, "Zed Q"),
+               data.ConflictRecord("q2", original.replace(second, "Cy"), second, "Cy")]
+    restorations, moved = data.faithful_restorations(records)
+    assert moved == 0 and len(restorations) == kept  # the same answer twice is no second opinion
+    assert all(text == original for _, text in restorations)
 
 
 @pytest.mark.parametrize("golds, expected", [([0, 1, 2], [0, 1]), ([1, 1, 2], [1, 2]), ([1, 0, 0], [])])
@@ -274,12 +296,12 @@ def test_default_kbs_are_built_once_with_questions(offline_source):
     stages = []
     paths = data.ensure_default_kbs(encoder, cache=cache, progress=lambda stage, done, total: stages.append(stage))
     assert set(paths) == {"nq-wiki", "nq-counterfactual"}
-    assert len(encoder.embedded) == len(set(encoder.embedded)) == 9  # 5 real + 5 counterfactual, 1 in both
+    assert len(encoder.embedded) == len(set(encoder.embedded)) == 11  # 6 real + 6 counterfactual, 1 in both
     assert any(stage.startswith("embedding") for stage in stages)
     for name, path in paths.items():
         kb = load_kb(path)
         questions = data.load_questions(path)
-        assert kb.encoder == "fake" and len(questions) == 6
+        assert kb.encoder == "fake" and len(questions) == 8
         for q in questions:
             assert q.passage_answer in kb.texts[q.gold_id]
             assert q.passage_answer == (q.swapped_answer if name == "nq-counterfactual" else q.answer)
@@ -292,7 +314,7 @@ def test_default_kbs_are_built_once_with_questions(offline_source):
     assert flags == [q.example for q in data.load_questions(paths["nq-counterfactual"])] and any(flags)
     (paths["nq-wiki"] / data.MARKER).unlink()  # as if the build died before publishing
     data.ensure_default_kbs(encoder, cache=cache)
-    assert len(encoder.embedded) == embedded + 5  # only nq-wiki's passages again
+    assert len(encoder.embedded) == embedded + 6  # only nq-wiki's passages again
     assert [q.example for q in data.load_questions(paths["nq-wiki"])] == flags
     other = data.default_kb_paths("another-encoder", 16, cache=cache)
     assert set(other.values()).isdisjoint(paths.values())  # the key follows the encoder
@@ -341,12 +363,13 @@ def test_real_default_data_is_prepared():
     records = data.parse_task(json.loads(data.ensure_source().read_text()))
     assert len(records) == 17528
     built = data.build_default_data(records)
-    assert built.stats.kept == 17527 and built.stats.failed == 1
+    # 3,406 questions had several mentions swapped and no second restoration to check them
+    assert (built.stats.kept, built.stats.ambiguous, built.stats.failed) == (14121, 3406, 3407)
     for name, path in prepared.kb_paths.items():
         kb = load_kb(path)
         assert len(kb) == len(built.passages[name]) and kb.dim == 384 and kb.normalized
         questions = data.load_questions(path)
-        assert len(questions) == 17527 and sum(q.example for q in questions) == data.EXAMPLES_PER_KB
+        assert len(questions) == 14121 and sum(q.example for q in questions) == data.EXAMPLES_PER_KB
         assert all(q.passage_answer in kb.texts[q.gold_id] for q in questions)
     assert cache_root() in prepared.generator_path.parents
 

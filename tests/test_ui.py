@@ -277,9 +277,31 @@ def test_kb_swap_changes_the_answer(actions, ui_engine):
         assert column.count('class="rag-passage"') == 3
     for result in (a, b):
         assert " / ".join(f"“{ui.esc(v.answer)}”" for v in result.variants.values()) in summary
-    assert "the answer follows the index" in summary
+    assert ui.esc(ui.swap_verdict(a, b)) in summary
     same = actions.swap(QUESTION, left_kb, left_kb, "token", 5, None)[1]
-    assert "The answers are the same" in same
+    assert "read the same knowledge base" in same
+
+
+def _said(kb: str, answer: str, passage_text: str) -> AskResult:
+    """A one-passage, one-variant result: `answer` from `kb`, whose passage reads `passage_text`."""
+    from rag_demo.results import RetrievedPassage, VariantResult
+
+    passage = RetrievedPassage(1, 0, "", passage_text, 0.5, 1.0, 10.0)
+    variant = VariantResult("token", answer, (answer,), (1,), -1.0, (-1.0,), ((-1.0,),), ((1.0,),), (-2.0,))
+    return AskResult("q", kb, "flat", 1, (passage,), {"token": variant}, None, {})
+
+
+@pytest.mark.parametrize("left, right, verdict", [
+    (("Paris", "Paris is the capital."), ("Lyon", "Lyon is the capital."), "each side's answer is written in its own passages"),
+    (("Paris", "Paris is the capital."), ("Rome", "Lyon is the capital."), "the model also made some of it up"),
+    (("Paris", "Paris is the capital."), ("Paris", "The capital is Paris ."), "both sides' passages contain it"),
+    (("Paris", "Paris is the capital."), ("Paris", "Lyon is the capital."), "only L's passages contain it"),
+    (("Paris", "Versailles is a palace."), ("Paris", "Gare du Nord is a station."), "neither side's passages contain it"),
+])
+def test_swap_verdict_checks_the_answers_against_each_sides_passages(left, right, verdict):
+    got = ui.swap_verdict(_said("L", *left), _said("R", *right))
+    assert verdict in got
+    assert ui.swap_verdict(_said("L", *left), _said("L", *right)).startswith("Both sides read the same knowledge base")
 
 
 class HeardProgress:
