@@ -153,8 +153,9 @@ def posterior_heatmap(variant: VariantResult, passages: Sequence[RetrievedPassag
     z = [[variant.posteriors[t][j] for t in range(num_tokens)] for j in range(len(passages))]  # (K, T)
     doc_p = [[math.exp(variant.doc_token_logprobs[t][j]) for t in range(num_tokens)] for j in range(len(passages))]
     tokens = [html.escape(token_label(t)) for t in variant.tokens]
-    custom = [[[tokens[t], html.escape(shorten(passage_name(p.title, p.text), 40)), doc_p[j][t]] for t in range(num_tokens)]
-              for j, p in enumerate(passages)]
+    # the passage's rank goes in by hand: with tick labels set, plotly's %{y} shows the label, not the rank
+    custom = [[[tokens[t], f"#{p.rank} " + html.escape(shorten(passage_name(p.title, p.text), 40)), doc_p[j][t]]
+               for t in range(num_tokens)] for j, p in enumerate(passages)]
     fig = go.Figure(
         go.Heatmap(
             z=z,
@@ -167,7 +168,7 @@ def posterior_heatmap(variant: VariantResult, passages: Sequence[RetrievedPassag
             texttemplate="%{z:.2f}" if num_tokens <= 10 and len(passages) <= 10 else None,  # legible cells only
             textfont=dict(size=10),
             customdata=custom,
-            hovertemplate="token “%{customdata[0]}”<br>#%{y} %{customdata[1]}<br>posterior = %{z:.3f}"
+            hovertemplate="token “%{customdata[0]}”<br>%{customdata[1]}<br>posterior = %{z:.3f}"
             "<br>p(token | x, z, prefix) = %{customdata[2]:.3f}<extra></extra>",
             xgap=1,
             ygap=1,

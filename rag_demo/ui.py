@@ -422,8 +422,17 @@ def _variant_card(variant: VariantResult, passages: Sequence[RetrievedPassage], 
     name = plots.VARIANT_NAMES.get(variant.variant, variant.variant)
     candidates = ""
     if variant.candidates:
-        shown = ", ".join(f"“{esc(plots.shorten(text, 30))}” {fmt_prob(math.exp(lp))}" for text, lp in variant.candidates[:4])
-        candidates = f'<div class="rag-cands">hypotheses p(y|x): {shown}</div>'
+        seen: set[str] = set()
+        shown = []
+        for text, lp in variant.candidates[:4]:
+            label = f"“{esc(plots.shorten(text, 30))}”" if text.strip() else "(empty answer)"
+            if text in seen:  # one text, two token sequences (another ending or another split into tokens)
+                label += " (same words, other tokens)"
+            seen.add(text)
+            shown.append(f"{label} {fmt_prob(math.exp(lp))}")
+        candidates = f'<div class="rag-cands">hypotheses p(y|x): {", ".join(shown)}</div>'
+    if not variant.answer.strip():
+        candidates = '<div class="rag-cands">(empty answer: the model ended it at once)</div>' + candidates
     return (
         f'<div class="rag-card rag-card-{esc(variant.variant)}">'
         f'<div class="rag-card-head"><span class="rag-kind">{esc(name)}</span>'
@@ -512,7 +521,7 @@ def format_passages_html(passages: Sequence[RetrievedPassage], *, max_chars: int
 def format_swap_column(result: AskResult) -> str:
     """One side of the index swap: the answers and the top 3 passages of that knowledge base."""
     return (
-        f'<div class="rag-swap-col"><div class="rag-swap-head">index: <b>{esc(result.kb)}</b> {format_index_badge(result)}</div>'
+        f'<div class="rag-swap-col"><div class="rag-swap-head">knowledge base <b>{esc(result.kb)}</b> {format_index_badge(result)}</div>'
         f"{format_answer_html(result, closed_book=False, legend=False, question=False)}"
         f"{format_passages_html(result.passages[:3], max_chars=220, hybrid=result.retriever == 'hybrid')}"
         f"{_more_passages_note(len(result.passages), 3)}</div>"
@@ -737,7 +746,7 @@ def _learn_sequence_step(result: AskResult, prior: Sequence[float]) -> str:
         f"<tbody>{rows}</tbody><tfoot><tr><td>sum</td><td>{sum(prior):.4f}</td><td></td><td><b>{fmt_prob(total)}</b></td>"
         "<td>1</td></tr></tfoot></table>"
         f"<p>The sum, <b>{fmt_prob(total)}</b>, is p(y|x); the engine reports {fmt_prob(math.exp(variant.logprob))}."
-        f"{note} The last column is the final row of the running-posterior heatmap.</p>"
+        f"{note} The last column is the running-posterior heatmap's last column, after the whole answer.</p>"
     )
 
 
@@ -1327,7 +1336,7 @@ def build_demo(engine: Engine, *, limits: UploadLimits = UploadLimits(), files: 
                 with gr.Row():
                     with gr.Column(scale=1, min_width=330, elem_classes=["rag-sidebar"]):
                         question = gr.Textbox(label="Question", lines=2, max_lines=4, elem_id="question",
-                                              max_length=QUESTION_BOX_CHARS, placeholder="Ask a factual question, e.g. Who wrote A Farewell to Arms?")
+                                              max_length=QUESTION_BOX_CHARS, placeholder="Ask a factual question, or click an example below")
                         ask_btn = gr.Button("Ask", variant="primary", elem_id="ask-btn", size="md")
                         variant = gr.Radio(VARIANT_CHOICES, value="both", label="RAG variant", elem_id="variant")
                         with gr.Row():
@@ -1367,11 +1376,11 @@ def build_demo(engine: Engine, *, limits: UploadLimits = UploadLimits(), files: 
                 with gr.Row():
                     with gr.Column(scale=1, min_width=330, elem_classes=["rag-sidebar"]):
                         swap_question = gr.Textbox(label="Question", lines=2, max_lines=4, elem_id="swap-question",
-                                                   max_length=QUESTION_BOX_CHARS, placeholder="e.g. What is the capital of France?")
+                                                   max_length=QUESTION_BOX_CHARS, placeholder="Ask a factual question, or click an example below")
                         swap_btn = gr.Button("Ask both", variant="primary", elem_id="swap-btn", size="md")
                         # one per line: two side by side cut long KB names such as "nq-counterfactual"
-                        swap_left = kb_dropdown("swap-left", default, "Left index")
-                        swap_right = kb_dropdown("swap-right", right_default, "Right index")
+                        swap_left = kb_dropdown("swap-left", default, "Left knowledge base")
+                        swap_right = kb_dropdown("swap-right", right_default, "Right knowledge base")
                         swap_variant = gr.Radio(VARIANT_CHOICES, value="token", label="RAG variant",
                                                 elem_id="swap-variant")
                         swap_k = k_slider("swap-k")
@@ -1482,12 +1491,13 @@ def build_demo(engine: Engine, *, limits: UploadLimits = UploadLimits(), files: 
         gr.on([score_btn.click, score_answer.submit], **scroll_to["score-out"])
         ask_inputs = [question, variant, k, index, kb, beams, decoding, mine, retriever, extractive]
         ask_outputs = [ask_status, answer, passages, doc_prob, heat_token, heat_seq, gain, last]
+        # one progress bar, where the answer will show: it names the step that runs (engine.ask)
         gr.on([ask_btn.click, question.submit], actions.ask, inputs=ask_inputs, outputs=ask_outputs, api_name="ask",
-              **engine_events).then(**scroll_to["answer"])
+              show_progress_on=answer, **engine_events).then(**scroll_to["answer"])
         examples.click(lambda sample: sample[0] if sample else gr.skip(), inputs=examples, outputs=question,
                        api_visibility="private", queue=False).then(
-            actions.ask, inputs=ask_inputs, outputs=ask_outputs, api_visibility="private", **engine_events).then(
-            **scroll_to["answer"])
+            actions.ask, inputs=ask_inputs, outputs=ask_outputs, api_visibility="private", show_progress_on=answer,
+            **engine_events).then(**scroll_to["answer"])
         kb.change(actions.examples_update, inputs=kb, outputs=examples,
                   api_visibility="private", queue=False)
         last.change(actions.learn_tokens, inputs=last, outputs=[learn_token, learn_out], api_visibility="private",
@@ -1500,11 +1510,11 @@ def build_demo(engine: Engine, *, limits: UploadLimits = UploadLimits(), files: 
         swap_inputs = [swap_question, swap_left, swap_right, swap_variant, swap_k, mine]
         swap_outputs = [swap_status, swap_summary, swap_left_out, swap_right_out]
         gr.on([swap_btn.click, swap_question.submit], actions.swap, inputs=swap_inputs, outputs=swap_outputs,
-              api_name="swap", **engine_events).then(**scroll_to["swap-summary"])
+              api_name="swap", show_progress_on=swap_summary, **engine_events).then(**scroll_to["swap-summary"])
         swap_examples.click(lambda sample: sample[0] if sample else gr.skip(), inputs=swap_examples,
                             outputs=swap_question, api_visibility="private", queue=False).then(
-            actions.swap, inputs=swap_inputs, outputs=swap_outputs, api_visibility="private", **engine_events).then(
-            **scroll_to["swap-summary"])
+            actions.swap, inputs=swap_inputs, outputs=swap_outputs, api_visibility="private",
+            show_progress_on=swap_summary, **engine_events).then(**scroll_to["swap-summary"])
 
         mine_outputs = [mine_status, mine, mine_pick, mine_edit_title, mine_edit_text, mine_preview, *kb_dropdowns]
         mine_build.click(actions.build_mine, inputs=[mine_files, mine_paste_title, mine_paste, mine],
@@ -1514,7 +1524,8 @@ def build_demo(engine: Engine, *, limits: UploadLimits = UploadLimits(), files: 
         mine_save.click(actions.save_passage, inputs=[mine_pick, mine_edit_title, mine_edit_text, mine],
                         outputs=mine_outputs, api_name="edit_passage", show_progress_on=mine_status, **engine_events)
         gr.on([mine_ask.click, mine_question.submit], actions.ask_mine, inputs=[mine_question, mine],
-              outputs=[mine_ask_status, mine_answer, mine_passages], api_name="ask_mine", **engine_events)
+              outputs=[mine_ask_status, mine_answer, mine_passages], api_name="ask_mine", show_progress_on=mine_answer,
+              **engine_events)
 
         gr.on([score_btn.click, score_answer.submit], actions.score,
               inputs=[score_question, score_answer, score_kb, score_k, score_index, mine],

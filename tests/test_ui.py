@@ -271,7 +271,7 @@ def test_kb_swap_changes_the_answer(actions, ui_engine):
     # the same random model reads different passages: the RAG-Token answer of this question differs
     assert a.variants["token"].answer != b.variants["token"].answer
     for column, result in ((left, a), (right, b)):
-        assert f"index: <b>{result.kb}</b>" in column and "Closed-book" not in column
+        assert f"knowledge base <b>{result.kb}</b>" in column and "Closed-book" not in column
         for v in result.variants.values():
             assert all(f'<span class="rag-tok-text">{shown(t)}</span>' in column for t in v.tokens)
         assert column.count('class="rag-passage"') == 3
