@@ -175,7 +175,7 @@ class BackgroundEngine:
             eta = eta_text(done, total, now - stage_started)
             count = f" ({done:,}/{total:,}{', ' + eta if eta else ''})"
         return (f"Preparing models and indexes: {stage}{count}; {now - self._started:.0f} s so far. "
-                "Only the first start builds these caches.")
+                "A first start builds its caches (minutes); later starts load them (seconds).")
 
     def _get(self) -> Engine:
         if self._engine is None:
@@ -595,8 +595,8 @@ def format_index_table(reports: Sequence[IndexReport], kb_name: str) -> str:
     if not reports:
         return '<div class="rag-empty">No index reports.</div>'
     rows = "".join(
-        f"<tr><td><b>{esc(r.kind)}</b></td><td>{r.build_seconds:.3g}</td><td>{r.bytes / 1e6:.3g}</td>"
-        f"<td>{r.recall_at_k:.3f}</td><td>{r.query_ms:.3g}</td><td>{r.num_vectors:,}</td></tr>"
+        f"<tr><td><b>{esc(r.kind)}</b></td><td>{r.build_seconds:,.2f}</td><td>{r.bytes / 1e6:,.1f}</td>"
+        f"<td>{r.recall_at_k:.3f}</td><td>{r.query_ms:,.3f}</td><td>{r.num_vectors:,}</td></tr>"
         for r in reports
     )
     k = reports[0].recall_k
@@ -1003,10 +1003,9 @@ class DemoActions:
             return []
 
     def examples_update(self, kb_choice: str | None) -> gr.Dataset:
-        """New example questions when the knowledge base changes (the private one keeps the current ones)."""
-        if kb_choice == PRIVATE_KB:
-            return gr.skip()
-        samples = self.examples(kb_choice)
+        """New example questions when the knowledge base changes; none for a visitor's own (the
+        examples ask about the NQ passages, which it does not hold)."""
+        samples = [] if kb_choice == PRIVATE_KB else self.examples(kb_choice)
         return gr.Dataset(samples=samples, visible=bool(samples))
 
     # ---- Ask ----------------------------------------------------------------------------------
@@ -1154,6 +1153,8 @@ class DemoActions:
               mine: Held | KnowledgeBase | None) -> tuple:
         """-> status, cards, token heatmap, sequence heatmap, gain plot."""
         try:
+            if not (isinstance(question, str) and question.strip()) and not (isinstance(answer, str) and answer.strip()):
+                raise InputError("Type a question and the answer to score for it.")
             answer = require_answer(answer)
             knowledge = self.resolve_kb(kb_choice, mine)
             result = self.engine.score(require_question(question), answer, kb=knowledge,

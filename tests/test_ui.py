@@ -314,6 +314,14 @@ class HeardProgress:
         self.heard.append((fraction, desc))
 
 
+def test_examples_follow_the_knowledge_base_and_hide_for_a_visitors_own(actions):
+    for name in KB_NAMES:
+        update = actions.examples_update(name)
+        assert update.visible and update.raw_samples == actions.examples(name) != []
+    hidden = actions.examples_update(ui.PRIVATE_KB)
+    assert hidden.visible is False and hidden.raw_samples == []
+
+
 def test_ask_and_swap_show_which_step_runs(actions):
     tracker = HeardProgress()
     out = actions.ask(QUESTION, "both", 3, "flat", KB_NAMES[0], 1, "thorough", None, progress=tracker)
@@ -470,6 +478,7 @@ def test_score_your_answer(actions, ui_engine):
         assert f"<b>{v.logprob - sum(v.closed_book_token_logprobs):+.2f}</b> nats" in markup
     assert "Type an answer" in actions.score(QUESTION, "  ", actions.engine.default_kb, 3, "flat", None)[0]
     assert "Type a question" in actions.score("", "Paris", actions.engine.default_kb, 3, "flat", None)[0]
+    assert "Type a question and the answer" in actions.score(" ", "", actions.engine.default_kb, 3, "flat", None)[0]
 
 
 def test_index_reports(actions, ui_engine):
