@@ -1331,7 +1331,8 @@ def build_demo(engine: Engine, *, limits: UploadLimits = UploadLimits(), files: 
         banner = _status("status-banner", "" if ready else format_status("Preparing models and indexes…", "wait"))
         timer = gr.Timer(1.0, active=not ready)
 
-        with gr.Tabs(elem_id="tabs"):
+        # on phones the tab names wrap onto a second line instead of hiding behind an unlabeled "⋯"
+        with gr.Tabs(elem_id="tabs", overflow_behavior="wrap"):
             # ---------------------------------------------------------------- Ask
             with gr.Tab("Ask", id="ask", elem_id="tab-ask"):
                 with gr.Row():
