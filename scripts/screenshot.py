@@ -84,9 +84,11 @@ def run(out: Path, question: str, ready_timeout_s: float) -> list[Path]:
         log.info("asking %r", asked)
         expect(page.locator("#answer .rag-card-token .rag-tok").first).to_be_visible()
         # Ask again: the first answer pays one-time costs (the index, the few-shot cache) in its timings.
-        first = page.locator("#answer .rag-timings").inner_text()
+        first = page.locator("#answer .rag-timings").text_content()
         page.locator("#ask-btn").click()
-        page.wait_for_function("t => document.querySelector('#answer .rag-timings')?.innerText !== t", arg=first)
+        # while it runs the old answer stays in the page, hidden under the progress bar
+        page.wait_for_function("t => document.querySelector('#answer .rag-timings')?.textContent !== t"
+                               " && !document.querySelector('#answer .progress-bar')", arg=first)
         for plot in ("doc-prob", "heat-token", "heat-seq", "gain"):
             expect(page.locator(f"#{plot} .main-svg").first).to_be_visible()
         saved.append(out / "screenshot-ask.png")
