@@ -636,6 +636,34 @@ def _learn_variant(result: AskResult | None) -> VariantResult | None:
     return result.variants.get("token") or next(iter(result.variants.values()))
 
 
+GLOSSARY = (
+    ("token", "A piece of text the generator reads or writes: a word, a piece of a rare word (a name may "
+              "take several) or a mark such as “↵↵”, the line break that ends an answer."),
+    ("p(z|x)", "How likely the retriever finds passage z for question x: a softmax over the top k passages' "
+               "scores. The bars of the p(z|x) chart."),
+    ("score, bm25, logit", "score: the dense retriever's cosine similarity of question and passage. bm25: a word-"
+                           "matching score (rare shared words count most). logit: what goes into the softmax; with "
+                           "the default encoder 20 × score, plus 0.2 × bm25 with Dense + BM25."),
+    ("posterior", "After seeing the answer (or a token of it), how likely each passage is to be the one that "
+                  "produced it: p(z|x) times how well z explains the text, renormalized. The heatmaps' cells."),
+    ("closed-book", "The same generator with no passages: what it answers from memory alone."),
+    ("nats", "The unit of natural-log probabilities: a gain of +1 nat means the passages made the answer "
+             "e ≈ 2.7 times as likely; −2.3 nats is ten times less likely."),
+    ("greedy, beams", "Greedy decoding takes the likeliest token at each step. Beam search keeps the best few "
+                      "partial answers (Beams) and can find a likelier whole answer."),
+    ("thorough, fast", "RAG-Sequence first writes one answer per passage. Thorough scores every such answer "
+                       "under every passage; fast only under the passages that wrote it (the paper's two "
+                       "decodings)."),
+    ("recall@k", "Of the k passages exact search finds, the share an approximate index (HNSW, IVF-PQ) also "
+                 "finds."),
+)
+
+
+def format_glossary_html() -> str:
+    rows = "".join(f"<dt>{esc(term)}</dt><dd>{esc(text)}</dd>" for term, text in GLOSSARY)
+    return f'<dl class="rag-glossary">{rows}</dl>'
+
+
 def format_learn_html(result: AskResult | None, position: int | None = 0) -> str:
     """The two RAG equations worked through with this result's own numbers."""
     if result is None:
@@ -1474,6 +1502,8 @@ def build_demo(engine: Engine, *, limits: UploadLimits = UploadLimits(), files: 
                 learn_token = gr.Dropdown([], value=None, label="Answer token for step 2", elem_id="learn-token",
                                           type="value", min_width=240)
                 learn_out = _html("learn-out", format_learn_html(None))
+                with gr.Accordion("Words used on this page", open=False, elem_id="glossary"):
+                    gr.HTML(format_glossary_html(), js_on_load=None)
 
         # ---------------------------------------------------------------- events
         engine_events = dict(concurrency_id=ENGINE_GROUP, concurrency_limit=1)

@@ -355,6 +355,13 @@ def test_score_index_and_learn_tabs(page, ui_engine):
     page.wait_for_timeout(300)
     shot(page, "index")
 
+    open_tab(page, "Learn")
+    glossary = page.locator("#glossary")
+    expect(glossary.locator("dt")).to_have_count(0)  # folded until asked for
+    glossary.get_by_text("Words used on this page").click()
+    expect(glossary.locator("dt")).to_have_count(len(ui.GLOSSARY))
+    expect(glossary).to_contain_text("e ≈ 2.7 times as likely")
+
 
 def test_ask_json_api(server, ui_engine):
     """`/ask_json` over HTTP returns the CLI's `--json` object, with consistent numbers."""
