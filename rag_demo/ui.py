@@ -270,6 +270,15 @@ def fmt_prob(p: float) -> str:
     return f"{p:.3f}" if abs(p) >= 0.001 else f"{p:.2e}"
 
 
+def fmt_signed(x: float, digits: int = 2) -> str:
+    """A signed number with a true minus sign, as `fmt_log` writes them.
+
+    >>> fmt_signed(-2.494), fmt_signed(0.871)
+    ('−2.49', '+0.87')
+    """
+    return f"{x:+.{digits}f}".replace("-", "−")
+
+
 def fmt_log(lp: float) -> str:
     """A log-probability with a true minus sign.
 
@@ -365,7 +374,9 @@ def format_token_spans(variant: VariantResult, passages: Sequence[RetrievedPassa
         more = f'<div class="rag-tip-more">+{hidden} more below {row[order[-1]]:.2f}</div>' if hidden > 0 and order else ""
         gain = (variant.token_logprobs[t] - variant.closed_book_token_logprobs[t]
                 if t < min(len(variant.token_logprobs), len(variant.closed_book_token_logprobs)) else float("nan"))
-        label = f"“{plots.token_label(token)}”: p {fmt_prob(p_open)}, closed-book p {fmt_prob(p_closed)}"
+        closed_known = not math.isnan(p_closed)  # the Swap tab asks without the closed-book model
+        label = f"“{plots.token_label(token)}”: p {fmt_prob(p_open)}" + (
+            f", closed-book p {fmt_prob(p_closed)}" if closed_known else "")
         if best is not None and best < len(passages):
             label += f", mostly passage #{passages[best].rank} ({row[best]:.2f})"
         about = kind
@@ -374,8 +385,9 @@ def format_token_spans(variant: VariantResult, passages: Sequence[RetrievedPassa
             about = f"the stop token: it ends the answer, and its probability is part of p(y|x) · {kind}"
         tip = (
             f'<span class="rag-tip" role="tooltip"><span class="rag-tip-head">“{esc(plots.token_label(token))}”</span>'
-            f'<span class="rag-tip-probs">p = {fmt_prob(p_open)} with passages · <b>{fmt_prob(p_closed)}</b> closed-book'
-            f' · gain {gain:+.2f} nats</span><span class="rag-tip-kind">{esc(about)}</span>{"".join(rows)}{more}</span>'
+            f'<span class="rag-tip-probs">p = {fmt_prob(p_open)} with passages'
+            + (f' · <b>{fmt_prob(p_closed)}</b> closed-book · gain {fmt_signed(gain)} nats' if closed_known else "")
+            + f'</span><span class="rag-tip-kind">{esc(about)}</span>{"".join(rows)}{more}</span>'
         )
         spans.append(
             f'<span class="{" ".join(classes)}" tabindex="0" aria-label="{esc(label)}"{style}>'
@@ -540,23 +552,26 @@ def _passages_say(result: AskResult, answer: str) -> bool:
 
 
 def swap_verdict(left: AskResult, right: AskResult) -> str:
-    """One sentence on what the swap showed, checked against the passages each side retrieved."""
+    """One sentence on what the swap showed: whether each side's answer words appear in the passages
+    that side read (all k of them, not only those shown). A mention is not proof: the words may
+    name something else, or come from the question."""
     if left.kb == right.kb:
         return "Both sides read the same knowledge base; choose two different ones to see a swap."
     answers = {side.kb: [v.answer for v in side.variants.values()] for side in (left, right)}
     said = {side.kb: all(_passages_say(side, a) for a in answers[side.kb]) for side in (left, right)}
+    read = f"the {_count(left.k, 'passage')} it read" if left.k == right.k else "the passages it read"
     if answers[left.kb] != answers[right.kb]:
         if said[left.kb] and said[right.kb]:
-            return ("Same question, same model, different knowledge base: the answer changed, "
-                    "and each side's answer is written in its own passages.")
-        return ("The answer changed with the knowledge base, but not every answer is written in its side's "
-                "passages: the model also made some of it up.")
+            return (f"Same question, same model, different knowledge base: the answer changed, and each side's "
+                    f"answer appears in {read}.")
+        return ("The answer changed with the knowledge base, but not every answer appears in its side's passages: "
+                "some of it came from the model.")
     if said[left.kb] and said[right.kb]:
-        return "The same answer on both sides, and both sides' passages contain it."
+        return f"The same answer on both sides, and it appears in {read} on each side."
     if said[left.kb] or said[right.kb]:
         holder = left.kb if said[left.kb] else right.kb
-        return f"The same answer on both sides, but only {holder}'s passages contain it."
-    return "The same answer on both sides, and neither side's passages contain it: it comes from the model, not the index."
+        return f"The same answer on both sides, but it appears only in {holder}'s passages."
+    return "The same answer on both sides, and it appears in neither side's passages: it comes from the model, not the index."
 
 
 def format_swap_summary(left: AskResult, right: AskResult) -> str:
@@ -579,10 +594,10 @@ def format_score_html(result: AskResult) -> str:
             # the stop token's gain can cancel the words' gain; show them apart
             end_gain = v.token_logprobs[last] - v.closed_book_token_logprobs[last]
             words_gain = sum(v.token_logprobs[:last]) - sum(v.closed_book_token_logprobs[:last])
-            split = (f": {words_gain:+.2f} for the words, {end_gain:+.2f} for ending the answer there "
+            split = (f": {fmt_signed(words_gain)} for the words, {fmt_signed(end_gain)} for ending the answer there "
                      f"(“{_token_text(v.tokens[last])}”)")
         extra = (f'<div class="rag-cands">closed-book log p = {fmt_log(closed_lp)} → the passages change it by '
-                 f"<b>{v.logprob - closed_lp:+.2f}</b> nats{split}</div>")
+                 f"<b>{fmt_signed(v.logprob - closed_lp)}</b> nats{split}</div>")
         cards.append(_variant_card(v, result.passages, extra=extra))
     return (
         f'<div class="rag-answer-block"><div class="rag-question">Q: {esc(result.question)} '
@@ -637,18 +652,30 @@ def _learn_variant(result: AskResult | None) -> VariantResult | None:
 
 
 GLOSSARY = (
+    ("RAG-Token, RAG-Sequence", "The paper's two ways to combine passages. RAG-Token mixes the passages again for "
+                                "every token, so one answer can draw on several passages; RAG-Sequence lets one "
+                                "passage explain the whole answer, then mixes the whole answers."),
+    ("p(y|x)", "The probability of the whole answer y for question x, under the variant on the card: the number "
+               "at the top of every answer card."),
+    ("hypotheses", "The candidate answers RAG-Sequence wrote (one or more per passage), each with its p(y|x); "
+                   "the likeliest is the answer."),
     ("token", "A piece of text the generator reads or writes: a word, a piece of a rare word (a name may "
               "take several) or a mark such as “↵↵”, the line break that ends an answer."),
-    ("p(z|x)", "How likely the retriever finds passage z for question x: a softmax over the top k passages' "
-               "scores. The bars of the p(z|x) chart."),
-    ("score, bm25, logit", "score: the dense retriever's cosine similarity of question and passage. bm25: a word-"
+    ("p(z|x)", "How likely the retriever finds passage z for question x: a softmax (exponentiate, then divide "
+               "by the sum, so the k numbers add up to 1) over the top k passages' logits. The bars of the "
+               "p(z|x) chart."),
+    ("score, bm25, logit", "score: the dense retriever's inner product of question and passage vectors (the "
+                           "cosine similarity, as the default encoder's vectors have length 1). bm25: a word-"
                            "matching score (rare shared words count most). logit: what goes into the softmax; with "
                            "the default encoder 20 × score, plus 0.2 × bm25 with Dense + BM25."),
     ("posterior", "After seeing the answer (or a token of it), how likely each passage is to be the one that "
                   "produced it: p(z|x) times how well z explains the text, renormalized. The heatmaps' cells."),
-    ("closed-book", "The same generator with no passages: what it answers from memory alone."),
-    ("nats", "The unit of natural-log probabilities: a gain of +1 nat means the passages made the answer "
-             "e ≈ 2.7 times as likely; −2.3 nats is ten times less likely."),
+    ("closed-book, parametric memory", "Closed-book: the same generator with no passages, answering from what "
+                                       "its weights remember (its parametric memory). A dotted underline marks a "
+                                       "token the closed-book model alone gives p ≥ 0.5."),
+    ("nats, retrieval gain", "Nats are the unit of natural-log probabilities. The retrieval gain of a token is its "
+                             "log p with passages minus its log p closed-book: +1 nat means the passages made it "
+                             "e ≈ 2.7 times as likely; −2.3 nats, ten times less likely."),
     ("greedy, beams", "Greedy decoding takes the likeliest token at each step. Beam search keeps the best few "
                       "partial answers (Beams) and can find a likelier whole answer."),
     ("thorough, fast", "RAG-Sequence first writes one answer per passage. Thorough scores every such answer "
@@ -1336,7 +1363,7 @@ def build_demo(engine: Engine, *, limits: UploadLimits = UploadLimits(), files: 
         # The choices reach the page once the engine is ready; API calls see only the choices the
         # page was built with, so names are checked by `resolve_kb` instead of by gradio.
         return gr.Dropdown(kb_choices, value=value, label=label, elem_id=elem_id, min_width=150,
-                           allow_custom_value=True, elem_classes=["rag-kb-dropdown"])
+                           allow_custom_value=True, elem_classes=["rag-fit-dropdown"])
 
     def index_dropdown(elem_id: str) -> gr.Dropdown:
         return gr.Dropdown(INDEX_CHOICES, value="flat", label="Index variant", elem_id=elem_id, min_width=150)
@@ -1427,9 +1454,11 @@ def build_demo(engine: Engine, *, limits: UploadLimits = UploadLimits(), files: 
                                 "lives in the index.</p>", js_on_load=None)
                         swap_status = _status("swap-status")
                         swap_summary = _html("swap-summary")
-                        with gr.Row():
-                            swap_left_out = _html("swap-left-out")
-                            swap_right_out = _html("swap-right-out")
+                        with gr.Row():  # side by side; stacked on a narrow screen
+                            with gr.Column(min_width=320):
+                                swap_left_out = _html("swap-left-out")
+                            with gr.Column(min_width=320):
+                                swap_right_out = _html("swap-right-out")
 
             # ---------------------------------------------------------------- Your knowledge
             with gr.Tab("Your knowledge", id="mine", elem_id="tab-mine"):
@@ -1447,7 +1476,7 @@ def build_demo(engine: Engine, *, limits: UploadLimits = UploadLimits(), files: 
                             "No knowledge base yet: upload or paste text, then build it.", "info"), min_height=70)
                     with gr.Column(scale=1, min_width=360):
                         mine_pick = gr.Dropdown([], value=None, label="Edit a passage", elem_id="mine-passage",
-                                                type="value")
+                                                type="value", elem_classes=["rag-fit-dropdown"])
                         mine_edit_title = gr.Textbox(label="Title", elem_id="mine-edit-title")
                         mine_edit_text = gr.Textbox(label="Text (empty removes the passage)", lines=4, max_lines=10,
                                                     elem_id="mine-edit-text")
@@ -1500,7 +1529,7 @@ def build_demo(engine: Engine, *, limits: UploadLimits = UploadLimits(), files: 
                 gr.HTML('<p class="rag-help">The two RAG equations, worked through with the numbers of your last '
                         "question in the Ask tab.</p>", js_on_load=None)
                 learn_token = gr.Dropdown([], value=None, label="Answer token for step 2", elem_id="learn-token",
-                                          type="value", min_width=240)
+                                          type="value", min_width=240, elem_classes=["rag-fit-dropdown"])
                 learn_out = _html("learn-out", format_learn_html(None))
                 with gr.Accordion("Words used on this page", open=False, elem_id="glossary"):
                     gr.HTML(format_glossary_html(), js_on_load=None)

@@ -130,7 +130,7 @@ def test_the_stop_token_is_marked_and_its_gain_shown_apart():
     )
     scored = replace(result, variants={"token": variant})
     # the words lose 2 nats with the passages, stopping after them gains 2: the total alone hides both
-    assert "<b>+0.00</b> nats: -2.00 for the words, +2.00 for ending the answer there (“↵↵”)" in ui.format_score_html(scored)
+    assert "<b>+0.00</b> nats: −2.00 for the words, +2.00 for ending the answer there (“↵↵”)" in ui.format_score_html(scored)
     spans = re.split(r'<span class="rag-tok[ "]', ui.format_token_spans(variant, result.passages))[1:]
     assert "it ends the answer" in spans[2] and "rag-special" in spans[2]
     assert not any("ends the answer" in span or "rag-special" in span for span in spans[:2])
@@ -272,6 +272,7 @@ def test_kb_swap_changes_the_answer(actions, ui_engine):
     assert a.variants["token"].answer != b.variants["token"].answer
     for column, result in ((left, a), (right, b)):
         assert f"knowledge base <b>{result.kb}</b>" in column and "Closed-book" not in column
+        assert ">nan<" not in column and "nan nats" not in column and "closed-book" not in column  # none was asked
         for v in result.variants.values():
             assert all(f'<span class="rag-tok-text">{shown(t)}</span>' in column for t in v.tokens)
         assert column.count('class="rag-passage"') == 3
@@ -292,11 +293,11 @@ def _said(kb: str, answer: str, passage_text: str) -> AskResult:
 
 
 @pytest.mark.parametrize("left, right, verdict", [
-    (("Paris", "Paris is the capital."), ("Lyon", "Lyon is the capital."), "each side's answer is written in its own passages"),
-    (("Paris", "Paris is the capital."), ("Rome", "Lyon is the capital."), "the model also made some of it up"),
-    (("Paris", "Paris is the capital."), ("Paris", "The capital is Paris ."), "both sides' passages contain it"),
-    (("Paris", "Paris is the capital."), ("Paris", "Lyon is the capital."), "only L's passages contain it"),
-    (("Paris", "Versailles is a palace."), ("Paris", "Gare du Nord is a station."), "neither side's passages contain it"),
+    (("Paris", "Paris is the capital."), ("Lyon", "Lyon is the capital."), "each side's answer appears in the 1 passage it read"),
+    (("Paris", "Paris is the capital."), ("Rome", "Lyon is the capital."), "some of it came from the model"),
+    (("Paris", "Paris is the capital."), ("Paris", "The capital is Paris ."), "it appears in the 1 passage it read on each side"),
+    (("Paris", "Paris is the capital."), ("Paris", "Lyon is the capital."), "it appears only in L's passages"),
+    (("Paris", "Versailles is a palace."), ("Paris", "Gare du Nord is a station."), "it appears in neither side's passages"),
 ])
 def test_swap_verdict_checks_the_answers_against_each_sides_passages(left, right, verdict):
     got = ui.swap_verdict(_said("L", *left), _said("R", *right))
@@ -475,7 +476,7 @@ def test_score_your_answer(actions, ui_engine):
     direct = ui_engine.score(QUESTION, "Paris", kb=ui_engine.default_kb, k=3)
     for v in direct.variants.values():
         assert f"log {ui.fmt_log(v.logprob)}" in markup
-        assert f"<b>{v.logprob - sum(v.closed_book_token_logprobs):+.2f}</b> nats" in markup
+        assert f"<b>{ui.fmt_signed(v.logprob - sum(v.closed_book_token_logprobs))}</b> nats" in markup
     assert "Type an answer" in actions.score(QUESTION, "  ", actions.engine.default_kb, 3, "flat", None)[0]
     assert "Type a question" in actions.score("", "Paris", actions.engine.default_kb, 3, "flat", None)[0]
     assert "Type a question and the answer" in actions.score(" ", "", actions.engine.default_kb, 3, "flat", None)[0]
