@@ -610,7 +610,8 @@ class RagEngine:
 
     @falls_back_to_cpu_on_gpu_oom
     def score(self, question: str, answer: str, *, kb: str | KnowledgeBase | None = None, k: int = 5,
-              index: str = "flat", variants=VARIANTS, retriever: str | None = None) -> AskResult:
+              index: str = "flat", variants=VARIANTS, retriever: str | None = None,
+              progress: Progress | None = None) -> AskResult:
         """log p(answer|x) under each variant, with per-token provenance, for an answer the user gives.
 
         The answer is scored with the ending RAG-Token finds likeliest after it (for a causal
@@ -619,19 +620,25 @@ class RagEngine:
         variants = self._check_options(variants, 1, 1, "thorough")
         question, notices = clean_text(question, what="question")
         answer, answer_notices = clean_text(answer, what="answer", limit=500)
+        step = _Steps(progress, 4)
         total_started = time.perf_counter()
         timings: dict[str, float] = {}
+        step("retrieving passages")
         retrieval = self.retrieve(question, kb=kb, k=k, index=index, retriever=retriever, timings=timings)
         started = time.perf_counter()
         gen = self.generator
         targets: list[Target] = gen.answer_targets(answer)
         with torch.inference_mode():
+            docs = len(retrieval.passages)
+            step(f"reading the {docs} passage{'s' if docs != 1 else ''}")
             state = gen.start(self._inputs(retrieval), targets[0].prefix)
+            step("scoring the answer under each passage")
             all_rows = list(range(state.rows))
             per_ending = self._doc_token_logprobs(state, [t.ids for t in targets], [all_rows] * len(targets))
             token_lp = [float(rag_token_token_logprobs(lps[None], retrieval.doc_lp[None])[0, -1]) for lps in per_ending]
             best = max(range(len(targets)), key=lambda i: token_lp[i])  # the answer part is shared
             target, per_doc = targets[best], per_ending[best]
+            step("scoring it closed-book (no passages)")
             closed_state = self._closed_book_state(retrieval.generator_question, target.prefix)
             closed = self._doc_token_logprobs(closed_state, [target.ids], [[0]])[0][0]
         results = {

@@ -93,7 +93,8 @@ class Engine(Protocol):
             retriever: str | None = None, extractive: bool | None = None, progress: ProgressFn | None = None) -> AskResult: ...
 
     def score(self, question: str, answer: str, *, kb: str | KnowledgeBase, k: int = 5, index: str = "flat",
-              variants: tuple[str, ...] = ("token", "sequence"), retriever: str | None = None) -> AskResult: ...
+              variants: tuple[str, ...] = ("token", "sequence"), retriever: str | None = None,
+              progress: ProgressFn | None = None) -> AskResult: ...
 
     def index_reports(self, kb: str | KnowledgeBase) -> list[IndexReport]: ...
 
@@ -1205,7 +1206,9 @@ class DemoActions:
 
     # ---- Score your answer ----------------------------------------------------------------------
     def score(self, question: str, answer: str, kb_choice: str | None, k: float, index: str,
-              mine: Held | KnowledgeBase | None) -> tuple:
+              mine: Held | KnowledgeBase | None,
+              progress: gr.Progress = gr.Progress(),  # noqa: B008 (gradio injects a tracker here)
+              ) -> tuple:
         """-> status, cards, token heatmap, sequence heatmap, gain plot."""
         try:
             if not (isinstance(question, str) and question.strip()) and not (isinstance(answer, str) and answer.strip()):
@@ -1213,7 +1216,8 @@ class DemoActions:
             answer = require_answer(answer)
             knowledge = self.resolve_kb(kb_choice, mine)
             result = self.engine.score(require_question(question), answer, kb=knowledge,
-                                       k=self.fit_k(k, knowledge), index=index or "flat", variants=("token", "sequence"))
+                                       k=self.fit_k(k, knowledge), index=index or "flat", variants=("token", "sequence"),
+                                       progress=_progress_adapter(progress))
         except Exception as err:  # the UI boundary
             return (_failure(err), *[gr.skip()] * 4)
         heat = {name: plots.posterior_heatmap(v, result.passages) for name, v in result.variants.items()}
@@ -1591,7 +1595,7 @@ def build_demo(engine: Engine, *, limits: UploadLimits = UploadLimits(), files: 
         gr.on([score_btn.click, score_answer.submit], actions.score,
               inputs=[score_question, score_answer, score_kb, score_k, score_index, mine],
               outputs=[score_status, score_out, score_heat_token, score_heat_seq, score_gain], api_name="score",
-              **engine_events).then(**scroll_to["score-out"])
+              show_progress_on=score_out, **engine_events).then(**scroll_to["score-out"])
         idx_btn.click(actions.index_reports, inputs=[idx_kb, mine], outputs=[idx_status, idx_table, idx_plot],
                       api_name="index_reports", **engine_events)
 

@@ -94,6 +94,13 @@ def test_ask_reports_each_step_once_in_order(tiny_engine, variants, closed_book,
     assert {v: r.token_ids for v, r in quiet.variants.items()} == {v: r.token_ids for v, r in result.variants.items()}
 
 
+def test_score_reports_its_four_steps(tiny_engine):
+    heard = []
+    tiny_engine.score(QUESTION, "paris", k=2, progress=lambda *report: heard.append(report))
+    assert heard == [("retrieving passages", 0, 4), ("reading the 2 passages", 1, 4),
+                     ("scoring the answer under each passage", 2, 4), ("scoring it closed-book (no passages)", 3, 4)]
+
+
 def test_closed_book_matches_generator_without_passages(tiny_engine, tiny_parts):
     result = tiny_engine.ask(QUESTION, k=2, max_new_tokens=6)
     question_as_read = tiny_engine.retrieve(QUESTION, k=1).generator_question

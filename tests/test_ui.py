@@ -332,6 +332,10 @@ def test_ask_and_swap_show_which_step_runs(actions):
     assert [done for (done, _), _ in tracker.heard] == list(range(len(steps)))
 
     tracker = HeardProgress()
+    assert actions.score(QUESTION, "Paris", KB_NAMES[0], 3, "flat", None, progress=tracker)[0] == ""
+    assert [desc for _, desc in tracker.heard][-1] == "scoring it closed-book (no passages)"
+
+    tracker = HeardProgress()
     assert actions.swap(QUESTION, KB_NAMES[0], KB_NAMES[1], "token", 3, None, progress=tracker)[0] == ""
     halves = len(tracker.heard) // 2
     assert [desc for _, desc in tracker.heard[:2]] == [f"{KB_NAMES[0]}: retrieving passages", f"{KB_NAMES[0]}: reading the 3 passages"]
