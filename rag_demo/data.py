@@ -386,10 +386,11 @@ def read_default_data(task_path: str | Path) -> DefaultData:
     data = build_default_data(records)
     stats = data.stats
     log.info(
-        "%d questions kept of %d (%d without the swapped entity in the passage, %d swapped to the answer itself); "
-        "%d with several mentions, %d with a mention inside a word; %d real and %d counterfactual passages",
-        stats.kept, stats.records, stats.swapped_not_found, stats.same_answer, stats.several_mentions,
-        stats.inside_word, len(data.passages["nq-wiki"]), len(data.passages["nq-counterfactual"]),
+        "%d questions kept of %d (%d without the swapped entity in the passage, %d swapped to the answer itself, "
+        "%d with several mentions and nothing to check them against); %d with several mentions (%d moved to a "
+        "one-mention restoration), %d with a mention inside a word; %d real and %d counterfactual passages",
+        stats.kept, stats.records, stats.swapped_not_found, stats.same_answer, stats.ambiguous, stats.several_mentions,
+        stats.moved, stats.inside_word, len(data.passages["nq-wiki"]), len(data.passages["nq-counterfactual"]),
     )
     return data
 

@@ -35,7 +35,7 @@ from .marginalize import (
     rag_token_posteriors,
     rag_token_token_logprobs,
 )
-from .progress import Progress
+from .progress import Progress, counted
 from .results import AskResult, ClosedBookResult, IndexReport, RetrievedPassage, VariantResult
 
 log = logging.getLogger(__name__)
@@ -483,7 +483,7 @@ class RagEngine:
                     known.setdefault(h.ids, {})[z] = h.row_logprobs[0]
         candidates = list(found_by)
         if step is not None:
-            step(f"RAG-Sequence: scoring {len(candidates)} candidate answer{'s' if len(candidates) != 1 else ''} "
+            step(f"RAG-Sequence: scoring {counted(len(candidates), 'candidate answer')} "
                  + (f"against all {docs} passages" if sequence_decoding == "thorough" else "against the passages that wrote them"))
         rows = [list(range(docs)) if sequence_decoding == "thorough" else found_by[c] for c in candidates]
         missing = [[z for z in zs if z not in known.get(c, {})] for c, zs in zip(candidates, rows)]
@@ -549,7 +549,7 @@ class RagEngine:
                      if extractive else None)
         docs = len(retrieval.passages)
         with torch.inference_mode():
-            step(f"reading the {docs} passage{'s' if docs != 1 else ''}")
+            step(f"reading the {counted(docs, 'passage')}")
             state = gen.start(self._inputs(retrieval), prefix)
             answers: dict[str, tuple[tuple[int, ...], list, dict[int, torch.Tensor]]] = {}
             if "token" in variants:
@@ -630,7 +630,7 @@ class RagEngine:
         targets: list[Target] = gen.answer_targets(answer)
         with torch.inference_mode():
             docs = len(retrieval.passages)
-            step(f"reading the {docs} passage{'s' if docs != 1 else ''}")
+            step(f"reading the {counted(docs, 'passage')}")
             state = gen.start(self._inputs(retrieval), targets[0].prefix)
             step("scoring the answer under each passage")
             all_rows = list(range(state.rows))

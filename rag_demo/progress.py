@@ -11,6 +11,15 @@ class Progress(Protocol):
     def __call__(self, stage: str, done: int, total: int) -> None: ...
 
 
+def counted(n: int, noun: str) -> str:
+    """A count with its noun, plural when needed (progress steps and page messages).
+
+    >>> counted(1, "passage"), counted(2_000, "passage")
+    ('1 passage', '2,000 passages')
+    """
+    return f"{n:,} {noun}" + ("" if n == 1 else "s")
+
+
 def eta_text(done: int, total: int, elapsed: float) -> str:
     """'3m 10s left' from the rate so far; '' until there is a rate.
 

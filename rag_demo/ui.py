@@ -36,7 +36,7 @@ from .config import INDEX_KINDS, MAX_PAGE_BEAMS, MAX_PAGE_K, MAX_QUESTION_CHARS
 from .corpus import SOURCE_SUFFIXES, KnowledgeBase, Passage, read_document_file, split_into_passages
 from .errors import InputError, RagDemoError
 from .evaluate import contains_answer
-from .progress import eta_text
+from .progress import counted, eta_text
 from .results import AskResult, ClosedBookResult, IndexReport, RetrievedPassage, VariantResult
 
 log = logging.getLogger(__name__)
@@ -560,7 +560,7 @@ def swap_verdict(left: AskResult, right: AskResult) -> str:
         return "Both sides read the same knowledge base; choose two different ones to see a swap."
     answers = {side.kb: [v.answer for v in side.variants.values()] for side in (left, right)}
     said = {side.kb: all(_passages_say(side, a) for a in answers[side.kb]) for side in (left, right)}
-    read = f"the {_count(left.k, 'passage')} it read" if left.k == right.k else "the passages it read"
+    read = f"the {counted(left.k, 'passage')} it read" if left.k == right.k else "the passages it read"
     if answers[left.kb] != answers[right.kb]:
         if said[left.kb] and said[right.kb]:
             return (f"Same question, same model, different knowledge base: the answer changed, and each side's "
@@ -630,7 +630,7 @@ def format_kb_preview(kb: KnowledgeBase, *, limit: int = 50) -> str:
         for i in range(min(limit, len(kb)))
     )
     more = f"<div class='rag-empty'>… and {len(kb) - limit:,} more</div>" if len(kb) > limit else ""
-    return f'<div class="rag-preview"><div><b>{_count(len(kb), "passage")}</b></div><ol>{items}</ol>{more}</div>'
+    return f'<div class="rag-preview"><div><b>{counted(len(kb), "passage")}</b></div><ol>{items}</ol>{more}</div>'
 
 
 def passage_choices(kb: KnowledgeBase) -> list[tuple[str, int]]:
@@ -986,13 +986,6 @@ def _failure(err: Exception) -> str:
                          "The server log has the details; try another question or setting.")
 
 
-def _count(n: int, noun: str) -> str:
-    """A count with its noun, plural when needed.
-
-    >>> _count(1, "passage"), _count(2_000, "passage")
-    ('1 passage', '2,000 passages')
-    """
-    return f"{n:,} {noun}" + ("" if n == 1 else "s")
 
 
 def _plot_update(figure: Any) -> dict:
@@ -1023,7 +1016,7 @@ class DemoActions:
         choices = [(name, name) for name in self.kb_names()]
         mine = unwrap(mine)
         if mine is not None:
-            choices.append((f"{PRIVATE_LABEL}: {_count(len(mine), 'passage')}", PRIVATE_KB))
+            choices.append((f"{PRIVATE_LABEL}: {counted(len(mine), 'passage')}", PRIVATE_KB))
         return choices
 
     def resolve_kb(self, choice: str | None, mine: Held | KnowledgeBase | None) -> str | KnowledgeBase:
@@ -1154,7 +1147,7 @@ class DemoActions:
             return (_failure(err), mine, *[gr.skip()] * 9)
         sources = len(files or []) + (1 if (paste_text or "").strip() else 0)
         status = format_status(
-            f"Indexed {_count(len(kb), 'passage')} from {_count(sources, 'source')} in "
+            f"Indexed {counted(len(kb), 'passage')} from {counted(sources, 'source')} in "
             f"{time.perf_counter() - started:.1f} s. "
             f"Ask below, or pick “{PRIVATE_LABEL}” in the other tabs.", "ok")
         return self._mine_outputs(status, kb)
@@ -1188,7 +1181,7 @@ class DemoActions:
             kb = self.engine.build_kb(PRIVATE_NAME, passages, progress=_progress_adapter(progress))
         except Exception as err:  # the UI boundary
             return (_failure(err), mine, *[gr.skip()] * 9)
-        return self._mine_outputs(format_status(f"{what} and re-indexed {_count(len(kb), 'passage')}. Ask again.", "ok"), kb)
+        return self._mine_outputs(format_status(f"{what} and re-indexed {counted(len(kb), 'passage')}. Ask again.", "ok"), kb)
 
     def ask_mine(self, question: str, mine: Held | KnowledgeBase | None,
                  progress: gr.Progress = gr.Progress(),  # noqa: B008 (gradio injects a tracker here)
@@ -1211,7 +1204,7 @@ class DemoActions:
               ) -> tuple:
         """-> status, cards, token heatmap, sequence heatmap, gain plot."""
         try:
-            if not (isinstance(question, str) and question.strip()) and not (isinstance(answer, str) and answer.strip()):
+            if not any(isinstance(text, str) and text.strip() for text in (question, answer)):
                 raise InputError("Type a question and the answer to score for it.")
             answer = require_answer(answer)
             knowledge = self.resolve_kb(kb_choice, mine)
