@@ -44,7 +44,7 @@ from .config import DEFAULT_ENCODER, DEFAULT_KBS, EncoderConfig, cache_root
 from .corpus import KnowledgeBase, Passage, load_kb, make_kb, save_kb, sha256_file
 from .errors import CacheError, KnowledgeBaseError, ModelLoadError
 from .evaluate import EvalQuestion
-from .progress import Progress
+from .progress import Progress, counted
 
 if TYPE_CHECKING:
     from .encoders import Encoder
@@ -800,7 +800,7 @@ def _question_rows(data: DefaultData, kb: str, featured: set[int]) -> list[dict]
 def _embed_unique(encoder: Encoder, passages: list[Passage], progress: Progress | None) -> dict[Passage, np.ndarray]:
     """Each distinct passage embedded once, longest first (batches then pad little, and the ETA errs long)."""
     unique = sorted(set(passages), key=lambda p: (-len(p.title) - len(p.text), p.title, p.text))
-    stage = f"embedding {len(unique)} passages"
+    stage = f"embedding {counted(len(unique), 'passage')}"
     callback = None if progress is None else (lambda done, total: progress(stage, done, total))
     _report(progress, stage, 0, len(unique))
     with _timed(stage):
