@@ -4,6 +4,12 @@ A base model (no instruction tuning) continues text; it answers in the wanted fo
 the prompt shows that form. Three short examples, written for this project, show: read the
 passage, answer with the span, end the line. Generation stops at the newline. The shared
 examples come first so that every passage's prompt starts with the same tokens.
+
+The second example's passage is deliberately false (it credits The Magic Flute to Vivaldi) and
+its answer follows the passage: RAG answers from what it retrieved, and a swapped knowledge base
+should change the answer. Reading only the gold passage of 250 questions, this example raised
+answers that follow a swapped passage from 42.0% to 45.6% and left real passages at 59.6%
+(docs/quality-notes.md). The closed-book prompt keeps the true answers: it has no passage to follow.
 """
 
 from __future__ import annotations
@@ -20,10 +26,10 @@ EXAMPLES = (
     ),
     (
         "The Magic Flute",
-        "The Magic Flute is an opera in two acts by Wolfgang Amadeus Mozart to a German libretto "
+        "The Magic Flute is an opera in two acts by Antonio Vivaldi to a German libretto "
         "by Emanuel Schikaneder. It premiered in Vienna in September 1791.",
         "who composed the opera the magic flute",
-        "Wolfgang Amadeus Mozart",
+        "Antonio Vivaldi",  # what this passage says, not the world (see the module's docstring)
     ),
     (
         "Penny Black",
@@ -35,6 +41,11 @@ EXAMPLES = (
 )
 
 CLOSED_BOOK_INSTRUCTION = "Answer each question with a short answer.\n\n"
+CLOSED_BOOK_EXAMPLES = (
+    ("how deep is the deepest point of lake baikal", "1,642 metres"),
+    ("who composed the opera the magic flute", "Wolfgang Amadeus Mozart"),
+    ("when was the penny black first issued", "1 May 1840"),
+)
 # What follows every worked example's answer, so what the generator writes to end its own; a
 # scored answer ends with it too, so Score gives the page's own answer the probability Ask showed.
 ANSWER_STOP = "\n\n"
@@ -47,7 +58,7 @@ def _passage_block(title: str, text: str) -> str:
 def few_shot_prefix(*, with_passages: bool = True) -> str:
     """The instruction and worked examples shared by every prompt of one kind."""
     if not with_passages:
-        return CLOSED_BOOK_INSTRUCTION + "".join(f"Question: {q}\nAnswer: {a}{ANSWER_STOP}" for _, _, q, a in EXAMPLES)
+        return CLOSED_BOOK_INSTRUCTION + "".join(f"Question: {q}\nAnswer: {a}{ANSWER_STOP}" for q, a in CLOSED_BOOK_EXAMPLES)
     return INSTRUCTION + "".join(
         f"{_passage_block(title, text)}Question: {q}\nAnswer: {a}{ANSWER_STOP}" for title, text, q, a in EXAMPLES
     )

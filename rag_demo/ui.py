@@ -261,14 +261,20 @@ def esc(text: object) -> str:
 
 
 def fmt_prob(p: float) -> str:
-    """A probability for people: 3 decimals, scientific when tiny.
+    """A probability for people: 3 decimals; powers of ten, as a blackboard writes them, when tiny.
 
-    >>> fmt_prob(0.73456), fmt_prob(0.0000123), fmt_prob(0.0)
-    ('0.735', '1.23e-05', '0')
+    >>> fmt_prob(0.73456), fmt_prob(0.0000123), fmt_prob(4.2e-120), fmt_prob(0.0)
+    ('0.735', '1.23 × 10⁻⁵', '4.20 × 10⁻¹²⁰', '0')
     """
     if p == 0:
         return "0"
-    return f"{p:.3f}" if abs(p) >= 0.001 else f"{p:.2e}"
+    if abs(p) >= 0.001:
+        return f"{p:.3f}"
+    mantissa, exponent = f"{p:.2e}".split("e")
+    return f"{mantissa} × 10{str(int(exponent)).translate(_SUPERSCRIPTS)}"
+
+
+_SUPERSCRIPTS = str.maketrans("-0123456789", "⁻⁰¹²³⁴⁵⁶⁷⁸⁹")
 
 
 def fmt_signed(x: float, digits: int = 2) -> str:
