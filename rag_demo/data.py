@@ -66,8 +66,9 @@ GENERATOR_FORMAT = 1  # bump when the conversion changes, so old folders are reb
 GENERATOR_BYTES = 1_500_000_000  # the assembled GGUF (0.25 GB) and the float32 safetensors (1.1 GB)
 CHECK_PROMPT = "Question: who wrote the opening crawl for star wars?\nAnswer:"
 
-KB_FORMAT = 4  # 2: example questions retrieval gets right in both KBs; 3: one counterfactual per real passage;
-# 4: no restoration with several mentions unless checked against a second one
+KB_FORMAT = 5  # 2: example questions retrieval gets right in both KBs; 3: one counterfactual per real passage;
+# 4: no restoration with several mentions unless checked against a second one; 5: one substitute per swapped
+# answer, and swapped names swapped in every counterfactual passage
 QUESTIONS_FILE = "questions.jsonl"
 EXAMPLES_PER_KB = 8
 EXAMPLE_CANDIDATES = 200  # questions tried, in a seeded random order, until EXAMPLES_PER_KB pass
@@ -227,20 +228,66 @@ def _pick_swaps(kept: list[ConflictRecord], wiki_rows: list[int]) -> dict[int, i
     return chosen
 
 
-def counterfactual_answer(record: ConflictRecord, swap: ConflictRecord) -> str:
-    """What the passage swapped by `swap` says in place of `record`'s answer ("" when that is unclear).
+_NAME_WORD = re.compile(r"(?:[A-Z][\w'.\-]*|de|da|di|del|van|von|der|den|la|le|du|of|bin|al|y)$")
 
-    Both records share one real passage. The swap replaced `swap.answer`; another question's
-    answer is then either the same span (now the substitute), untouched, or cut by the swap.
 
-    >>> r = lambda context, answer, swapped: ConflictRecord("q", context, answer, swapped)
-    >>> swap = r("Zed sang ; Al wrote", "Bo", "Zed")
-    >>> [counterfactual_answer(x, swap) for x in (swap, r("Al sang ; Al wrote", "Bo", "Al"), r("", "Al", "Cy"), r("", "Ed", "Cy"))]
-    ['Zed', 'Zed', 'Al', '']
+def looks_like_name(answer: str) -> bool:
+    """Whether an answer reads as a proper name of two or more words ("Peter Facinelli"), which
+    may be swapped wherever it stands; single words ("Watt") and dates may mean other things.
+
+    >>> [looks_like_name(a) for a in ("Peter Facinelli", "Vincent van Gogh", "Watt", "on July 2", "World War II", "1 May 1840")]
+    [True, True, False, False, True, False]
     """
-    if record.answer == swap.answer:
-        return swap.swapped_answer
-    return record.answer if record.answer in swap.context else ""
+    words = answer.split()
+    return (len(words) >= 2 and not any(ch.isdigit() for ch in answer) and words[0][:1].isupper()
+            and words[-1][:1].isupper() and all(_NAME_WORD.match(w) for w in words))
+
+
+def _whole(text: str) -> re.Pattern:
+    return re.compile(r"(?<!\w)" + re.escape(text) + r"(?!\w)")
+
+
+def counterfactual_world(swaps: list[ConflictRecord]) -> dict[str, str]:
+    """One substitute per swapped answer: the first swap's ("Peter Facinelli" -> "Marc Márquez").
+
+    >>> r = lambda answer, swapped: ConflictRecord("q", swapped, answer, swapped)
+    >>> counterfactual_world([r("Al Bo", "Cy Do"), r("Al Bo", "Ed Fu"), r("Gu", "Hi Jo")])
+    {'Al Bo': 'Cy Do', 'Gu': 'Hi Jo'}
+    """
+    world: dict[str, str] = {}
+    for swap in swaps:
+        world.setdefault(swap.answer, swap.swapped_answer)
+    return world
+
+
+def counterfactual_passage(swap: ConflictRecord, world: Mapping[str, str], names: re.Pattern | None) -> str:
+    """The passage of `swap` in a consistent counterfactual world: its own answer takes the world's
+    one substitute, and every other name the world swaps (`names` matches them) takes its own.
+
+    >>> world = {"Al Bo": "Cy Do", "Ed Fu": "Gu Hi", "Jo": "Ki Lu"}
+    >>> names = re.compile(r"(?<!\w)(Al Bo|Ed Fu)(?!\w)")
+    >>> counterfactual_passage(ConflictRecord("q", "Zed Q met Ed Fu and Jo .", "Al Bo", "Zed Q"), world, names)
+    'Cy Do met Gu Hi and Jo .'
+    """
+    own = world.get(swap.answer, swap.swapped_answer)
+    text = swap.context if own == swap.swapped_answer else _whole(swap.swapped_answer).sub(own, swap.context)
+    if names is None:
+        return text
+    # the pieces between the passage's own substitute, so a substitute that is itself a name stays put
+    return own.join(names.sub(lambda m: world[m.group(0)], piece) for piece in text.split(own))
+
+
+def counterfactual_answer(record: ConflictRecord, text: str, world: Mapping[str, str]) -> str:
+    """What the counterfactual `text` of `record`'s real passage says in place of its answer:
+    the world's substitute, the answer untouched, or "" when the swaps cut into it.
+
+    >>> world = {"Al Bo": "Cy Do"}
+    >>> [counterfactual_answer(ConflictRecord("q", "", a, ""), "Cy Do met Ed .", world) for a in ("Al Bo", "Ed", "Ed Fu")]
+    ['Cy Do', 'Ed', '']
+    """
+    if record.answer in world and world[record.answer] in text and not _whole(record.answer).search(text):
+        return world[record.answer]
+    return record.answer if record.answer in text else ""
 
 
 def _fills(parts: list[str], text: str) -> tuple[str, ...] | None:
@@ -327,9 +374,17 @@ def build_default_data(records: list[ConflictRecord], *, n_candidates: int = EXA
     # another substitute). As a KB those near-duplicates crowd the top k and contradict one another,
     # so nq-counterfactual keeps one swap per real passage, row for row with nq-wiki.
     swap_of = _pick_swaps(kept, wiki_rows)
-    counterfactual = [Passage(title="", text=kept[swap_of[row]].context) for row in range(len(wiki))]
+    # Different questions swapped one real person to different substitutes ("Peter Facinelli" became
+    # "Marc Márquez" in one passage and "Wizkid" in another), so the retrieved passages contradicted
+    # each other. In nq-counterfactual each swapped answer has one substitute, and a name it swaps
+    # is swapped in every passage that mentions it: one consistent counterfactual world.
+    swaps = [kept[swap_of[row]] for row in range(len(wiki))]
+    world = counterfactual_world(swaps)
+    names = sorted((a for a in world if looks_like_name(a)), key=len, reverse=True)
+    pattern = re.compile(r"(?<!\w)(?:" + "|".join(map(re.escape, names)) + r")(?!\w)") if names else None
+    counterfactual = [Passage(title="", text=counterfactual_passage(swap, world, pattern)) for swap in swaps]
     examples = tuple(
-        NQExample(r.question, r.answer, counterfactual_answer(r, kept[swap_of[row]]), row, row)
+        NQExample(r.question, r.answer, counterfactual_answer(r, counterfactual[row].text, world), row, row)
         for r, row in zip(kept, wiki_rows)
     )
     stats = RestoreStats(

@@ -1450,8 +1450,9 @@ def build_demo(engine: Engine, *, limits: UploadLimits = UploadLimits(), files: 
                     with gr.Column(scale=3, min_width=600):
                         gr.HTML('<p class="rag-help">The same model answers the same question against two knowledge '
                                 "bases. <b>nq-counterfactual</b> holds the passages of <b>nq-wiki</b> with each answer "
-                                "swapped for another name or term of the same kind (BIG-bench's knowledge-conflict "
-                                "task), so its passages are false on purpose: an answer that follows them was read from "
+                                "swapped for another person's name, the same name wherever that answer appears "
+                                "(from BIG-bench's knowledge-conflict task), so its passages are false on purpose, "
+                                "and consistently so: an answer that follows them was read from "
                                 "the index, not remembered by the model. In the paper, swapping a 2016 Wikipedia index "
                                 "for a 2018 one updated answers about world leaders without retraining: the knowledge "
                                 "lives in the index.</p>", js_on_load=None)

@@ -390,3 +390,25 @@ def test_one_swap_per_passage_prefers_a_clean_one_and_says_what_others_read():
     assert [p.text for p in built.passages["nq-wiki"]] == ["Bo founded Bob Inc with Al ."]
     assert [p.text for p in built.passages["nq-counterfactual"]] == ["Bo founded Bob Inc with Cy ."]  # the clean swap
     assert [e.swapped_answer for e in built.examples] == ["Bo", "Cy", "Bo"]
+
+
+def test_counterfactual_world_gives_each_swapped_name_one_substitute_in_every_passage():
+    records = [
+        data.ConflictRecord("who plays carlisle?", "Carlisle is played by Marc Mar .", "Peter Fac", "Marc Mar"),
+        data.ConflictRecord("who played carlisle in the sequel?", "In the sequel Wiz Kid returns .", "Peter Fac", "Wiz Kid"),
+        # another question's passage mentions the name: it is swapped there too, its own answer as well
+        data.ConflictRecord("who plays bella?", "Kris Ste and Peter Fac star .", "Bella Swan", "Kris Ste"),
+        # a one-word answer is swapped only where its own question's swap put it
+        data.ConflictRecord("who built it?", "Ann Lee built it .", "Watt", "Ann Lee"),
+        data.ConflictRecord("what unit?", "Power is counted in Watt units ; Peter Fac said so .", "Ohm", "Power"),
+    ]
+    built = data.build_default_data(records, n_candidates=0)
+    assert [p.text for p in built.passages["nq-counterfactual"]] == [
+        "Carlisle is played by Marc Mar .",
+        "In the sequel Marc Mar returns .",
+        "Kris Ste and Marc Mar star .",
+        "Ann Lee built it .",
+        "Power is counted in Watt units ; Marc Mar said so .",
+    ]
+    assert [e.swapped_answer for e in built.examples] == ["Marc Mar", "Marc Mar", "Kris Ste", "Ann Lee", "Power"]
+    assert [p.text for p in built.passages["nq-wiki"]][2] == "Bella Swan and Peter Fac star ."

@@ -139,7 +139,11 @@ def test_the_stop_token_is_marked_and_its_gain_shown_apart():
 
 
 def test_format_helpers():
+    import doctest
+
     assert ui.fmt_prob(0.5) == "0.500"
+    assert ui.fmt_prob(2.5e-7) == "2.50 × 10⁻⁷" and ui.fmt_prob(0.001) == "0.001"
+    assert doctest.testmod(ui).failed == 0
     assert ui.fmt_log(float("-inf")) == "−∞"
     assert ui.format_status("") == ""
     assert "rag-status-error" in ui.format_status("boom")
