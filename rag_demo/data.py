@@ -243,8 +243,10 @@ def looks_like_name(answer: str) -> bool:
             and words[-1][:1].isupper() and all(_NAME_WORD.match(w) for w in words))
 
 
-def _whole(text: str) -> re.Pattern:
-    return re.compile(r"(?<!\w)" + re.escape(text) + r"(?!\w)")
+def _whole(*texts: str) -> re.Pattern:
+    """Any of `texts` as whole words (not inside a longer word); the longest first where they overlap."""
+    alternatives = "|".join(map(re.escape, sorted(texts, key=len, reverse=True)))
+    return re.compile(r"(?<!\w)(?:" + alternatives + r")(?!\w)")
 
 
 def counterfactual_world(swaps: list[ConflictRecord]) -> dict[str, str]:
@@ -265,8 +267,7 @@ def counterfactual_passage(swap: ConflictRecord, world: Mapping[str, str], names
     one substitute, and every other name the world swaps (`names` matches them) takes its own.
 
     >>> world = {"Al Bo": "Cy Do", "Ed Fu": "Gu Hi", "Jo": "Ki Lu"}
-    >>> names = re.compile(r"(?<!\w)(Al Bo|Ed Fu)(?!\w)")
-    >>> counterfactual_passage(ConflictRecord("q", "Zed Q met Ed Fu and Jo .", "Al Bo", "Zed Q"), world, names)
+    >>> counterfactual_passage(ConflictRecord("q", "Zed Q met Ed Fu and Jo .", "Al Bo", "Zed Q"), world, _whole("Al Bo", "Ed Fu"))
     'Cy Do met Gu Hi and Jo .'
     """
     own = world.get(swap.answer, swap.swapped_answer)
@@ -380,8 +381,8 @@ def build_default_data(records: list[ConflictRecord], *, n_candidates: int = EXA
     # is swapped in every passage that mentions it: one consistent counterfactual world.
     swaps = [kept[swap_of[row]] for row in range(len(wiki))]
     world = counterfactual_world(swaps)
-    names = sorted((a for a in world if looks_like_name(a)), key=len, reverse=True)
-    pattern = re.compile(r"(?<!\w)(?:" + "|".join(map(re.escape, names)) + r")(?!\w)") if names else None
+    names = [a for a in world if looks_like_name(a)]
+    pattern = _whole(*names) if names else None
     counterfactual = [Passage(title="", text=counterfactual_passage(swap, world, pattern)) for swap in swaps]
     examples = tuple(
         NQExample(r.question, r.answer, counterfactual_answer(r, counterfactual[row].text, world), row, row)

@@ -260,6 +260,9 @@ def esc(text: object) -> str:
     return html.escape(str(text), quote=True)
 
 
+_SUPERSCRIPTS = str.maketrans("-0123456789", "⁻⁰¹²³⁴⁵⁶⁷⁸⁹")
+
+
 def fmt_prob(p: float) -> str:
     """A probability for people: 3 decimals; powers of ten, as a blackboard writes them, when tiny.
 
@@ -272,9 +275,6 @@ def fmt_prob(p: float) -> str:
         return f"{p:.3f}"
     mantissa, exponent = f"{p:.2e}".split("e")
     return f"{mantissa} × 10{str(int(exponent)).translate(_SUPERSCRIPTS)}"
-
-
-_SUPERSCRIPTS = str.maketrans("-0123456789", "⁻⁰¹²³⁴⁵⁶⁷⁸⁹")
 
 
 def fmt_signed(x: float, digits: int = 2) -> str:
@@ -990,8 +990,6 @@ def _failure(err: Exception) -> str:
     log.exception("unexpected error in a UI event", exc_info=err)
     return format_status(f"Something went wrong inside the demo ({type(err).__name__}). "
                          "The server log has the details; try another question or setting.")
-
-
 
 
 def _plot_update(figure: Any) -> dict:
