@@ -43,6 +43,19 @@ class EncoderConfig:
     kind: str = "auto"  # "auto", "dpr" or "sentence-transformers"
     scale: float | None = None
     max_length: int = 256
+    # The default encoder's question side fine-tuned on nq-wiki's training questions (`rag_demo.tuning`);
+    # False keeps the packaged weights for questions too. Other encoders are used as given.
+    tuned: bool = True
+
+
+@dataclass(frozen=True)
+class TuningConfig:
+    """How the default question encoder is fine-tuned; part of its cache key, so a change retrains it."""
+
+    epochs: int = 2
+    learning_rate: float = 5e-5
+    batch_size: int = 64
+    seed: int = 0
 
 
 @dataclass(frozen=True)

@@ -4,6 +4,7 @@ Everything lives under `config.cache_root()`, never in the repository:
 
     sources/bigbench-1.0.0/       task.json of BIG-bench's contextual_parametric_knowledge_conflicts
     models/gemma3-270m-<sha>/     the packaged GGUF, dequantized once into float32 safetensors + tokenizer
+    models/minilm-questions-<key>/  the default encoder's question side, fine-tuned on nq-wiki (`rag_demo.tuning`)
     kbs/<name>-<key>/             a KB written by `corpus.save_kb`, plus its questions.jsonl
     downloads/                    where a hand-fetched bigbench-1.0.0.tar.gz may be put (no network)
 
@@ -40,7 +41,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from .config import DEFAULT_ENCODER, DEFAULT_KBS, EncoderConfig, cache_root
+from .config import DEFAULT_ENCODER, DEFAULT_KBS, DEFAULT_LEXICAL_WEIGHT, EncoderConfig, TuningConfig, cache_root
 from .corpus import KnowledgeBase, Passage, load_kb, make_kb, save_kb, sha256_file
 from .errors import CacheError, KnowledgeBaseError, ModelLoadError
 from .evaluate import EvalQuestion
@@ -73,6 +74,11 @@ QUESTIONS_FILE = "questions.jsonl"
 EXAMPLES_PER_KB = 8
 EXAMPLE_CANDIDATES = 200  # questions tried, in a seeded random order, until EXAMPLES_PER_KB pass
 EMBED_BATCH_SIZE = 32  # passages are sorted by length, so batches pad little; larger batches were not faster
+
+TUNED_ENCODER_NAME = "minilm-questions"
+TUNING_FORMAT = 1  # bump when `rag_demo.tuning` changes what it trains
+HELD_OUT_ONE_IN = 5  # one gold passage in five is held out of training: its questions are the evaluation's
+TUNING_CHECK_QUESTIONS = 1000  # held-out questions the build measures recall on, before and after
 
 
 # -- the data: parsing task.json and restoring the real passages ----------------------------------
@@ -948,13 +954,93 @@ def load_questions(kb_path: str | Path) -> list[KBQuestion]:
     return questions
 
 
+def is_held_out(gold_id: int) -> bool:
+    """Whether questions with this gold passage row are kept out of training (and so may be evaluated).
+
+    By passage, not by question: near-duplicate questions share a passage and fall on one side.
+    The rows of nq-wiki and nq-counterfactual line up, so both KBs split alike.
+    """
+    digest = hashlib.sha256(f"gold passage {gold_id}".encode()).digest()
+    return int.from_bytes(digest[:4], "big") % HELD_OUT_ONE_IN == 0
+
+
 def load_eval_questions(kb: KnowledgeBase | str | Path) -> list[EvalQuestion]:
-    """`evaluate.EvalQuestion`s of a default KB; [] for a KB without questions (e.g. a user's own)."""
+    """The held-out `evaluate.EvalQuestion`s of a default KB; [] for a KB without questions (e.g. a user's own).
+
+    Only questions never used to fine-tune the question encoder are evaluated (`is_held_out`).
+    """
     path = kb.path if isinstance(kb, KnowledgeBase) else Path(kb)
     if path is None or not (Path(path) / QUESTIONS_FILE).is_file():
         return []
     # A question whose answer the kept swap cut into has no clear answer in that KB: not scored.
-    return [EvalQuestion(q.question, q.passage_answer, q.answer, q.gold_id) for q in load_questions(path) if q.passage_answer]
+    return [EvalQuestion(q.question, q.passage_answer, q.answer, q.gold_id) for q in load_questions(path)
+            if q.passage_answer and is_held_out(q.gold_id)]
+
+
+# -- the fine-tuned question encoder ------------------------------------------------------------------
+
+
+def tuned_encoder_key(encoder_config: EncoderConfig, tuning: TuningConfig = TuningConfig()) -> str:
+    """What the tuned question encoder is made from: nq-wiki (with its encoder), the recipe, the retrieval logits."""
+    return (f"{kb_key(encoder_config.model, encoder_config.max_length)}:tuning{TUNING_FORMAT}:{tuning}"
+            f":scale={encoder_config.scale}:lexical={DEFAULT_LEXICAL_WEIGHT}")
+
+
+def tuned_encoder_path(encoder_config: EncoderConfig, tuning: TuningConfig = TuningConfig(), *,
+                       cache: str | Path | None = None) -> Path:
+    """Where the tuned question encoder for this encoder lives (built or not); computing this loads nothing."""
+    root = Path(cache) if cache is not None else cache_root()
+    suffix = hashlib.sha256(tuned_encoder_key(encoder_config, tuning).encode()).hexdigest()[:12]
+    return root / "models" / f"{TUNED_ENCODER_NAME}-{suffix}"
+
+
+def training_split(questions: list[KBQuestion]) -> tuple[list[KBQuestion], list[KBQuestion]]:
+    """(training, held out): the UI's example questions, and every question sharing their passage, train neither."""
+    featured_rows = {q.gold_id for q in questions if q.example}
+    held = [q for q in questions if is_held_out(q.gold_id)]
+    training = [q for q in questions if not is_held_out(q.gold_id) and q.gold_id not in featured_rows]
+    return training, held
+
+
+def ensure_tuned_encoder(encoder: Encoder, encoder_config: EncoderConfig, wiki_path: Path, *,
+                         tuning: TuningConfig = TuningConfig(), cache: str | Path | None = None,
+                         progress: Progress | None = None) -> Path:
+    """Fine-tune (once) the question side of `encoder` on nq-wiki's training questions; the folder of the weights.
+
+    On 2 CPU cores the two epochs over about 11,000 questions took about 6 minutes.
+    """
+    import torch
+
+    from . import tuning as tuner
+    from .lexical import LexicalIndex
+
+    folder = tuned_encoder_path(encoder_config, tuning, cache=cache)
+    key = tuned_encoder_key(encoder_config, tuning)
+    if _is_complete(folder, key):
+        return folder
+    kb = load_kb(wiki_path)
+    training, held = training_split(load_questions(wiki_path))
+    training = [tuner.TrainingQuestion(q.question, q.gold_id) for q in training]
+    check = [tuner.TrainingQuestion(q.question, q.gold_id) for q in held]
+    check = [check[i] for i in sorted(random.Random(0).sample(range(len(check)), min(TUNING_CHECK_QUESTIONS, len(check))))]
+    lexical = LexicalIndex.for_passages(kb.titles, kb.texts)
+    passages = torch.from_numpy(kb.embeddings)  # (N, D)
+    before = tuner.recall_at(encoder.question_model, encoder, passages, lexical, check, lexical_weight=DEFAULT_LEXICAL_WEIGHT)
+    stage = f"fine-tuning the question encoder on {counted(len(training), 'question')}"
+    _report(progress, stage, 0, 1)
+    with _timed(stage):
+        model = tuner.tune_question_encoder(encoder, kb.embeddings, lexical, training, lexical_weight=DEFAULT_LEXICAL_WEIGHT,
+                                            config=tuning, progress=lambda done, total: _report(progress, stage, done, total))
+    after = tuner.recall_at(model, encoder, passages, lexical, check, lexical_weight=DEFAULT_LEXICAL_WEIGHT)
+    log.info("gold passage in the top 1 / 5 / 20 for %d held-out questions: %s before, %s after fine-tuning", len(check),
+             " / ".join(f"{100 * before[k]:.1f}%" for k in (1, 5, 20)), " / ".join(f"{100 * after[k]:.1f}%" for k in (1, 5, 20)))
+    with _staging(folder) as staging, _writing(staging):
+        model.save_pretrained(staging)
+        _publish(staging, folder, key, {
+            "training_questions": len(training), "checked_questions": len(check),
+            "recall_before": {str(k): v for k, v in before.items()}, "recall_after": {str(k): v for k, v in after.items()},
+        })
+    return folder
 
 
 # -- everything at once -------------------------------------------------------------------------------
@@ -975,6 +1061,7 @@ class PreparedPaths:
     generator_path: Path  # float32 safetensors folder of the default generator
     encoder_path: str  # the default encoder's packaged folder, or the hub id / folder configured
     kb_paths: dict[str, Path] = field(default_factory=dict)  # empty when build_kbs=False
+    question_encoder_path: Path | None = None  # the fine-tuned question side; None: the encoder's own
 
 
 def prepare(
@@ -987,20 +1074,32 @@ def prepare(
     """Fetch, convert and embed whatever of the offline default is not cached yet.
 
     When everything is cached this only reads markers and imports neither torch nor a model
-    (a few ms). The encoder is loaded only to embed missing KBs.
+    (a few ms). The encoder is loaded only to embed missing KBs or to fine-tune its question side.
     """
     root = Path(cache) if cache is not None else cache_root()
     started = time.perf_counter()
     generator_path = ensure_generator(cache=root, progress=progress)
     encoder_path = _encoder_path(encoder_config.model)
     kb_paths: dict[str, Path] = {}
+    tunes = encoder_config.model == DEFAULT_ENCODER and encoder_config.tuned
+    question_path = tuned_encoder_path(encoder_config, cache=root) if tunes else None
     if build_kbs:
         kb_paths = default_kb_paths(encoder_config.model, encoder_config.max_length, cache=root)
         key = kb_key(encoder_config.model, encoder_config.max_length)
-        if not all(marker_problem(path, key) is None for path in kb_paths.values()):
+        kbs_ready = all(marker_problem(path, key) is None for path in kb_paths.values())
+        tuned_ready = not tunes or marker_problem(question_path, tuned_encoder_key(encoder_config)) is None
+        if not (kbs_ready and tuned_ready):
             from .encoders import load_encoder
 
-            ensure_source(cache=root, progress=progress)  # fetch before the encoder takes memory
-            kb_paths = ensure_default_kbs(load_encoder(encoder_config), cache=root, progress=progress)
+            if not kbs_ready:
+                ensure_source(cache=root, progress=progress)  # fetch before the encoder takes memory
+            encoder = load_encoder(encoder_config)
+            kb_paths = ensure_default_kbs(encoder, cache=root, progress=progress)
+            if tunes:
+                ensure_tuned_encoder(encoder, encoder_config, kb_paths["nq-wiki"], cache=root, progress=progress)
+    elif tunes and marker_problem(question_path, tuned_encoder_key(encoder_config)) is not None:
+        log.info("no fine-tuned question encoder is cached (it is built with the default KBs); using the packaged one")
+        question_path = None
     log.info("offline default ready in %.2f s under %s", time.perf_counter() - started, root)
-    return PreparedPaths(generator_path=generator_path, encoder_path=encoder_path, kb_paths=kb_paths)
+    return PreparedPaths(generator_path=generator_path, encoder_path=encoder_path, kb_paths=kb_paths,
+                         question_encoder_path=question_path)

@@ -51,6 +51,13 @@ def load_pretrained(loader, model: str, what: str, **kwargs):
         raise ModelLoadError(f"could not load {what} {model!r}{hint}: {str(err).splitlines()[0][:200]}") from None
 
 
+def mean_pooled(hidden: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+    """(B, D) unit vectors: the mean of hidden (B, L, D) over the unmasked positions of (B, L)."""
+    mask = attention_mask.unsqueeze(-1).to(hidden.dtype)  # (B, L, 1)
+    pooled = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1e-9)  # (B, D)
+    return torch.nn.functional.normalize(pooled, dim=-1)
+
+
 @dataclass
 class Encoder:
     """Encodes questions (and passages, when it has a passage side) into D-dim vectors."""
@@ -64,6 +71,7 @@ class Encoder:
     scale: float
     max_length: int
     device: torch.device
+    question_weights: str = ""  # folder name of fine-tuned question weights (`rag_demo.tuning`); "": the encoder's own
 
     @property
     def normalized(self) -> bool:
@@ -82,10 +90,7 @@ class Encoder:
             output = model(**batch)
         if self.kind == "dpr":
             return output.pooler_output.float()  # (B, D) unnormalized, as trained
-        hidden = output.last_hidden_state.float()  # (B, L, D)
-        mask = batch["attention_mask"].unsqueeze(-1).to(hidden.dtype)  # (B, L, 1)
-        pooled = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1e-9)  # (B, D)
-        return torch.nn.functional.normalize(pooled, dim=-1)
+        return mean_pooled(output.last_hidden_state.float(), batch["attention_mask"])
 
     def encode_questions(self, questions: list[str]) -> torch.Tensor:
         """(B, D) float32 question vectors."""
@@ -118,8 +123,12 @@ def _fit_length(model: torch.nn.Module, wanted: int) -> int:
     return min(wanted, int(limit))
 
 
-def load_encoder(config: EncoderConfig, *, device: torch.device | None = None) -> Encoder:
-    """Load a DPR or sentence-transformers encoder from a hub id, a folder, or the offline default."""
+def load_encoder(config: EncoderConfig, *, device: torch.device | None = None, question_path: str | Path | None = None) -> Encoder:
+    """Load a DPR or sentence-transformers encoder from a hub id, a folder, or the offline default.
+
+    `question_path`: a folder with fine-tuned weights for the question side of a
+    sentence-transformers encoder; passages are still encoded with the original weights.
+    """
     from transformers import AutoConfig, AutoModel, AutoTokenizer
 
     device = device or torch.device("cpu")
@@ -146,8 +155,12 @@ def load_encoder(config: EncoderConfig, *, device: torch.device | None = None) -
     model = load_pretrained(AutoModel, path, "encoder").to(device).eval()
     tokenizer = load_pretrained(AutoTokenizer, path, "encoder tokenizer")
     scale = SENTENCE_TRANSFORMERS_SCALE if config.scale is None else config.scale
-    return Encoder(config.model, tokenizer, model, model, tokenizer, "sentence-transformers", scale,
-                   _fit_length(model, config.max_length), device)
+    question_model = model
+    if question_path is not None:
+        question_model = load_pretrained(AutoModel, str(question_path), "fine-tuned question encoder").to(device).eval()
+    return Encoder(config.model, tokenizer, question_model, model, tokenizer, "sentence-transformers", scale,
+                   _fit_length(model, config.max_length), device,
+                   question_weights=Path(question_path).name if question_path is not None else "")
 
 
 def encoder_from_modules(

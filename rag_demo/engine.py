@@ -203,8 +203,7 @@ class RagEngine:
 
     def _lexical_for(self, kb: KnowledgeBase) -> LexicalIndex:
         """The KB's BM25 index, built on first use (about a second for the default KBs) and kept like its vector indexes."""
-        return self._kept(kb, "bm25", lambda registered: LexicalIndex.build(
-            [f"{title} {text}" for title, text in zip(kb.titles, kb.texts)]))
+        return self._kept(kb, "bm25", lambda registered: LexicalIndex.for_passages(kb.titles, kb.texts))
 
     def resolve_retriever(self, retriever: str | None) -> str:
         """The retriever an ask uses: the one named, or hybrid when this engine has a lexical weight."""

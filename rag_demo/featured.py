@@ -39,6 +39,7 @@ def order_key(engine, questions: dict[str, list]) -> str:
         "decoding": asdict(engine.config.decoding),
         "retrieval": asdict(engine.config.retrieval),
         "encoder": engine.encoder.name,
+        "question_weights": engine.encoder.question_weights,
         "kbs": {name: [engine.kbs[name].fingerprint, [(q.question, q.passage_answer) for q in items]]
                 for name, items in sorted(questions.items())},
     }

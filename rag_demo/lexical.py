@@ -78,6 +78,11 @@ class LexicalIndex:
         weights = (idf[term_ids] * tf * (k1 + 1) / (tf + norm)).astype(np.float32)
         return cls(vocabulary, offsets, docs, weights, len(texts))
 
+    @classmethod
+    def for_passages(cls, titles: Sequence[str], texts: Sequence[str]) -> "LexicalIndex":
+        """Index passages by title and text together, as retrieval does."""
+        return cls.build([f"{title} {text}" for title, text in zip(titles, texts)])
+
     def query_terms(self, question: str) -> list[int]:
         """Ids of the question's indexed terms, repeats kept (a repeated word counts twice)."""
         return [self.vocabulary[word] for word in terms(question) if word in self.vocabulary]

@@ -675,6 +675,11 @@ GLOSSARY = (
                            "cosine similarity, as the default encoder's vectors have length 1). bm25: a word-"
                            "matching score (rare shared words count most). logit: what goes into the softmax; with "
                            "the default encoder 20 × score, plus 0.2 × bm25 with Dense + BM25."),
+    ("question encoder", "The retriever turns the question into a vector with a question encoder, each passage "
+                         "with a passage encoder. As in the paper, only the question side learns: on the offline "
+                         "default it was fine-tuned on about 11,000 Natural Questions questions with their gold "
+                         "passages (never the questions evaluated, nor the example questions), while the passages "
+                         "keep their vectors, so the index stays as built."),
     ("posterior", "After seeing the answer (or a token of it), how likely each passage is to be the one that "
                   "produced it: p(z|x) times how well z explains the text, renormalized. The heatmaps' cells."),
     ("closed-book, parametric memory", "Closed-book: the same generator with no passages, answering from what "

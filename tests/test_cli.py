@@ -132,3 +132,11 @@ def test_dtype_and_kb_sample_options_reach_the_engine_config():
     from rag_demo.cli import main
 
     assert main(["eval", "--dtype", "float64"]) == 2  # not a choice: one line, exit 2
+
+
+def test_untuned_questions_option_keeps_the_packaged_question_encoder():
+    from rag_demo.cli import build_parser, engine_config
+
+    assert engine_config(build_parser().parse_args(["ask", "q"])).encoder.tuned
+    config = engine_config(build_parser().parse_args(["eval", "--untuned-questions", "--scale", "30"]))
+    assert (config.encoder.tuned, config.encoder.scale) == (False, 30.0)

@@ -307,7 +307,7 @@ def test_default_kbs_are_built_once_with_questions(offline_source):
             assert q.passage_answer == (q.swapped_answer if name == "nq-counterfactual" else q.answer)
         evals = data.load_eval_questions(kb)
         assert [(e.answer, e.original_answer, e.gold_id) for e in evals] == [
-            (q.passage_answer, q.answer, q.gold_id) for q in questions]
+            (q.passage_answer, q.answer, q.gold_id) for q in questions if data.is_held_out(q.gold_id)]
     embedded = len(encoder.embedded)
     assert data.ensure_default_kbs(encoder, cache=cache) == paths and len(encoder.embedded) == embedded
     flags = [q.example for q in data.load_questions(paths["nq-wiki"])]
@@ -372,6 +372,12 @@ def test_real_default_data_is_prepared():
         assert len(questions) == 14121 and sum(q.example for q in questions) == data.EXAMPLES_PER_KB
         assert all(q.passage_answer in kb.texts[q.gold_id] for q in questions)
     assert cache_root() in prepared.generator_path.parents
+    tuned = prepared.question_encoder_path
+    assert data.marker_problem(tuned, data.tuned_encoder_key(EncoderConfig())) is None
+    info = json.loads((tuned / data.MARKER).read_text())["info"]
+    # the build measured held-out questions before and after fine-tuning; it must have helped
+    assert info["checked_questions"] == data.TUNING_CHECK_QUESTIONS and info["training_questions"] > 10_000
+    assert info["recall_after"]["5"] > info["recall_before"]["5"]
 
 
 def test_data_docstring_examples():
