@@ -133,7 +133,7 @@ def test_tuned_encoder_is_built_once_and_loads_for_questions_only(tmp_path, tiny
 
 
 def test_eval_questions_are_the_held_out_ones(tmp_path):
-    rows = [r for r in range(30)]
+    rows = list(range(30))
     kb = tmp_path / "kb"
     kb.mkdir()
     with (kb / data.QUESTIONS_FILE).open("w") as handle:
