@@ -20,6 +20,7 @@ from rag_demo.corpus import Passage, make_kb, save_kb
 from rag_demo.encoders import load_encoder
 from rag_demo.lexical import LexicalIndex
 from tests import tiny
+from tests.test_data import offline_source  # noqa: F401 (a fixture)
 
 TOPICS = ["fox", "paris", "hemingway", "baikal", "penny", "mozart"]
 
@@ -142,3 +143,30 @@ def test_eval_questions_are_the_held_out_ones(tmp_path):
                                      "passage_answer": "A", "gold_id": r}) + "\n")
     evals = data.load_eval_questions(kb)
     assert [e.gold_id for e in evals] == [r for r in rows if data.is_held_out(r)] and evals
+
+
+def test_prepare_fine_tunes_the_default_encoder_once_and_then_loads_nothing(offline_source, tmp_path, monkeypatch,
+                                                                             one_torch_thread):
+    """The wiring of `data.prepare`: the default encoder (a tiny BERT here) gets its question side
+    tuned after the KBs are built; a warm prepare then loads no model and returns the same folder."""
+    cache, _ = offline_source
+    folder = str(tiny_sentence_encoder(tmp_path / "encoder"))
+    monkeypatch.setattr(data, "DEFAULT_ENCODER", folder)  # the default, as far as `prepare` can tell
+    monkeypatch.setattr(data, "_encoder_path", lambda model: model)
+    name, key = data._generator_key()
+    generator = cache / "models" / name
+    generator.mkdir(parents=True)
+    (generator / "config.json").write_text("{}")
+    data.write_marker(generator, key)
+    config = EncoderConfig(model=folder, max_length=32)
+    prepared = data.prepare(cache=cache, encoder_config=config)
+    assert prepared.question_encoder_path == data.tuned_encoder_path(config, cache=cache)
+    assert data.marker_problem(prepared.question_encoder_path, data.tuned_encoder_key(config)) is None
+
+    def no_loading(*args, **kwargs):
+        raise AssertionError("a warm prepare loaded a model")
+
+    monkeypatch.setattr("rag_demo.encoders.load_encoder", no_loading)
+    assert data.prepare(cache=cache, encoder_config=config) == prepared
+    untuned = data.prepare(cache=cache, encoder_config=EncoderConfig(model=folder, max_length=32, tuned=False))
+    assert untuned.question_encoder_path is None and untuned.kb_paths == prepared.kb_paths
