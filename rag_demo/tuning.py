@@ -46,14 +46,15 @@ def gold_ranks(question_vectors: torch.Tensor, passage_vectors: torch.Tensor, le
 
     question_vectors (Q, D), passage_vectors (N, D), lexical_scores (Q, N).
     """
-    logits = scale * (question_vectors @ passage_vectors.T).numpy() + lexical_weight * lexical_scores  # (Q, N)
+    logits = scale * (question_vectors @ passage_vectors.T).cpu().numpy() + lexical_weight * lexical_scores  # (Q, N)
     gold = logits[np.arange(len(gold_ids)), np.asarray(gold_ids)]  # (Q,)
     return (logits > gold[:, None]).sum(axis=1)
 
 
 def _encode(model: torch.nn.Module, tokenizer, questions: Sequence[str], max_length: int) -> torch.Tensor:
     """(B, D) unit question vectors, with gradients when grad mode is on."""
-    batch = tokenizer(list(questions), padding=True, truncation=True, max_length=max_length, return_tensors="pt")
+    device = next(model.parameters()).device
+    batch = tokenizer(list(questions), padding=True, truncation=True, max_length=max_length, return_tensors="pt").to(device)
     hidden = model(**batch).last_hidden_state  # (B, L, D)
     return mean_pooled(hidden, batch["attention_mask"])
 
@@ -70,7 +71,7 @@ def recall_at(model: torch.nn.Module, encoder: Encoder, passage_vectors: torch.T
             for start in range(0, len(questions), 256)
         ])
     lexical_scores = np.stack([lexical.scores(q.question) for q in questions])  # (Q, N)
-    ranks = gold_ranks(vectors, passage_vectors, lexical_scores, [q.gold_id for q in questions],
+    ranks = gold_ranks(vectors, passage_vectors.to(vectors.device), lexical_scores, [q.gold_id for q in questions],
                        scale=encoder.scale, lexical_weight=lexical_weight)
     return {k: float((ranks < k).mean()) for k in ks}
 
@@ -94,8 +95,9 @@ def tune_question_encoder(
         raise ValueError("no training questions")
     torch.manual_seed(config.seed)  # dropout
     order_rng = np.random.default_rng(config.seed)
-    passages = torch.from_numpy(np.ascontiguousarray(passage_vectors, dtype=np.float32))  # (N, D)
     model = copy.deepcopy(encoder.question_model).float().train()
+    device = next(model.parameters()).device
+    passages = torch.from_numpy(np.ascontiguousarray(passage_vectors, dtype=np.float32)).to(device)  # (N, D)
     optimizer = torch.optim.AdamW(model.parameters(), lr=config.learning_rate)
     steps_per_epoch = -(-len(questions) // config.batch_size)
     total = steps_per_epoch * config.epochs
@@ -105,10 +107,10 @@ def tune_question_encoder(
         running = 0.0
         for start in range(0, len(order), config.batch_size):
             batch = [questions[i] for i in order[start:start + config.batch_size]]
-            lexical_scores = torch.from_numpy(np.stack([lexical.scores(q.question) for q in batch]))  # (B, N)
+            lexical_scores = torch.from_numpy(np.stack([lexical.scores(q.question) for q in batch])).to(device)  # (B, N)
             vectors = _encode(model, encoder.tokenizer, [q.question for q in batch], encoder.max_length)  # (B, D)
             logits = encoder.scale * vectors @ passages.T + lexical_weight * lexical_scores  # (B, N)
-            loss = torch.nn.functional.cross_entropy(logits, torch.tensor([q.gold_id for q in batch]))
+            loss = torch.nn.functional.cross_entropy(logits, torch.tensor([q.gold_id for q in batch], device=device))
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             optimizer.step()
