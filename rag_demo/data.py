@@ -994,6 +994,15 @@ def tuned_encoder_path(encoder_config: EncoderConfig, tuning: TuningConfig = Tun
     return root / "models" / f"{TUNED_ENCODER_NAME}-{suffix}"
 
 
+def cached_tuned_encoder(encoder_config: EncoderConfig, *, cache: str | Path | None = None) -> Path | None:
+    """The fine-tuned question side this config asks for, when it is cached; None otherwise (or when
+    the config asks for none: another encoder, or `tuned=False`). Reads a marker, loads nothing."""
+    if encoder_config.model != DEFAULT_ENCODER or not encoder_config.tuned:
+        return None
+    path = tuned_encoder_path(encoder_config, cache=cache)
+    return path if marker_problem(path, tuned_encoder_key(encoder_config)) is None else None
+
+
 def training_split(questions: list[KBQuestion]) -> tuple[list[KBQuestion], list[KBQuestion]]:
     """(training, held out): the UI's example questions, and every question sharing their passage, train neither."""
     featured_rows = {q.gold_id for q in questions if q.example}
@@ -1082,13 +1091,12 @@ def prepare(
     encoder_path = _encoder_path(encoder_config.model)
     kb_paths: dict[str, Path] = {}
     tunes = encoder_config.model == DEFAULT_ENCODER and encoder_config.tuned
-    question_path = tuned_encoder_path(encoder_config, cache=root) if tunes else None
+    question_path = cached_tuned_encoder(encoder_config, cache=root)
     if build_kbs:
         kb_paths = default_kb_paths(encoder_config.model, encoder_config.max_length, cache=root)
         key = kb_key(encoder_config.model, encoder_config.max_length)
         kbs_ready = all(marker_problem(path, key) is None for path in kb_paths.values())
-        tuned_ready = not tunes or marker_problem(question_path, tuned_encoder_key(encoder_config)) is None
-        if not (kbs_ready and tuned_ready):
+        if not kbs_ready or (tunes and question_path is None):
             from .encoders import load_encoder
 
             if not kbs_ready:
@@ -1096,10 +1104,10 @@ def prepare(
             encoder = load_encoder(encoder_config)
             kb_paths = ensure_default_kbs(encoder, cache=root, progress=progress)
             if tunes:
-                ensure_tuned_encoder(encoder, encoder_config, kb_paths["nq-wiki"], cache=root, progress=progress)
-    elif tunes and marker_problem(question_path, tuned_encoder_key(encoder_config)) is not None:
+                question_path = ensure_tuned_encoder(encoder, encoder_config, kb_paths["nq-wiki"], cache=root,
+                                                     progress=progress)
+    elif tunes and question_path is None:
         log.info("no fine-tuned question encoder is cached (it is built with the default KBs); using the packaged one")
-        question_path = None
     log.info("offline default ready in %.2f s under %s", time.perf_counter() - started, root)
     return PreparedPaths(generator_path=generator_path, encoder_path=encoder_path, kb_paths=kb_paths,
                          question_encoder_path=question_path)

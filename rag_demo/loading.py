@@ -105,8 +105,13 @@ def engine_from_config(config: EngineConfig = EngineConfig(), *, kb_paths: dict[
     kbs = load_kbs(kb_paths)
     if config.rag_checkpoint:
         return engine_from_rag_checkpoint(config, kbs, device)
-    encoder = load_encoder(config.encoder, device=device,
-                           question_path=prepared.question_encoder_path if prepared is not None else None)
+    if prepared is not None:
+        question_path = prepared.question_encoder_path
+    else:  # own KBs and another generator: nothing is prepared, but a cached fine-tuned side still serves
+        from .data import cached_tuned_encoder
+
+        question_path = cached_tuned_encoder(config.encoder)
+    encoder = load_encoder(config.encoder, device=device, question_path=question_path)
     generator_path = str(prepared.generator_path) if uses_default_generator else None
     generator = load_generator(config.generator, path=generator_path, device=device)
     examples = {name: _examples_for(kb) for name, kb in kbs.items()}

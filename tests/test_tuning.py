@@ -170,3 +170,7 @@ def test_prepare_fine_tunes_the_default_encoder_once_and_then_loads_nothing(offl
     assert data.prepare(cache=cache, encoder_config=config) == prepared
     untuned = data.prepare(cache=cache, encoder_config=EncoderConfig(model=folder, max_length=32, tuned=False))
     assert untuned.question_encoder_path is None and untuned.kb_paths == prepared.kb_paths
+    # what an engine without prepared data (own KBs, another generator) looks up
+    assert data.cached_tuned_encoder(config, cache=cache) == prepared.question_encoder_path
+    assert data.cached_tuned_encoder(EncoderConfig(model=folder, max_length=32, tuned=False), cache=cache) is None
+    assert data.prepare(cache=cache, encoder_config=config, build_kbs=False).question_encoder_path == prepared.question_encoder_path
