@@ -56,6 +56,8 @@ def _model_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--question-encoder", default=None, help="question encoder hub id or folder")
     parser.add_argument("--untuned-questions", action="store_true",
                         help="the default encoder's packaged weights for questions, not the ones fine-tuned on nq-wiki")
+    parser.add_argument("--untuned-generator", action="store_true",
+                        help="the default generator as converted, not the copy fine-tuned to read the KBs' passages")
     parser.add_argument("--scale", type=float, default=None, help="retrieval logit scale (default: the encoder's)")
     parser.add_argument("--retriever", default=None, choices=RETRIEVERS,
                         help="hybrid: dense + BM25 logits; dense: the paper's (default: hybrid when a lexical weight is set)")
@@ -123,6 +125,8 @@ def engine_config(args) -> EngineConfig:
         config = replace(config, generator=GeneratorConfig(model=args.generator))
     if args.dtype:
         config = replace(config, generator=replace(config.generator, dtype=args.dtype))
+    if args.untuned_generator:
+        config = replace(config, generator=replace(config.generator, tuned=False))
     if args.question_encoder or args.scale is not None or args.untuned_questions:
         encoder = EncoderConfig(model=args.question_encoder or EncoderConfig().model, scale=args.scale,
                                 tuned=not args.untuned_questions)
@@ -260,11 +264,12 @@ def cmd_prepare(args) -> int:
     # the page's first start would ask each example question once to order them; do it at build time
     feature_checked_examples(RagEngine.from_config(progress=_progress()), progress=_progress())
     if args.json:
-        print(json.dumps({"generator": str(prepared.generator_path), "encoder": str(prepared.encoder_path),
+        print(json.dumps({"generator": str(prepared.generator_to_load), "encoder": str(prepared.encoder_path),
                           "question_encoder": str(prepared.question_encoder_path or prepared.encoder_path),
                           "kbs": {k: str(v) for k, v in prepared.kb_paths.items()}}))
     else:
-        print(f"generator: {prepared.generator_path}\nencoder: {prepared.encoder_path}")
+        print(f"generator{' (fine-tuned)' if prepared.tuned_generator_path else ''}: {prepared.generator_to_load}\n"
+              f"encoder: {prepared.encoder_path}")
         if prepared.question_encoder_path is not None:
             print(f"question encoder (fine-tuned): {prepared.question_encoder_path}")
         for name, path in prepared.kb_paths.items():

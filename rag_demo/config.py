@@ -59,6 +59,17 @@ class TuningConfig:
 
 
 @dataclass(frozen=True)
+class ReaderTuningConfig:
+    """How the default generator is fine-tuned to read gold passages; part of its cache key."""
+
+    examples: int = 600  # training questions, each read once (one epoch)
+    counterfactual_share: float = 0.5  # of them read from nq-counterfactual's swapped passage
+    learning_rate: float = 2e-5
+    batch_size: int = 8
+    seed: int = 0
+
+
+@dataclass(frozen=True)
 class RetrievalConfig:
     """How passages are found and weighed.
 
@@ -101,6 +112,7 @@ class GeneratorConfig:
     max_combined_length: int = 300
     max_prompt_tokens: int = 512
     dtype: str = "float32"
+    tuned: bool = True  # the offline default generator: use its fine-tuned copy when cached (`rag_demo.tuning`)
 
 
 @dataclass(frozen=True)

@@ -35,13 +35,23 @@ import time
 from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
 
-from .config import DEFAULT_ENCODER, DEFAULT_KBS, DEFAULT_LEXICAL_WEIGHT, EncoderConfig, TuningConfig, cache_root
+from .config import (
+    DEFAULT_ENCODER,
+    DEFAULT_GENERATOR,
+    DEFAULT_KBS,
+    DEFAULT_LEXICAL_WEIGHT,
+    EncoderConfig,
+    GeneratorConfig,
+    ReaderTuningConfig,
+    TuningConfig,
+    cache_root,
+)
 from .corpus import KnowledgeBase, Passage, load_kb, make_kb, save_kb, sha256_file
 from .errors import CacheError, KnowledgeBaseError, ModelLoadError
 from .evaluate import EvalQuestion
@@ -79,6 +89,9 @@ TUNED_ENCODER_NAME = "minilm-questions"
 TUNING_FORMAT = 1  # bump when `rag_demo.tuning` changes what it trains
 HELD_OUT_ONE_IN = 5  # one gold passage in five is held out of training: its questions are the evaluation's
 TUNING_CHECK_QUESTIONS = 1000  # held-out questions the build measures recall on, before and after
+TUNED_GENERATOR_NAME = "gemma3-270m-reader"
+READER_FORMAT = 1  # bump when `rag_demo.tuning` changes how the generator is trained
+READER_CHECK_QUESTIONS = 100  # held-out questions (half of them counterfactual) whose answer loss the build records
 
 
 # -- the data: parsing task.json and restoring the real passages ----------------------------------
@@ -1052,6 +1065,133 @@ def ensure_tuned_encoder(encoder: Encoder, encoder_config: EncoderConfig, wiki_p
     return folder
 
 
+# -- the fine-tuned generator -------------------------------------------------------------------------
+
+
+def _prompt_digest() -> str:
+    """The prompt the generator is trained on: a change to `prompts` trains it again."""
+    from . import prompts
+
+    parts = (prompts.few_shot_prefix(), prompts.rag_prompt("{question}", "{title}", "{text}"), prompts.ANSWER_STOP)
+    return hashlib.sha256(json.dumps(parts).encode()).hexdigest()[:16]
+
+
+def tuned_generator_key(generator_config: GeneratorConfig = GeneratorConfig(), tuning: ReaderTuningConfig = ReaderTuningConfig()) -> str:
+    """What the fine-tuned generator is made from: the converted generator, the KBs' text (not their
+    embeddings: any encoder's default KBs hold the same passages), the recipe and the prompt."""
+    return (f"{_generator_key()[1]}:{SOURCE_SHA256}:kb{KB_FORMAT}:reader{READER_FORMAT}:{tuning}"
+            f":prompt={_prompt_digest()}:max_prompt_tokens={generator_config.max_prompt_tokens}")
+
+
+def tuned_generator_path(generator_config: GeneratorConfig = GeneratorConfig(), tuning: ReaderTuningConfig = ReaderTuningConfig(),
+                         *, cache: str | Path | None = None) -> Path:
+    """Where the fine-tuned generator lives (built or not); computing this loads nothing."""
+    root = Path(cache) if cache is not None else cache_root()
+    suffix = hashlib.sha256(tuned_generator_key(generator_config, tuning).encode()).hexdigest()[:12]
+    return root / "models" / f"{TUNED_GENERATOR_NAME}-{suffix}"
+
+
+def cached_tuned_generator(generator_config: GeneratorConfig = GeneratorConfig(), *, cache: str | Path | None = None) -> Path | None:
+    """The fine-tuned default generator when it is cached; None otherwise (or when the config asks
+    for none: another generator, or `tuned=False`). Reads a marker, loads nothing."""
+    if generator_config.model != DEFAULT_GENERATOR or not generator_config.tuned:
+        return None
+    path = tuned_generator_path(generator_config, cache=cache)
+    return path if marker_problem(path, tuned_generator_key(generator_config)) is None else None
+
+
+def reading_questions(kb_paths: Mapping[str, Path], tuning: ReaderTuningConfig = ReaderTuningConfig()
+                      ) -> tuple[list[tuple[str, KBQuestion]], list[tuple[str, KBQuestion]]]:
+    """(training, check): (KB name, question) pairs to read with their gold passage.
+
+    Training questions come from the training split, `tuning.examples` of them in a seeded order,
+    each read from nq-counterfactual with probability `tuning.counterfactual_share`, else from
+    nq-wiki. The check is as many held-out questions, half from each KB. Questions whose passage
+    gives no clear answer are skipped.
+    """
+    wiki = load_questions(kb_paths["nq-wiki"])
+    counterfactual = {(q.question, q.gold_id): q for q in load_questions(kb_paths["nq-counterfactual"])}
+    training, held = training_split(wiki)
+    rng = random.Random(tuning.seed)
+    chosen = []
+    for question in rng.sample(training, len(training)):
+        if len(chosen) == tuning.examples:
+            break
+        swapped = counterfactual.get((question.question, question.gold_id))
+        if swapped is not None and swapped.passage_answer and rng.random() < tuning.counterfactual_share:
+            chosen.append(("nq-counterfactual", swapped))
+        elif question.passage_answer:
+            chosen.append(("nq-wiki", question))
+    check_rng = random.Random(tuning.seed + 1)
+    check = []
+    for number, question in enumerate(check_rng.sample(held, min(READER_CHECK_QUESTIONS, len(held)))):
+        swapped = counterfactual.get((question.question, question.gold_id))
+        pick = ("nq-counterfactual", swapped) if number % 2 and swapped is not None else ("nq-wiki", question)
+        if pick[1].passage_answer:
+            check.append(pick)
+    return chosen, check
+
+
+def _reading_examples(generator, kbs: Mapping[str, KnowledgeBase], questions: list[tuple[str, KBQuestion]]):
+    from .tuning import ReadingExample
+
+    examples = []
+    for name, question in questions:
+        kb = kbs[name]
+        prompt = generator.format_input(question.question, Passage(kb.titles[question.gold_id], kb.texts[question.gold_id]))
+        examples.append(ReadingExample(tuple(generator.tokenizer(prompt)["input_ids"]),
+                                       generator.answer_target(question.passage_answer).ids))
+    return examples
+
+
+def ensure_tuned_generator(generator_path: Path, kb_paths: Mapping[str, Path], *,
+                           generator_config: GeneratorConfig = GeneratorConfig(),
+                           tuning: ReaderTuningConfig = ReaderTuningConfig(), cache: str | Path | None = None,
+                           progress: Progress | None = None) -> Path:
+    """Fine-tune (once) the default generator to read gold passages (`tuning.tune_reader`); its folder.
+
+    On 2 CPU cores the 600 training questions take about 17 minutes; a CUDA GPU is used when present.
+    """
+    import torch
+
+    from .generator import load_generator
+    from .tuning import mean_answer_loss, shared_prefix, tune_reader
+
+    folder = tuned_generator_path(generator_config, tuning, cache=cache)
+    key = tuned_generator_key(generator_config, tuning)
+    if _is_complete(folder, key):
+        return folder
+    kbs = {name: load_kb(path, name=name) for name, path in kb_paths.items()}
+    training, check = reading_questions(kb_paths, tuning)
+    device = torch.device("cuda") if torch.cuda.is_available() else None
+    generator = load_generator(replace(generator_config, tuned=False, dtype="float32"), path=str(generator_path), device=device)
+    examples = _reading_examples(generator, kbs, training)
+    check_examples = _reading_examples(generator, kbs, check)
+    shared = shared_prefix(examples + check_examples)
+    before = mean_answer_loss(generator.model, shared, check_examples)
+    stage = f"fine-tuning the generator on {counted(len(examples), 'question')}"
+    _report(progress, stage, 0, 1)
+    with _timed(stage):
+        tune_reader(generator.model, shared, examples, config=tuning,
+                    progress=lambda done, total: _report(progress, stage, done, total))
+    after = mean_answer_loss(generator.model, shared, check_examples)
+    log.info("answer loss on %d held-out gold passages: %.3f before, %.3f after fine-tuning", len(check_examples), before, after)
+    with _staging(folder) as staging:
+        _require_space(staging, GENERATOR_BYTES, "saving the fine-tuned generator")
+        with _writing(staging):
+            with torch.no_grad():
+                generator.model.save_pretrained(staging)
+            for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
+                if (generator_path / name).is_file():
+                    shutil.copyfile(generator_path / name, staging / name)
+        _publish(staging, folder, key, {
+            "training_questions": len(examples), "counterfactual": sum(name == "nq-counterfactual" for name, _ in training),
+            "checked_questions": len(check_examples),
+            "answer_loss_before": before if check_examples else None, "answer_loss_after": after if check_examples else None,
+        })
+    return folder
+
+
 # -- everything at once -------------------------------------------------------------------------------
 
 
@@ -1071,6 +1211,11 @@ class PreparedPaths:
     encoder_path: str  # the default encoder's packaged folder, or the hub id / folder configured
     kb_paths: dict[str, Path] = field(default_factory=dict)  # empty when build_kbs=False
     question_encoder_path: Path | None = None  # the fine-tuned question side; None: the encoder's own
+    tuned_generator_path: Path | None = None  # the fine-tuned generator; None: the converted one as it is
+
+    @property
+    def generator_to_load(self) -> Path:
+        return self.tuned_generator_path or self.generator_path
 
 
 def prepare(
@@ -1079,11 +1224,13 @@ def prepare(
     progress: Progress | None = None,
     build_kbs: bool = True,
     encoder_config: EncoderConfig = EncoderConfig(),
+    generator_config: GeneratorConfig = GeneratorConfig(),
 ) -> PreparedPaths:
     """Fetch, convert and embed whatever of the offline default is not cached yet.
 
     When everything is cached this only reads markers and imports neither torch nor a model
-    (a few ms). The encoder is loaded only to embed missing KBs or to fine-tune its question side.
+    (a few ms). The encoder is loaded only to embed missing KBs or to fine-tune its question side,
+    the generator only to fine-tune it.
     """
     root = Path(cache) if cache is not None else cache_root()
     started = time.perf_counter()
@@ -1092,6 +1239,8 @@ def prepare(
     kb_paths: dict[str, Path] = {}
     tunes = encoder_config.model == DEFAULT_ENCODER and encoder_config.tuned
     question_path = cached_tuned_encoder(encoder_config, cache=root)
+    reads = generator_config.model == DEFAULT_GENERATOR and generator_config.tuned
+    tuned_generator = cached_tuned_generator(generator_config, cache=root)
     if build_kbs:
         kb_paths = default_kb_paths(encoder_config.model, encoder_config.max_length, cache=root)
         key = kb_key(encoder_config.model, encoder_config.max_length)
@@ -1106,8 +1255,15 @@ def prepare(
             if tunes:
                 question_path = ensure_tuned_encoder(encoder, encoder_config, kb_paths["nq-wiki"], cache=root,
                                                      progress=progress)
-    elif tunes and question_path is None:
-        log.info("no fine-tuned question encoder is cached (it is built with the default KBs); using the packaged one")
+            del encoder
+        if reads and tuned_generator is None:
+            tuned_generator = ensure_tuned_generator(generator_path, kb_paths, generator_config=generator_config,
+                                                     cache=root, progress=progress)
+    else:
+        if tunes and question_path is None:
+            log.info("no fine-tuned question encoder is cached (it is built with the default KBs); using the packaged one")
+        if reads and tuned_generator is None:
+            log.info("no fine-tuned generator is cached (it is built with the default KBs); using the converted one")
     log.info("offline default ready in %.2f s under %s", time.perf_counter() - started, root)
     return PreparedPaths(generator_path=generator_path, encoder_path=encoder_path, kb_paths=kb_paths,
-                         question_encoder_path=question_path)
+                         question_encoder_path=question_path, tuned_generator_path=tuned_generator)

@@ -34,6 +34,7 @@ def order_key(engine, questions: dict[str, list]) -> str:
     parts = {
         "format": FORMAT,
         "generator": gen.name,
+        "generator_weights": gen.weights,
         "prompt": gen.format_input("{question}", Passage("{title}", "{text}")),
         "closed_prompt": gen.format_input("{question}", None),
         "decoding": asdict(engine.config.decoding),

@@ -16,6 +16,7 @@ import functools
 import logging
 import threading
 from dataclasses import dataclass, replace
+from pathlib import Path
 
 import torch
 
@@ -107,6 +108,7 @@ class Generator:
         self.tokenizer = tokenizer
         self.config = config
         self.name = name
+        self.weights = ""  # folder name the weights were loaded from, when not `name` itself (a fine-tuned copy)
         self.device = next(model.parameters()).device
 
     # -- text <-> ids -------------------------------------------------------------------------
@@ -651,4 +653,6 @@ def load_generator(config: GeneratorConfig, *, path: str | None = None, device: 
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
     model.to(device or torch.device("cpu"))
-    return generator_from_model(model, tokenizer, config, name=config.model)
+    generator = generator_from_model(model, tokenizer, config, name=config.model)
+    generator.weights = Path(path).name if path else ""
+    return generator

@@ -99,7 +99,8 @@ def engine_from_config(config: EngineConfig = EngineConfig(), *, kb_paths: dict[
     if needs_default_data:
         from . import data
 
-        prepared = data.prepare(progress=progress, build_kbs=kb_paths is None, encoder_config=config.encoder)
+        prepared = data.prepare(progress=progress, build_kbs=kb_paths is None, encoder_config=config.encoder,
+                                generator_config=config.generator)
     if kb_paths is None:
         kb_paths = {name: str(path) for name, path in prepared.kb_paths.items()}
     kbs = load_kbs(kb_paths)
@@ -112,7 +113,7 @@ def engine_from_config(config: EngineConfig = EngineConfig(), *, kb_paths: dict[
 
         question_path = cached_tuned_encoder(config.encoder)
     encoder = load_encoder(config.encoder, device=device, question_path=question_path)
-    generator_path = str(prepared.generator_path) if uses_default_generator else None
+    generator_path = str(prepared.generator_to_load) if uses_default_generator else None
     generator = load_generator(config.generator, path=generator_path, device=device)
     examples = {name: _examples_for(kb) for name, kb in kbs.items()}
     return RagEngine(encoder=encoder, generator=generator, kbs=kbs, config=config,

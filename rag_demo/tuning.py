@@ -1,4 +1,5 @@
-"""Fine-tuning the retriever's question encoder on nq-wiki's training questions.
+"""Fine-tuning the offline default on the KBs' training questions: the retriever's question
+encoder, and the generator as a reader of passages (the second half of this module).
 
 RAG fine-tunes its query encoder and keeps the document encoder, and so the index, fixed
 (paper, section 2.4): the passages keep the embeddings they were built with and no KB is
@@ -27,7 +28,7 @@ from typing import Callable, Sequence
 import numpy as np
 import torch
 
-from .config import TuningConfig
+from .config import ReaderTuningConfig, TuningConfig
 from .encoders import Encoder, mean_pooled
 from .lexical import LexicalIndex
 
@@ -121,3 +122,154 @@ def tune_question_encoder(
         log.info("question encoder, epoch %d of %d: mean loss %.3f (%.0f s so far)", epoch + 1, config.epochs,
                  running / steps_per_epoch, time.perf_counter() - started)
     return model.eval()
+
+
+# -- the generator ------------------------------------------------------------------------------------
+#
+# RAG fine-tunes its generator too (paper, section 2.4). The paper's loss is the marginal
+# likelihood over the top-k retrieved passages; here each training question is read with its
+# gold passage alone, the answer that passage gives as the target. That is one prompt per
+# question instead of k, which is what two CPU cores can afford. Half the questions are read
+# from nq-counterfactual, whose passage gives a swapped answer: the target is always what the
+# passage says, so the generator learns to read the passage rather than its own memory.
+
+
+@dataclass(frozen=True)
+class ReadingExample:
+    """A prompt that holds one passage and a question, and the answer that passage gives."""
+
+    prompt_ids: tuple[int, ...]  # the whole prompt; it begins with the shared few-shot block
+    answer_ids: tuple[int, ...]  # the answer's tokens and the token that ends it
+
+
+def _shared_block_cache(model: torch.nn.Module, shared_ids: Sequence[int], rows: int):
+    """The KV cache of the shared few-shot block, computed without gradients, repeated for `rows` rows."""
+    from transformers import DynamicCache
+
+    cache = DynamicCache()
+    if not shared_ids:
+        return cache
+    device = next(model.parameters()).device
+    single = DynamicCache()
+    with torch.no_grad():
+        model.base_model(input_ids=torch.tensor([list(shared_ids)], device=device), cache=single, use_cache=True)
+    for index, layer in enumerate(single.layers):
+        cache.update(layer.keys.expand(rows, -1, -1, -1).contiguous(), layer.values.expand(rows, -1, -1, -1).contiguous(), index)
+    return cache
+
+
+def _answer_logits(model: torch.nn.Module, hidden: torch.Tensor) -> torch.Tensor:
+    """(M, V) next-token logits of (M, H) hidden states, as the model's own head computes them."""
+    logits = model.get_output_embeddings()(hidden)
+    cap = getattr(model.config, "final_logit_softcapping", None)
+    return torch.tanh(logits / cap) * cap if cap else logits
+
+
+def reading_loss(model: torch.nn.Module, shared_ids: Sequence[int], batch: Sequence[ReadingExample]) -> torch.Tensor:
+    """Mean negative log-likelihood of the answer tokens of `batch`, each read after its own prompt.
+
+    Every prompt begins with `shared_ids`. That block's keys and values are computed once per batch
+    and held constant (no gradient flows into them): it is about half of each prompt, so this
+    nearly halves a step, and every layer still learns from each example's own passage, question
+    and answer. Rows are right-padded; positions continue after the shared block.
+    """
+    device = next(model.parameters()).device
+    shared = len(shared_ids)
+    rows = [list(example.prompt_ids[shared:]) + list(example.answer_ids) for example in batch]
+    width = max(map(len, rows))
+    tokens = torch.zeros(len(rows), width, dtype=torch.long, device=device)  # (B, T)
+    mask = torch.zeros(len(rows), shared + width, dtype=torch.long, device=device)  # (B, S + T)
+    mask[:, :shared] = 1
+    labels = torch.full((len(rows), width), -100, dtype=torch.long, device=device)  # (B, T): next token to predict
+    for row, (example, ids) in enumerate(zip(batch, rows)):
+        tokens[row, :len(ids)] = torch.tensor(ids, device=device)
+        mask[row, shared:shared + len(ids)] = 1
+        answer = len(example.answer_ids)
+        labels[row, len(ids) - answer - 1:len(ids) - 1] = torch.tensor(example.answer_ids, device=device)
+    positions = torch.arange(shared, shared + width, device=device).expand(len(rows), -1)  # (B, T)
+    hidden = model.base_model(input_ids=tokens, attention_mask=mask, position_ids=positions,
+                              cache=_shared_block_cache(model, shared_ids, len(rows)), use_cache=True).last_hidden_state
+    scored = labels != -100
+    return torch.nn.functional.cross_entropy(_answer_logits(model, hidden[scored]).float(), labels[scored])
+
+
+def tune_reader(
+    model: torch.nn.Module,
+    shared_ids: Sequence[int],
+    examples: Sequence[ReadingExample],
+    *,
+    config: ReaderTuningConfig = ReaderTuningConfig(),
+    progress: Callable[[int, int], None] | None = None,
+) -> torch.nn.Module:
+    """Fine-tune a causal LM `model` in place on `examples` (one epoch) and return it in eval mode.
+
+    The token embeddings (tied to the output head in Gemma) stay as they are: they are most of
+    the parameters, and the vocabulary needs no new meaning. `progress(done, total)` after every step.
+    """
+    if not examples:
+        raise ValueError("no reading examples")
+    if any(tuple(example.prompt_ids[:len(shared_ids)]) != tuple(shared_ids) for example in examples):
+        raise ValueError("every prompt must begin with the shared block")
+    torch.manual_seed(config.seed)
+    order = np.random.default_rng(config.seed).permutation(len(examples))
+    frozen = {id(model.get_input_embeddings().weight)}
+    head = model.get_output_embeddings()
+    if head is not None:
+        frozen.add(id(head.weight))
+    trained = [p for p in model.parameters() if id(p) not in frozen]
+    for parameter in model.parameters():
+        parameter.requires_grad_(id(parameter) not in frozen)
+    model.train()
+    optimizer = torch.optim.AdamW(trained, lr=config.learning_rate, weight_decay=0.0)
+    total = -(-len(examples) // config.batch_size)
+    warmup = max(1, total // 10)
+    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: min(1.0, (step + 1) / warmup) * (total - step) / total)
+    started, running = time.perf_counter(), []
+    try:
+        for step in range(total):
+            batch = [examples[i] for i in order[step * config.batch_size:(step + 1) * config.batch_size]]
+            loss = reading_loss(model, shared_ids, batch)
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(trained, 1.0)
+            optimizer.step()
+            schedule.step()
+            running.append(loss.item())
+            if progress is not None:
+                progress(step + 1, total)
+    finally:
+        for parameter in model.parameters():
+            parameter.requires_grad_(False)
+    log.info("generator: mean answer loss %.3f over the first tenth of the steps, %.3f over the last (%.0f s)",
+             float(np.mean(running[:warmup])), float(np.mean(running[-warmup:])), time.perf_counter() - started)
+    return model.eval()
+
+
+def shared_prefix(examples: Sequence[ReadingExample]) -> tuple[int, ...]:
+    """The longest run of tokens every prompt begins with, less its last token: that token can merge
+    with what follows when a prompt is tokenized whole, so it is left to the rows."""
+    if not examples:
+        return ()
+    first = examples[0].prompt_ids
+    length = len(first)
+    for example in examples[1:]:
+        ids = example.prompt_ids
+        length = min(length, len(ids))
+        mismatch = next((i for i in range(length) if ids[i] != first[i]), length)
+        length = mismatch
+    return tuple(first[:max(length - 1, 0)])
+
+
+def mean_answer_loss(model: torch.nn.Module, shared_ids: Sequence[int], examples: Sequence[ReadingExample], *,
+                     batch_size: int = 8) -> float:
+    """Mean per-token negative log-likelihood of the answers of `examples` (nan for none)."""
+    if not examples:
+        return float("nan")
+    total, tokens = 0.0, 0
+    with torch.no_grad():
+        for start in range(0, len(examples), batch_size):
+            batch = examples[start:start + batch_size]
+            count = sum(len(example.answer_ids) for example in batch)
+            total += reading_loss(model, shared_ids, batch).item() * count
+            tokens += count
+    return total / tokens

@@ -680,6 +680,11 @@ GLOSSARY = (
                          "default it was fine-tuned on about 11,000 Natural Questions questions with their gold "
                          "passages (never the questions evaluated, nor the example questions), while the passages "
                          "keep their vectors, so the index stays as built."),
+    ("generator", "The language model that writes the answer after reading each passage. On the offline default "
+                  "it is Gemma-3-270m, fine-tuned once (as the paper fine-tunes BART) on 600 training questions, each "
+                  "read with its gold passage: half with the real passage, half with the swapped one, the target "
+                  "always what that passage says. So it learns to answer from the passage rather than from memory. "
+                  "Closed-book uses the same weights with no passage."),
     ("posterior", "After seeing the answer (or a token of it), how likely each passage is to be the one that "
                   "produced it: p(z|x) times how well z explains the text, renormalized. The heatmaps' cells."),
     ("closed-book, parametric memory", "Closed-book: the same generator with no passages, answering from what "

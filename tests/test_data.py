@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 
 from rag_demo import data
-from rag_demo.config import EncoderConfig, cache_root
+from rag_demo.config import EncoderConfig, ReaderTuningConfig, cache_root
 from rag_demo.corpus import Passage, load_kb
 from rag_demo.errors import CacheError, KnowledgeBaseError, ModelLoadError
 
@@ -335,6 +335,9 @@ def test_warm_prepare_loads_no_model(offline_source, monkeypatch):
     generator.mkdir(parents=True)
     (generator / "config.json").write_text("{}")
     data.write_marker(generator, key)
+    tuned = data.tuned_generator_path(cache=cache)
+    tuned.mkdir(parents=True)
+    data.write_marker(tuned, data.tuned_generator_key())
 
     def no_loading(*args, **kwargs):
         raise AssertionError("a warm prepare loaded a model")
@@ -345,6 +348,7 @@ def test_warm_prepare_loads_no_model(offline_source, monkeypatch):
     prepared = data.prepare(cache=cache, encoder_config=config)
     assert time.perf_counter() - started < 1.0
     assert prepared.generator_path == generator and prepared.encoder_path == "fake"
+    assert prepared.generator_to_load == tuned
     assert prepared.kb_paths == data.default_kb_paths("fake", 16, cache=cache)
     assert data.prepare(cache=cache, encoder_config=config, build_kbs=False).kb_paths == {}
 
@@ -378,6 +382,13 @@ def test_real_default_data_is_prepared():
     # the build measured held-out questions before and after fine-tuning; it must have helped
     assert info["checked_questions"] == data.TUNING_CHECK_QUESTIONS and info["training_questions"] > 10_000
     assert info["recall_after"]["5"] > info["recall_before"]["5"]
+    reader = prepared.tuned_generator_path
+    assert data.marker_problem(reader, data.tuned_generator_key()) is None
+    assert AutoConfig.from_pretrained(reader).model_type == "gemma3_text"
+    info = json.loads((reader / data.MARKER).read_text())["info"]
+    # the answers of held-out gold passages became likelier
+    assert info["training_questions"] == ReaderTuningConfig().examples and 0 < info["counterfactual"] < info["training_questions"]
+    assert info["answer_loss_after"] < info["answer_loss_before"]
 
 
 def test_data_docstring_examples():

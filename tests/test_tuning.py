@@ -1,8 +1,8 @@
-"""Fine-tuning the question encoder: the split, the training, and the cached weights.
+"""Fine-tuning the question encoder and the generator: the split, the training, the cached weights.
 
 A tiny random BERT (mean pooled, like all-MiniLM-L6-v2) stands in for the default encoder; the
 passages get fixed random unit vectors, as a KB's embeddings stay fixed while the questions'
-side learns.
+side learns. A tiny random Llama with a byte-level BPE stands in for the default generator.
 """
 
 from __future__ import annotations
@@ -15,9 +15,10 @@ import pytest
 import torch
 
 from rag_demo import data, tuning
-from rag_demo.config import EncoderConfig, TuningConfig
+from rag_demo.config import EncoderConfig, GeneratorConfig, ReaderTuningConfig, TuningConfig
 from rag_demo.corpus import Passage, make_kb, save_kb
 from rag_demo.encoders import load_encoder
+from rag_demo.generator import CausalGenerator, load_generator
 from rag_demo.lexical import LexicalIndex
 from tests import tiny
 from tests.test_data import offline_source  # noqa: F401 (a fixture)
@@ -145,32 +146,158 @@ def test_eval_questions_are_the_held_out_ones(tmp_path):
     assert [e.gold_id for e in evals] == [r for r in rows if data.is_held_out(r)] and evals
 
 
-def test_prepare_fine_tunes_the_default_encoder_once_and_then_loads_nothing(offline_source, tmp_path, monkeypatch,
+def tiny_causal_folder(folder: Path) -> Path:
+    """A random tiny Llama and its tokenizer, saved as the converted default generator is."""
+    tokenizer = tiny.bart_tokenizer(folder / "tokenizer")
+    tiny.tiny_causal(len(tokenizer)).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+def test_prepare_fine_tunes_the_default_models_once_and_then_loads_nothing(offline_source, tmp_path, monkeypatch,
                                                                              one_torch_thread):
     """The wiring of `data.prepare`: the default encoder (a tiny BERT here) gets its question side
-    tuned after the KBs are built; a warm prepare then loads no model and returns the same folder."""
+    tuned after the KBs are built, then the default generator (a tiny Llama) its reading; a warm
+    prepare then loads no model and returns the same folders."""
     cache, _ = offline_source
     folder = str(tiny_sentence_encoder(tmp_path / "encoder"))
     monkeypatch.setattr(data, "DEFAULT_ENCODER", folder)  # the default, as far as `prepare` can tell
     monkeypatch.setattr(data, "_encoder_path", lambda model: model)
     name, key = data._generator_key()
-    generator = cache / "models" / name
-    generator.mkdir(parents=True)
-    (generator / "config.json").write_text("{}")
+    generator = tiny_causal_folder(cache / "models" / name)
     data.write_marker(generator, key)
     config = EncoderConfig(model=folder, max_length=32)
     prepared = data.prepare(cache=cache, encoder_config=config)
     assert prepared.question_encoder_path == data.tuned_encoder_path(config, cache=cache)
     assert data.marker_problem(prepared.question_encoder_path, data.tuned_encoder_key(config)) is None
+    assert prepared.generator_path == generator
+    assert prepared.tuned_generator_path == prepared.generator_to_load == data.tuned_generator_path(cache=cache)
+    marker = json.loads((prepared.tuned_generator_path / data.MARKER).read_text())
+    assert marker["info"]["training_questions"] > 0
+    reloaded = load_generator(GeneratorConfig(), path=str(prepared.tuned_generator_path))
+    assert reloaded.weights == prepared.tuned_generator_path.name
+    original = load_generator(GeneratorConfig(), path=str(generator))
+    changed = [n for n, p in reloaded.model.named_parameters() if not torch.equal(p, dict(original.model.named_parameters())[n])]
+    assert changed and not any("embed" in n for n in changed)
 
     def no_loading(*args, **kwargs):
         raise AssertionError("a warm prepare loaded a model")
 
     monkeypatch.setattr("rag_demo.encoders.load_encoder", no_loading)
+    monkeypatch.setattr("rag_demo.generator.load_generator", no_loading)
     assert data.prepare(cache=cache, encoder_config=config) == prepared
-    untuned = data.prepare(cache=cache, encoder_config=EncoderConfig(model=folder, max_length=32, tuned=False))
+    untuned = data.prepare(cache=cache, encoder_config=EncoderConfig(model=folder, max_length=32, tuned=False),
+                           generator_config=GeneratorConfig(tuned=False))
     assert untuned.question_encoder_path is None and untuned.kb_paths == prepared.kb_paths
+    assert untuned.tuned_generator_path is None and untuned.generator_to_load == generator
     # what an engine without prepared data (own KBs, another generator) looks up
     assert data.cached_tuned_encoder(config, cache=cache) == prepared.question_encoder_path
     assert data.cached_tuned_encoder(EncoderConfig(model=folder, max_length=32, tuned=False), cache=cache) is None
-    assert data.prepare(cache=cache, encoder_config=config, build_kbs=False).question_encoder_path == prepared.question_encoder_path
+    assert data.cached_tuned_generator(cache=cache) == prepared.tuned_generator_path
+    assert data.cached_tuned_generator(GeneratorConfig(model="other/model"), cache=cache) is None
+    warm_own = data.prepare(cache=cache, encoder_config=config, build_kbs=False)
+    assert (warm_own.question_encoder_path, warm_own.tuned_generator_path) == (prepared.question_encoder_path,
+                                                                              prepared.tuned_generator_path)
+
+
+# -- the generator as a reader ------------------------------------------------------------------------
+
+READING = [  # (passage row in tiny.PASSAGES, question, the answer that passage gives)
+    (0, "who wrote a farewell to arms", "Ernest Hemingway"),
+    (1, "what is the capital of france", "Paris"),
+    (2, "what is the deepest lake in the world", "Lake Baikal"),
+    (3, "when was the penny black issued", "1840"),
+    (4, "who composed the magic flute", "Mozart"),
+    (5, "what does the quick brown fox jump over", "the lazy dog"),
+]
+
+
+@pytest.fixture
+def reader(tiny_parts, one_torch_thread):
+    """(a tiny causal generator, one reading example per passage)."""
+    tokenizer = tiny_parts["gen_tok"]
+    generator = CausalGenerator(tiny.tiny_causal(len(tokenizer)), tokenizer,
+                                GeneratorConfig(model="tiny-llama", max_prompt_tokens=400), name="tiny-llama")
+    examples = []
+    for row, question, answer in READING:
+        prompt = generator.format_input(question, Passage(*tiny.PASSAGES[row]))
+        examples.append(tuning.ReadingExample(tuple(tokenizer(prompt)["input_ids"]), generator.answer_target(answer).ids))
+    return generator, examples
+
+
+def test_shared_prefix_is_the_common_start_less_its_last_token():
+    examples = [tuning.ReadingExample((5, 6, 7, 8, 1), (2,)), tuning.ReadingExample((5, 6, 7, 9), (2,))]
+    assert tuning.shared_prefix(examples) == (5, 6)
+    assert tuning.shared_prefix(examples[:1]) == (5, 6, 7, 8)
+    assert tuning.shared_prefix([tuning.ReadingExample((4,), (2,)), *examples]) == ()
+
+
+def test_reading_loss_with_the_shared_block_cached_equals_plain_full_forwards(reader):
+    """Right padding, positions after the cached block, and the labels line up with one unpadded
+    forward per example (no cache): the mean answer-token NLL is the same."""
+    generator, examples = reader
+    shared = tuning.shared_prefix(examples)
+    assert len(shared) > 50  # the few-shot block
+    with torch.no_grad():
+        got = tuning.reading_loss(generator.model, shared, examples).item()
+        total, count = 0.0, 0
+        for example in examples:
+            ids = torch.tensor([list(example.prompt_ids) + list(example.answer_ids)])
+            logits = generator.model(ids).logits[0, len(example.prompt_ids) - 1:-1]  # (A, V)
+            total += torch.nn.functional.cross_entropy(logits, torch.tensor(example.answer_ids), reduction="sum").item()
+            count += len(example.answer_ids)
+    assert got == pytest.approx(total / count, rel=1e-5)
+    assert tuning.mean_answer_loss(generator.model, shared, examples, batch_size=4) == pytest.approx(got, rel=1e-5)
+
+
+def test_reader_tuning_learns_the_answers_and_leaves_the_embeddings(reader):
+    generator, examples = reader
+    model = generator.model
+    shared = tuning.shared_prefix(examples)
+    embeddings = model.get_input_embeddings().weight.detach().clone()
+    layer = next(model.base_model.layers[0].parameters()).detach().clone()
+    before = tuning.mean_answer_loss(model, shared, examples)
+    steps = []
+    returned = tuning.tune_reader(model, shared, examples * 8, config=ReaderTuningConfig(learning_rate=3e-2, batch_size=4),
+                                  progress=lambda done, total: steps.append((done, total)))
+    after = tuning.mean_answer_loss(model, shared, examples)
+    assert returned is model and not model.training
+    assert after < before - 2, (before, after)  # nats per answer token
+    assert torch.equal(model.get_input_embeddings().weight, embeddings)
+    assert not torch.equal(next(model.base_model.layers[0].parameters()), layer)
+    assert not any(p.requires_grad for p in model.parameters())
+    assert steps[-1] == (12, 12)
+
+
+def test_reader_tuning_refuses_prompts_without_the_shared_block(reader):
+    generator, examples = reader
+    with pytest.raises(ValueError, match="shared block"):
+        tuning.tune_reader(generator.model, (99999,), examples)
+    with pytest.raises(ValueError, match="no reading examples"):
+        tuning.tune_reader(generator.model, (), [])
+
+
+def _questions_file(folder: Path, rows: list[dict]) -> Path:
+    folder.mkdir(parents=True)
+    with (folder / data.QUESTIONS_FILE).open("w") as handle:
+        for row in rows:
+            handle.write(json.dumps(row) + "\n")
+    return folder
+
+
+def test_reading_questions_train_on_both_kbs_and_check_on_held_out_ones(tmp_path):
+    rows = range(300)
+    wiki = _questions_file(tmp_path / "wiki", [{"question": f"q{r}", "answer": f"A{r}", "swapped_answer": f"B{r}",
+                                                "passage_answer": f"A{r}", "gold_id": r, "example": r == 7} for r in rows])
+    swapped = _questions_file(tmp_path / "cf", [{"question": f"q{r}", "answer": f"A{r}", "swapped_answer": f"B{r}",
+                                                 "passage_answer": "" if r % 10 == 3 else f"B{r}", "gold_id": r} for r in rows])
+    paths = {"nq-wiki": wiki, "nq-counterfactual": swapped}
+    training, check = data.reading_questions(paths, ReaderTuningConfig(examples=100, counterfactual_share=0.5))
+    assert len(training) == 100 and len({q.question for _, q in training}) == 100
+    assert not any(data.is_held_out(q.gold_id) or q.gold_id == 7 for _, q in training)
+    assert {kb for kb, _ in training} == {"nq-wiki", "nq-counterfactual"}
+    assert all(q.passage_answer == (f"B{q.gold_id}" if kb == "nq-counterfactual" else f"A{q.gold_id}") for kb, q in training)
+    assert check and all(data.is_held_out(q.gold_id) for _, q in check)
+    assert training == data.reading_questions(paths, ReaderTuningConfig(examples=100, counterfactual_share=0.5))[0]
+    only_wiki, _ = data.reading_questions(paths, ReaderTuningConfig(examples=50, counterfactual_share=0.0))
+    assert {kb for kb, _ in only_wiki} == {"nq-wiki"}
