@@ -140,3 +140,11 @@ def test_untuned_questions_option_keeps_the_packaged_question_encoder():
     assert engine_config(build_parser().parse_args(["ask", "q"])).encoder.tuned
     config = engine_config(build_parser().parse_args(["eval", "--untuned-questions", "--scale", "30"]))
     assert (config.encoder.tuned, config.encoder.scale) == (False, 30.0)
+
+
+def test_untuned_generator_option_keeps_the_converted_generator():
+    from rag_demo.cli import build_parser, engine_config
+
+    assert engine_config(build_parser().parse_args(["ask", "q"])).generator.tuned
+    config = engine_config(build_parser().parse_args(["eval", "--untuned-generator", "--dtype", "bfloat16"]))
+    assert (config.generator.tuned, config.generator.dtype, config.encoder.tuned) == (False, "bfloat16", True)

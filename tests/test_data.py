@@ -358,7 +358,7 @@ def test_warm_prepare_loads_no_model(offline_source, monkeypatch):
 
 @pytest.mark.slow
 def test_real_default_data_is_prepared():
-    """Uses the real cache (see conftest); building it from nothing takes ~18 min on 2 cores."""
+    """Uses the real cache (see conftest); building it from nothing takes ~36 min on 2 cores."""
     from transformers import AutoConfig
 
     prepared = data.prepare()
