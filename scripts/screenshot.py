@@ -3,7 +3,7 @@
     python scripts/screenshot.py                     # docs/screenshot-ask.png, docs/screenshot-swap.png
     python scripts/screenshot.py --question "who sings what you want do for love?" --out /tmp/shots
 
-Starts `app.create_demo()` on 127.0.0.1 (a first start builds the caches, about 12 minutes),
+Starts `app.create_demo()` on 127.0.0.1 (a first start builds the caches, about 36 minutes),
 waits until the engine is ready, clicks an example question in the Ask tab (variant "both"),
 asks it once more so the timings shown are a warm engine's, then asks the same question in the
 Swap tab, and saves full-page PNGs 1280 px wide (reduced to a 256-colour palette if one is over
@@ -112,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=ROOT / "docs", help="folder for the PNGs (default: docs/)")
     parser.add_argument("--question", default=DEFAULT_QUESTION, help="the example to click (else the first example)")
-    parser.add_argument("--ready-timeout", type=float, default=1800, help="seconds to wait for the engine")
+    parser.add_argument("--ready-timeout", type=float, default=3600, help="seconds to wait for the engine")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if not Path(CHROMIUM).exists():
