@@ -78,3 +78,12 @@ def test_feature_checked_examples_reorders_the_engine_examples_of_kbs_with_quest
     assert engine.example_questions(KB_NAMES[0]) == QUESTIONS[:3]  # the flagged ones; none right, so stored order
     assert engine.example_questions(KB_NAMES[1]) == ["kept"]
     assert len(list((tmp_path / "featured").glob("examples-*.json"))) == 1
+
+
+def test_other_generator_weights_check_the_examples_again(ui_engine, monkeypatch):
+    from rag_demo.featured import order_key
+
+    questions = _questions()
+    before = order_key(ui_engine, questions)
+    monkeypatch.setattr(ui_engine.generator, "weights", "gemma3-270m-reader-000000000000")
+    assert order_key(ui_engine, questions) != before
