@@ -10,6 +10,9 @@ its answer follows the passage: RAG answers from what it retrieved, and a swappe
 should change the answer. Reading only the gold passage of 250 questions, this example raised
 answers that follow a swapped passage from 42.0% to 45.6% and left real passages at 59.6%
 (docs/quality-notes.md). The closed-book prompt keeps the true answers: it has no passage to follow.
+
+The offline default's generator is fine-tuned on this very prompt (`tuning.tune_reader`), so a
+change here changes the key of its cached copy and trains it again at the next start.
 """
 
 from __future__ import annotations
