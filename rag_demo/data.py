@@ -993,6 +993,12 @@ def load_eval_questions(kb: KnowledgeBase | str | Path) -> list[EvalQuestion]:
 # -- the fine-tuned question encoder ------------------------------------------------------------------
 
 
+def _tuned_model_folder(name: str, key: str, cache: str | Path | None) -> Path:
+    """models/<name>-<first 12 hex of the key's sha256> under the cache root."""
+    root = Path(cache) if cache is not None else cache_root()
+    return root / "models" / f"{name}-{hashlib.sha256(key.encode()).hexdigest()[:12]}"
+
+
 def tuned_encoder_key(encoder_config: EncoderConfig, tuning: TuningConfig = TuningConfig()) -> str:
     """What the tuned question encoder is made from: nq-wiki (with its encoder), the recipe, the retrieval logits."""
     return (f"{kb_key(encoder_config.model, encoder_config.max_length)}:tuning{TUNING_FORMAT}:{tuning}"
@@ -1002,9 +1008,7 @@ def tuned_encoder_key(encoder_config: EncoderConfig, tuning: TuningConfig = Tuni
 def tuned_encoder_path(encoder_config: EncoderConfig, tuning: TuningConfig = TuningConfig(), *,
                        cache: str | Path | None = None) -> Path:
     """Where the tuned question encoder for this encoder lives (built or not); computing this loads nothing."""
-    root = Path(cache) if cache is not None else cache_root()
-    suffix = hashlib.sha256(tuned_encoder_key(encoder_config, tuning).encode()).hexdigest()[:12]
-    return root / "models" / f"{TUNED_ENCODER_NAME}-{suffix}"
+    return _tuned_model_folder(TUNED_ENCODER_NAME, tuned_encoder_key(encoder_config, tuning), cache)
 
 
 def cached_tuned_encoder(encoder_config: EncoderConfig, *, cache: str | Path | None = None) -> Path | None:
@@ -1086,9 +1090,7 @@ def tuned_generator_key(generator_config: GeneratorConfig = GeneratorConfig(), t
 def tuned_generator_path(generator_config: GeneratorConfig = GeneratorConfig(), tuning: ReaderTuningConfig = ReaderTuningConfig(),
                          *, cache: str | Path | None = None) -> Path:
     """Where the fine-tuned generator lives (built or not); computing this loads nothing."""
-    root = Path(cache) if cache is not None else cache_root()
-    suffix = hashlib.sha256(tuned_generator_key(generator_config, tuning).encode()).hexdigest()[:12]
-    return root / "models" / f"{TUNED_GENERATOR_NAME}-{suffix}"
+    return _tuned_model_folder(TUNED_GENERATOR_NAME, tuned_generator_key(generator_config, tuning), cache)
 
 
 def cached_tuned_generator(generator_config: GeneratorConfig = GeneratorConfig(), *, cache: str | Path | None = None) -> Path | None:

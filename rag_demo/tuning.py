@@ -251,12 +251,9 @@ def shared_prefix(examples: Sequence[ReadingExample]) -> tuple[int, ...]:
     if not examples:
         return ()
     first = examples[0].prompt_ids
-    length = len(first)
+    length = min(len(example.prompt_ids) for example in examples)
     for example in examples[1:]:
-        ids = example.prompt_ids
-        length = min(length, len(ids))
-        mismatch = next((i for i in range(length) if ids[i] != first[i]), length)
-        length = mismatch
+        length = next((i for i in range(length) if example.prompt_ids[i] != first[i]), length)
     return tuple(first[:max(length - 1, 0)])
 
 
