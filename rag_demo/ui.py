@@ -684,7 +684,10 @@ GLOSSARY = (
                   "it is Gemma-3-270m, fine-tuned once (as the paper fine-tunes BART) on 600 training questions, each "
                   "read with its gold passage: half with the real passage, half with the swapped one, the target "
                   "always what that passage says. So it learns to answer from the passage rather than from memory. "
-                  "Closed-book uses the same weights with no passage."),
+                  "Closed-book uses the same weights with no passage. Trained only to read passages, they "
+                  "mostly answer closed-book with a name from the prompt's worked examples (Mozart for 29 of 30 "
+                  "questions), so the closed-book card shows little memory; the converted generator "
+                  "(--untuned-generator) shows the base model's."),
     ("posterior", "After seeing the answer (or a token of it), how likely each passage is to be the one that "
                   "produced it: p(z|x) times how well z explains the text, renormalized. The heatmaps' cells."),
     ("closed-book, parametric memory", "Closed-book: the same generator with no passages, answering from what "
