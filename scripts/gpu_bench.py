@@ -38,7 +38,7 @@ from rag_demo.config import GeneratorConfig  # noqa: E402
 from rag_demo.corpus import Passage  # noqa: E402
 from rag_demo.encoders import encoder_from_modules  # noqa: E402
 from rag_demo.generator import Seq2SeqGenerator  # noqa: E402
-from rag_demo.index import torch_topk  # noqa: E402
+from rag_demo.flat import search_tensor  # noqa: E402
 from rag_demo.marginalize import doc_logprobs  # noqa: E402
 
 
@@ -109,14 +109,14 @@ def exact_search(xb: torch.Tensor, sizes: GpuSizes, bandwidth: float, device: to
     rows = []
     for batch in sizes.batches:
         xq = torch.randn(batch, xb.shape[1], device=device).half()
-        ms = statistics.median(_timed(device, lambda: torch_topk(xq, xb, sizes.k, chunk_rows=sizes.chunk_rows), sizes.repeats))
+        ms = statistics.median(_timed(device, lambda: search_tensor(xq, xb, sizes.k, chunk_rows=sizes.chunk_rows), sizes.repeats))
         rows.append({"batch": batch, "index": f"{xb.shape[0]:,} x {xb.shape[1]} fp16", "index_GB": index_bytes / 1e9,
                      "median_ms": ms, "floor_ms": floor_ms, "ratio_to_floor": ms / floor_ms})
     # the chunked search returns what one matmul over everything returns
     xq = torch.randn(2, xb.shape[1], device=device).half()
     rows_checked = min(xb.shape[0], 1 << 20)
     whole = (xq @ xb[:rows_checked].T).topk(sizes.k, dim=1)
-    chunked = torch_topk(xq, xb[:rows_checked], sizes.k, chunk_rows=max(1, rows_checked // 5))
+    chunked = search_tensor(xq, xb[:rows_checked], sizes.k, chunk_rows=max(1, rows_checked // 5))
     if not torch.allclose(whole.values.float(), chunked[0].float(), atol=1e-2):
         raise AssertionError("chunked exact search differs from one matmul + top-k")
     return rows
@@ -148,7 +148,7 @@ def full_question(xb: torch.Tensor, sizes: GpuSizes, device: torch.device, folde
         sync()
         stages["encode_ms"] = (time.perf_counter() - started) * 1000
         mark = time.perf_counter()
-        scores, ids = torch_topk(xq.half(), xb, sizes.k, chunk_rows=sizes.chunk_rows)
+        scores, ids = search_tensor(xq.half(), xb, sizes.k, chunk_rows=sizes.chunk_rows)
         sync()
         stages["search_ms"] = (time.perf_counter() - mark) * 1000
         mark = time.perf_counter()

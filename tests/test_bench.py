@@ -94,13 +94,13 @@ def test_gpu_bench_tiny_runs_on_cpu(tmp_path):
 
 
 def test_chunked_exact_search_equals_one_matmul():
-    from rag_demo.index import torch_topk
+    from rag_demo.flat import search_tensor
 
     generator = torch.Generator().manual_seed(0)
     xb, xq = torch.randn(1000, 16, generator=generator), torch.randn(4, 16, generator=generator)
     whole = (xq @ xb.T).topk(7, dim=1)
     for chunk in (1, 64, 999, 5000):
-        scores, ids = torch_topk(xq, xb, 7, chunk_rows=chunk)
+        scores, ids = search_tensor(xq, xb, 7, chunk_rows=chunk)
         assert torch.equal(ids, whole.indices) and torch.allclose(scores, whole.values)
 
 

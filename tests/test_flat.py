@@ -1,0 +1,146 @@
+"""Exact search in chunks against one full matmul + sort (the oracle), on every row source and device."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from rag_demo.flat import chunk_topk, inner_products, merge_topk, rerank, search
+from rag_demo.store import BlockRows, gather_rows, row_chunks
+
+CUDA = [torch.device("cuda", i) for i in range(torch.cuda.device_count())]
+needs_cuda = pytest.mark.skipif(not CUDA, reason="no CUDA device visible")
+
+
+def oracle(xq: np.ndarray, xb: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Every score at once in float64, sorted by score descending then row id; padded like faiss."""
+    scores = xq.astype(np.float64) @ np.asarray(xb, dtype=np.float32).astype(np.float64).T  # (B, N)
+    ids = np.stack([np.lexsort((np.arange(len(row)), -row)) for row in scores])[:, :k]  # (B, min(k, N))
+    top = np.take_along_axis(scores, ids, axis=1)
+    missing = k - ids.shape[1]
+    if missing > 0:
+        top = np.concatenate([top, np.full((len(xq), missing), -np.inf)], axis=1)
+        ids = np.concatenate([ids, np.full((len(xq), missing), -1)], axis=1)
+    return top, ids
+
+
+@pytest.fixture(scope="module")
+def data():
+    rng = np.random.default_rng(0)
+    return rng.standard_normal((1000, 24)).astype(np.float32), rng.standard_normal((6, 24)).astype(np.float32)
+
+
+@pytest.mark.parametrize("chunk_rows", [1, 7, 256, 1000, 5000])
+@pytest.mark.parametrize("k", [1, 10])
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+def test_chunked_search_equals_the_full_matmul(data, chunk_rows, k, dtype):
+    xb, xq = data
+    xb = xb.astype(dtype)
+    scores, ids = search(xq, xb, k, chunk_rows=chunk_rows)
+    want_scores, want_ids = oracle(xq, xb, k)
+    assert scores.dtype == np.float32 and ids.dtype == np.int64 and ids.shape == (len(xq), k)
+    assert np.array_equal(ids, want_ids)
+    assert np.allclose(scores, want_scores, atol=1e-4)
+
+
+def test_equal_scores_come_in_row_order_whatever_the_chunks():
+    # small integers: every product is exact in float32, and most scores are shared by many rows
+    rng = np.random.default_rng(1)
+    xb = rng.integers(-1, 2, size=(300, 4)).astype(np.float32)
+    xq = rng.integers(-1, 2, size=(5, 4)).astype(np.float32)
+    want_scores, want_ids = oracle(xq, xb, 25)
+    for chunk_rows in (1, 3, 16, 64, 300):
+        scores, ids = search(xq, xb, 25, chunk_rows=chunk_rows)
+        assert np.array_equal(ids, want_ids), chunk_rows
+        assert np.array_equal(scores, want_scores.astype(np.float32))
+
+
+def test_k_beyond_n_is_padded_as_faiss_pads():
+    xb = np.eye(3, dtype=np.float32)
+    scores, ids = search(np.array([[0, 2, 1]], dtype=np.float32), xb, 5, chunk_rows=2)
+    assert ids.tolist() == [[1, 2, 0, -1, -1]]
+    assert scores[0, :3].tolist() == [2, 1, 0] and np.isneginf(scores[0, 3:]).all()
+
+
+def test_merge_of_random_splits_equals_one_topk():
+    generator = torch.Generator().manual_seed(0)
+    scores = torch.randint(0, 5, (3, 40), generator=generator).float()  # many ties
+    ids = torch.randperm(40, generator=generator).repeat(3, 1)
+    merged = merge_topk(scores, ids, 12)
+    cut = 17
+    left, right = merge_topk(scores[:, :cut], ids[:, :cut], 12), merge_topk(scores[:, cut:], ids[:, cut:], 12)
+    again = merge_topk(torch.cat([left[0], right[0]], 1), torch.cat([left[1], right[1]], 1), 12)
+    assert torch.equal(merged[0], again[0]) and torch.equal(merged[1], again[1])
+    for row_scores, row_ids in zip(*merged):  # score descending, then id ascending
+        pairs = list(zip((-row_scores).tolist(), row_ids.tolist()))
+        assert pairs == sorted(pairs)
+
+
+def test_chunk_topk_keeps_the_lowest_ids_of_a_tie_at_the_cut():
+    chunk = torch.tensor([[1.0], [3.0], [1.0], [1.0], [2.0]])
+    scores, ids = chunk_topk(torch.ones(1, 1), chunk, 3, offset=100)
+    assert sorted(ids[0].tolist()) == [100, 101, 104]
+    scores, ids = chunk_topk(torch.ones(1, 1), chunk, 4)
+    assert sorted(ids[0].tolist()) == [0, 1, 2, 4]
+
+
+def test_memmap_and_arrow_blocks_search_like_the_array(data, tmp_path):
+    xb, xq = data
+    half = xb.astype(np.float16)
+    np.save(tmp_path / "v.npy", half)
+    mapped = np.load(tmp_path / "v.npy", mmap_mode="r")
+    blocks = BlockRows((half[:3], half[3:500], half[500:501], half[501:]))
+    want = search(xq, half, 10)
+    for rows in (mapped, blocks, mapped[:]):  # a view of a memmap is read through the mapping
+        for chunk_rows in (64, 999, 4096):
+            got = search(xq, rows, 10, chunk_rows=chunk_rows)
+            assert np.array_equal(got[1], want[1]) and np.array_equal(got[0], want[0])
+    starts = [start for start, _ in row_chunks(blocks, 100)]
+    assert starts == list(range(0, 1000, 100))
+    assert np.array_equal(np.concatenate([b.copy() for _, b in row_chunks(blocks, 100)]), half)
+    assert np.array_equal(gather_rows(blocks, [999, 0, 2, 3]), half[[999, 0, 2, 3]].astype(np.float32))
+
+
+def test_a_scan_of_a_mapped_file_keeps_it_out_of_resident_memory(tmp_path):
+    from rag_demo.heap import status_mb
+
+    rows = np.lib.format.open_memmap(tmp_path / "big.npy", mode="w+", dtype=np.float16, shape=(400_000, 64))  # 51 MB
+    for start in range(0, len(rows), 100_000):
+        rows[start : start + 100_000] = 1.0
+    del rows
+    np.save(tmp_path / "small.npy", np.ones((100, 64), dtype=np.float16))
+    search(np.ones((1, 64), dtype=np.float32), np.load(tmp_path / "small.npy", mmap_mode="r"), 5)  # library code paged in
+    mapped = np.load(tmp_path / "big.npy", mmap_mode="r")
+    before = status_mb("RssFile")
+    search(np.ones((1, 64), dtype=np.float32), mapped, 5, chunk_rows=8192)
+    if before is None:
+        pytest.skip("no /proc/self/status here")
+    assert status_mb("RssFile") - before < 10  # read with file reads, not by touching every mapped page
+
+
+def test_inner_products_and_rerank_against_the_oracle(data):
+    xb, xq = data
+    half = xb.astype(np.float16)
+    all_scores = inner_products(xq, half, chunk_rows=300)
+    assert all_scores.shape == (len(xq), len(xb))
+    assert np.allclose(all_scores.numpy(), xq @ half.astype(np.float32).T, atol=1e-4)
+    want_scores, want_ids = oracle(xq, half, 5)
+    candidates = np.concatenate([want_ids[:, ::-1], np.full((len(xq), 3), -1), np.arange(20).reshape(1, 20).repeat(len(xq), 0)], 1)
+    scores, ids = rerank(xq, candidates, half, 5)
+    assert np.array_equal(ids, want_ids) and np.allclose(scores, want_scores, atol=1e-4)
+    scores, ids = rerank(xq[:1], np.array([[3, -1]]), half, 3)  # fewer candidates than k: padded
+    assert ids.tolist() == [[3, -1, -1]]
+
+
+@needs_cuda
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+def test_cuda_devices_give_the_cpu_result(data, dtype, tmp_path):
+    xb, xq = data
+    np.save(tmp_path / "v.npy", xb.astype(dtype))
+    mapped = np.load(tmp_path / "v.npy", mmap_mode="r")
+    want = search(xq, mapped, 10, chunk_rows=128)
+    for devices in ([CUDA[0]], CUDA, [CUDA[0], torch.device("cpu")]):
+        got = search(xq, mapped, 10, chunk_rows=128, devices=devices)
+        assert np.array_equal(got[1], want[1])
+        assert np.allclose(got[0], want[0], atol=1e-4)
