@@ -93,6 +93,8 @@ class IndexConfig:
     ivf_nlist: int | None = None  # None: about 4 * sqrt(n), at most n // 39 so training has data
     pq_bytes: int | None = None  # sub-quantizers; None: dim // 4 rounded to a divisor of dim
     ivf_nprobe: int = 16
+    ivf_train_rows: int | None = None  # rows drawn to train IVF-PQ; None: all, or 256 per list for a KB on disk
+    ivf_rerank: int = 0  # IVF-PQ candidates re-scored with the stored vectors, best k kept; 0: the codes' ranking
 
 
 @dataclass(frozen=True)

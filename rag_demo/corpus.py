@@ -3,30 +3,41 @@
 A knowledge base (KB) is a `datasets` dataset saved with `save_to_disk`, with columns
 `title`, `text`, `embeddings` (the layout transformers' RagRetriever reads for a custom
 index), plus a small `rag_demo_kb.json` that records how the embeddings were made.
+
+Large KBs may keep their embeddings in a float16 (or float32) `embeddings.npy` beside the
+title and text columns instead (`write_kb`); it is memory-mapped, never read whole. From
+LAZY_ROWS passages on, titles and texts stay in the memory-mapped Arrow files too (`store`).
+A faiss index saved beside a dataset folder by transformers' scripts (`<folder>*.faiss`) comes
+with the KB and serves the index kind it is (`index.cached_index`).
 """
 
 from __future__ import annotations
 
 import csv
+import glob
 import hashlib
 import json
 import logging
 import os
 import shutil
 import tempfile
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from .errors import InputError, KnowledgeBaseError
+from .store import BlockRows, ColumnRows, arrow_rows, row_chunks
 
 log = logging.getLogger(__name__)
 
 KB_META = "rag_demo_kb.json"
 REQUIRED_COLUMNS = ("title", "text", "embeddings")
 SOURCE_SUFFIXES = (".txt", ".md", ".jsonl", ".csv")
-
+VECTORS_FILE = "embeddings.npy"  # a large KB's (N, D) embeddings, memory-mapped
+VECTOR_DTYPES = ("float16", "float32")
+LAZY_ROWS = 200_000  # from this many passages titles and texts stay on disk (1M as Python strings: ~1 GB)
 
 
 def sha256_file(path: Path) -> str:
@@ -125,26 +136,42 @@ def read_source(source: str | Path, *, words_per_passage: int = 100) -> list[Pas
     return passages
 
 
-def embeddings_fingerprint(embeddings: np.ndarray) -> str:
-    """A short content hash of the (N, D) float32 embedding matrix; caches are keyed by it."""
-    matrix = np.ascontiguousarray(embeddings, dtype=np.float32)
-    digest = hashlib.sha256(str(matrix.shape).encode())
-    digest.update(matrix.tobytes())
+def embeddings_fingerprint(embeddings) -> str:
+    """A short content hash of the (N, D) embeddings as float32, read in blocks; caches are keyed by it.
+
+    The same digest as hashing the whole float32 matrix at once, whatever form the rows are in.
+    """
+    digest = hashlib.sha256(str(tuple(int(d) for d in embeddings.shape)).encode())
+    for _, block in row_chunks(embeddings):
+        digest.update(np.ascontiguousarray(block, dtype=np.float32).data)
     return digest.hexdigest()[:16]
+
+
+def unit_rows(embeddings) -> bool:
+    """Whether every row has length 1 (within 1e-3): the encoder is a cosine one."""
+    return all(bool(np.allclose(np.linalg.norm(np.asarray(block, dtype=np.float32), axis=1), 1.0, atol=1e-3))
+               for _, block in row_chunks(embeddings))
 
 
 @dataclass(frozen=True)
 class KnowledgeBase:
-    """A loaded KB: passages and their (N, D) float32 embeddings, held in memory."""
+    """A loaded KB: passages and their (N, D) embeddings.
+
+    A small KB holds titles and texts as tuples and the embeddings as an in-memory float32 array.
+    A large one keeps them on disk: embeddings as a memory-mapped float16/float32 .npy
+    (`np.memmap`) or the Arrow column's blocks (`store.BlockRows`), titles and texts as
+    `store.ColumnRows`. Either way `embeddings[ids]` reads rows and `titles[row]` one title.
+    """
 
     name: str
-    titles: tuple[str, ...]
-    texts: tuple[str, ...]
-    embeddings: np.ndarray  # (N, D) float32
+    titles: Sequence[str]
+    texts: Sequence[str]
+    embeddings: np.ndarray | BlockRows  # (N, D)
     encoder: str  # what made the embeddings ("" when unknown)
     normalized: bool  # unit-length embeddings (cosine retrieval)
     fingerprint: str
     path: Path | None = None
+    index_file: Path | None = None  # a faiss index that came with the KB (transformers' index_path)
 
     def __len__(self) -> int:
         return len(self.texts)
@@ -164,6 +191,7 @@ def make_kb(
     *,
     encoder: str = "",
     path: Path | None = None,
+    index_file: Path | None = None,
 ) -> KnowledgeBase:
     """An in-memory KB; embeddings (N, D) must line up with passages."""
     embeddings = np.ascontiguousarray(embeddings, dtype=np.float32)
@@ -183,22 +211,82 @@ def make_kb(
         normalized=bool(np.allclose(norms, 1.0, atol=1e-3)),
         fingerprint=embeddings_fingerprint(embeddings),
         path=path,
+        index_file=index_file,
     )
 
 
-def save_kb(kb: KnowledgeBase, out_dir: str | Path) -> Path:
-    """Write `kb` with `save_to_disk` plus its meta file, atomically: a half-written folder is never seen."""
+def save_kb(kb: KnowledgeBase, out_dir: str | Path, *, vectors: str = "arrow") -> Path:
+    """Write `kb` with `save_to_disk` plus its meta file, atomically: a half-written folder is never seen.
+
+    vectors="arrow" stores the embeddings as the `embeddings` column (transformers' layout);
+    "float16" or "float32" writes them to a memory-mappable `embeddings.npy` instead (`write_kb`).
+    """
+    if vectors in VECTOR_DTYPES:
+        return write_kb(out_dir, name=kb.name, titles=kb.titles, texts=kb.texts,
+                        vectors=(block for _, block in row_chunks(kb.embeddings)), dim=kb.dim, dtype=vectors, encoder=kb.encoder)
+    if vectors != "arrow":
+        raise InputError(f"unknown vector storage {vectors!r}; use arrow, {' or '.join(VECTOR_DTYPES)}")
     from datasets import Dataset
 
-    out_dir = Path(out_dir)
+    def write(staging: Path) -> dict:
+        dataset = Dataset.from_dict(
+            {"title": list(kb.titles), "text": list(kb.texts), "embeddings": np.asarray(kb.embeddings[:], dtype=np.float32).tolist()}
+        )
+        dataset.save_to_disk(str(staging))
+        return {"name": kb.name, "encoder": kb.encoder, "fingerprint": kb.fingerprint, "count": len(kb), "dim": kb.dim}
+
+    return _publish(Path(out_dir), write)
+
+
+def write_kb(out_dir: str | Path, *, name: str, titles: Sequence[str], texts: Sequence[str], vectors: Iterable[np.ndarray],
+             dim: int, dtype: str = "float16", encoder: str = "") -> Path:
+    """Write a large KB atomically: titles and texts as a `datasets` dataset, the (N, D) vectors,
+    given as consecutive (n_i, D) blocks, streamed into `embeddings.npy` of `dtype` beside it.
+
+    Only one block of vectors is in memory at a time (titles and texts are, as Arrow strings).
+    The fingerprint is of the stored (rounded) values, so loading recomputes the same one.
+    """
+    if dtype not in VECTOR_DTYPES:
+        raise InputError(f"vectors are stored as {' or '.join(VECTOR_DTYPES)}, not {dtype!r}")
+    if len(titles) != len(texts) or not len(texts):
+        raise KnowledgeBaseError(f"a knowledge base needs one title per text and at least one passage "
+                                 f"(got {len(titles)} titles, {len(texts)} texts)")
+    from datasets import Dataset
+
+    def write(staging: Path) -> dict:
+        Dataset.from_dict({"title": [str(t) for t in titles], "text": [str(x) for x in texts]}).save_to_disk(str(staging))
+        count = len(texts)
+        digest = hashlib.sha256(str((count, int(dim))).encode())
+        written, normalized = 0, True
+        npy = staging / VECTORS_FILE
+        with npy.open("wb") as handle:
+            header = {"descr": np.lib.format.dtype_to_descr(np.dtype(dtype)), "fortran_order": False, "shape": (count, int(dim))}
+            np.lib.format.write_array_header_1_0(handle, header)
+            for block in vectors:
+                stored = np.ascontiguousarray(block, dtype=dtype)
+                if stored.ndim != 2 or stored.shape[1] != dim or written + len(stored) > count:
+                    raise KnowledgeBaseError(f"vector block of shape {stored.shape} does not fit ({count}, {dim})")
+                widened = stored.astype(np.float32)
+                digest.update(widened.data)
+                normalized = normalized and bool(np.allclose(np.linalg.norm(widened, axis=1), 1.0, atol=1e-3))
+                handle.write(stored.data)
+                written += len(stored)
+        if written != count:
+            raise KnowledgeBaseError(f"got {written} vectors for {count} passages; give one vector per passage")
+        stat = npy.stat()
+        return {"name": name, "encoder": encoder, "fingerprint": digest.hexdigest()[:16], "count": count, "dim": int(dim),
+                "vectors": VECTORS_FILE, "dtype": dtype, "normalized": normalized,
+                "vectors_bytes": stat.st_size, "vectors_mtime_ns": stat.st_mtime_ns}
+
+    return _publish(Path(out_dir), write)
+
+
+def _publish(out_dir: Path, write) -> Path:
+    """Run `write(staging)` in a fresh folder beside out_dir, add the meta it returns, then rename it into place."""
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent))
     try:
-        dataset = Dataset.from_dict(
-            {"title": list(kb.titles), "text": list(kb.texts), "embeddings": kb.embeddings.tolist()}
-        )
-        dataset.save_to_disk(str(staging))
-        meta = {"name": kb.name, "encoder": kb.encoder, "fingerprint": kb.fingerprint, "count": len(kb), "dim": kb.dim}
+        meta = write(staging)
         (staging / KB_META).write_text(json.dumps(meta, indent=1))
         if out_dir.exists():
             shutil.rmtree(out_dir)
@@ -209,8 +297,24 @@ def save_kb(kb: KnowledgeBase, out_dir: str | Path) -> Path:
     return out_dir
 
 
-def load_kb(path: str | Path, *, name: str | None = None) -> KnowledgeBase:
-    """Load a KB folder written by `save_kb` or by `datasets.Dataset.save_to_disk`."""
+def sibling_index(path: Path) -> Path | None:
+    """The faiss file transformers' scripts save beside a dataset folder, named after it
+    (`my_knowledge_dataset_hnsw_index.faiss`, `hf_dataset_index.faiss`); None when there is none."""
+    found = sorted(p for p in path.parent.glob(f"{glob.escape(path.name)}*.faiss") if p.is_file())
+    if len(found) > 1:
+        raise KnowledgeBaseError(f"{path} has {len(found)} faiss files beside it ({', '.join(p.name for p in found)}); "
+                                 "keep the one that indexes this dataset and move the others away")
+    return found[0] if found else None
+
+
+def load_kb(path: str | Path, *, name: str | None = None, index_file: str | Path | None = None,
+            lazy_from: int = LAZY_ROWS) -> KnowledgeBase:
+    """Load a KB folder written by `save_kb` / `write_kb` or by `datasets.Dataset.save_to_disk`.
+
+    `index_file` is a faiss index over the KB's embeddings to search with (transformers'
+    `index_path`); a folder without our meta file picks up one saved beside it (`sibling_index`).
+    From `lazy_from` passages on, passages and Arrow-stored embeddings are read in place.
+    """
     path = Path(path)
     if not path.is_dir():
         raise KnowledgeBaseError(f"knowledge base folder {path} does not exist; build one with `python -m rag_demo build-kb`")
@@ -224,20 +328,64 @@ def load_kb(path: str | Path, *, name: str | None = None) -> KnowledgeBase:
         ) from None
     if hasattr(dataset, "column_names") and isinstance(dataset.column_names, dict):
         raise KnowledgeBaseError(f"{path} holds a DatasetDict; save a single split (one Dataset) instead")
-    missing = [c for c in REQUIRED_COLUMNS if c not in dataset.column_names]
+    meta_path = path / KB_META
+    meta = json.loads(meta_path.read_text()) if meta_path.is_file() else {}
+    npy = path / meta["vectors"] if meta.get("vectors") else None
+    missing = [c for c in REQUIRED_COLUMNS if c not in dataset.column_names and not (c == "embeddings" and npy)]
     if missing:
         raise KnowledgeBaseError(
             f"{path} lacks column(s) {', '.join(missing)}; a KB needs title, text and embeddings "
             "(build one with `python -m rag_demo build-kb`)"
         )
-    meta_path = path / KB_META
-    meta = json.loads(meta_path.read_text()) if meta_path.is_file() else {}
-    table = dataset.with_format("numpy", columns=["embeddings"], dtype="float32")
-    embeddings = np.asarray(table["embeddings"], dtype=np.float32)
-    if embeddings.ndim != 2:
-        raise KnowledgeBaseError(f"{path}: embeddings must all have the same length")
-    passages = [Passage(title=str(t or ""), text=str(x or "")) for t, x in zip(dataset["title"], dataset["text"])]
-    kb = make_kb(name or meta.get("name") or path.name, passages, embeddings, encoder=meta.get("encoder", ""), path=path)
+    if index_file is not None:
+        index_file = Path(index_file).expanduser()
+        if not index_file.is_file():
+            raise KnowledgeBaseError(f"index file {index_file} does not exist; save one with `dataset.get_index('embeddings').save(path)`")
+    elif not meta:
+        index_file = sibling_index(path)
+    name = name or meta.get("name") or path.name
+    lazy = len(dataset) >= lazy_from
+    if npy is None and not lazy:  # the default KBs: everything in memory, as always
+        table = dataset.with_format("numpy", columns=["embeddings"], dtype="float32")
+        embeddings = np.asarray(table["embeddings"], dtype=np.float32)
+        if embeddings.ndim != 2:
+            raise KnowledgeBaseError(f"{path}: embeddings must all have the same length")
+        passages = [Passage(title=str(t or ""), text=str(x or "")) for t, x in zip(dataset["title"], dataset["text"])]
+        kb = make_kb(name, passages, embeddings, encoder=meta.get("encoder", ""), path=path, index_file=index_file)
+    else:
+        embeddings, fingerprint, normalized = _disk_vectors(path, dataset, npy, meta)
+        if lazy:
+            titles, texts = ColumnRows(dataset.data.column("title")), ColumnRows(dataset.data.column("text"))
+        else:
+            titles = tuple(str(t or "") for t in dataset["title"])
+            texts = tuple(str(x or "") for x in dataset["text"])
+        kb = KnowledgeBase(name=name, titles=titles, texts=texts, embeddings=embeddings, encoder=meta.get("encoder", ""),
+                           normalized=normalized, fingerprint=fingerprint, path=path, index_file=index_file)
     if meta.get("fingerprint") and meta["fingerprint"] != kb.fingerprint:
         raise KnowledgeBaseError(f"{path} changed since it was built (fingerprint mismatch); rebuild it")
     return kb
+
+
+def _disk_vectors(path: Path, dataset, npy: Path | None, meta: dict) -> tuple[np.ndarray | BlockRows, str, bool]:
+    """(embeddings read in place, fingerprint, normalized) of a KB on disk."""
+    if npy is None:
+        try:
+            embeddings = arrow_rows(dataset.data.column("embeddings"))
+        except ValueError as err:
+            raise KnowledgeBaseError(f"{path}: {err}; every passage needs one vector of the same length") from None
+        return embeddings, embeddings_fingerprint(embeddings), unit_rows(embeddings)
+    if not npy.is_file():
+        raise KnowledgeBaseError(f"{path} lacks its vectors file {npy.name}; rebuild the KB")
+    try:
+        embeddings = np.load(npy, mmap_mode="r")
+    except (OSError, ValueError) as err:
+        raise KnowledgeBaseError(f"{npy} is not a readable .npy file ({err}); rebuild the KB") from None
+    if embeddings.ndim != 2 or len(embeddings) != len(dataset) or embeddings.dtype.name not in VECTOR_DTYPES:
+        raise KnowledgeBaseError(f"{npy} holds {embeddings.dtype} {embeddings.shape}, expected float16/float32 "
+                                 f"({len(dataset)}, dim): one vector per passage; rebuild the KB")
+    stat = npy.stat()
+    if (meta.get("fingerprint") and "normalized" in meta and meta.get("vectors_bytes") == stat.st_size
+            and meta.get("vectors_mtime_ns") == stat.st_mtime_ns):
+        # the file is as written: re-hashing a 21M x 768 file would cost minutes at every start
+        return embeddings, meta["fingerprint"], bool(meta["normalized"])
+    return embeddings, embeddings_fingerprint(embeddings), unit_rows(embeddings)

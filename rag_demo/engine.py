@@ -24,7 +24,8 @@ from .corpus import KnowledgeBase, Passage, load_kb, make_kb
 from .encoders import Encoder
 from .errors import InputError, KnowledgeBaseError
 from .generator import DecodeState, Generator, Target, generator_from_model
-from .index import SearchIndex, cached_index, index_cache_paths, measure, recall_at_k
+from .flat import inner_products
+from .index import SearchIndex, cached_index, index_cache_paths, measure, prebuilt_kind, recall_at_k
 from .lexical import LexicalIndex, best_rows
 from .marginalize import (
     doc_logprobs,
@@ -36,6 +37,7 @@ from .marginalize import (
     rag_token_token_logprobs,
 )
 from .progress import Progress, counted
+from .store import gather_rows
 from .results import AskResult, ClosedBookResult, IndexReport, RetrievedPassage, VariantResult
 
 log = logging.getLogger(__name__)
@@ -197,7 +199,8 @@ class RagEngine:
             cache_dir = (kb.path / "indexes") if (registered and kb.path is not None) else None
             if cache_dir is None and registered and self.index_cache is not None:
                 cache_dir = self.index_cache / kb.fingerprint
-            return cached_index(kind, kb.embeddings, kb.fingerprint, cache_dir, self.config.index, device=self.encoder.device)
+            return cached_index(kind, kb.embeddings, kb.fingerprint, cache_dir, self.config.index, device=self.encoder.device,
+                                prebuilt=kb.index_file)
 
         return self._kept(kb, kind, build)
 
@@ -305,8 +308,9 @@ class RagEngine:
         """The approximate index kinds already saved beside a KB (`prepare` saves them for the default KBs)."""
         if kb.path is None:
             return []
-        return [kind for kind in INDEX_KINDS if kind != "flat"
-                and index_cache_paths(kind, kb.fingerprint, kb.path / "indexes", self.config.index)[0].is_file()]
+        came_with = prebuilt_kind(kb.index_file) if kb.index_file is not None else None
+        return [kind for kind in INDEX_KINDS if kind != "flat" and (kind == came_with or
+                index_cache_paths(kind, kb.fingerprint, kb.path / "indexes", self.config.index)[0].is_file())]
 
     def feature_examples(self, examples: dict[str, list[str]]) -> None:
         """Replace the example questions offered for these KBs (e.g. reordered by `featured`)."""
@@ -339,7 +343,7 @@ class RagEngine:
         recall = None
         if retriever == "hybrid" and index == "flat":
             ids = list(range(len(knowledge)))  # exact search: every passage's dense + lexical logit
-            vectors = torch.from_numpy(knowledge.embeddings)  # (N, D), not copied
+            scores = inner_products(query, knowledge.embeddings)[0]  # (N,), the rows read in chunks
         else:
             depth = k if retriever == "dense" else min(max(k, self.config.retrieval.candidates), len(knowledge))
             _, found = self._index_for(knowledge, index).search(query, depth)
@@ -352,8 +356,8 @@ class RagEngine:
                 ids += [int(i) for i in best_rows(lexical, depth) if int(i) not in seen]
             # Scores are exact inner products with the stored vectors, as transformers' RagModel does,
             # so an approximate index changes which passages come back, not how they are weighed.
-            vectors = torch.from_numpy(knowledge.embeddings[ids])  # (C, D)
-        scores = (xq.float().cpu() @ vectors.T)[0]  # (C,)
+            vectors = torch.from_numpy(gather_rows(knowledge.embeddings, ids))  # (C, D)
+            scores = (xq.float().cpu() @ vectors.T)[0]  # (C,)
         lexical_scores = torch.from_numpy(lexical[ids]) if lexical is not None else torch.zeros(len(ids))  # (C,)
         logits = scores * self.encoder.scale + weight * lexical_scores  # (C,)
         order = torch.argsort(logits, descending=True, stable=True)[:k]

@@ -6,7 +6,11 @@
 - ivfpq: inverted lists + product quantization (faiss IndexIVFPQ), the paper's compressed index.
 
 Approximate variants are scored by recall@k against flat, which is the oracle. Built indexes
-are cached beside the KB, keyed by the KB's fingerprint and the index parameters.
+are cached beside the KB, keyed by the KB's fingerprint and the index parameters, and read back
+memory-mapped. A KB kept on disk (a .npy memmap or an Arrow column, see `store`) is searched
+exactly in chunks (`flat.search`), never copied whole; IVF-PQ may re-rank its candidates with
+the stored vectors (`IndexConfig.ivf_rerank`). A faiss index that came with a KB (transformers'
+format) serves the kind it is, with the search parameters saved in it.
 """
 
 from __future__ import annotations
@@ -27,7 +31,10 @@ import torch
 
 from .config import INDEX_KINDS, IndexConfig
 from .corpus import sha256_file
-from .errors import InputError
+from .flat import rerank, search_tensor
+from .flat import search as flat_search
+from .store import abs_mean, gather_rows, in_memory, row_chunks
+from .errors import InputError, KnowledgeBaseError
 from .results import IndexReport
 
 log = logging.getLogger(__name__)
@@ -37,40 +44,28 @@ RECALL_QUERIES = 200  # passage vectors reused as queries when measuring recall@
 
 @dataclass
 class SearchIndex:
-    """One built index. `search(xq, k)` -> (D, I): (B, k) scores and (B, k) row ids."""
+    """One built index. `search(xq, k)` -> (D, I): (B, k) scores and (B, k) row ids (-1: none found)."""
 
     kind: str
     faiss_index: object | None
     vectors: torch.Tensor | None  # flat on torch (GPU): (N, D)
     build_seconds: float
     nbytes: int
+    rows: object | None = None  # the KB's (N, D) vectors: flat searched in chunks, or IVF-PQ re-ranking
+    rerank: int = 0  # IVF-PQ candidates re-scored exactly with `rows` (0: the codes' own ranking)
+    devices: tuple[torch.device, ...] = (torch.device("cpu"),)  # where flat-in-chunks scores its chunks
 
     def search(self, xq: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
         xq = np.ascontiguousarray(xq, dtype=np.float32)
         if self.vectors is not None:
-            scores, ids = torch_topk(torch.from_numpy(xq).to(self.vectors.device), self.vectors, k)
+            scores, ids = search_tensor(torch.from_numpy(xq).to(self.vectors.device), self.vectors, k)
             return scores.float().cpu().numpy(), ids.cpu().numpy()
+        if self.faiss_index is None:
+            return flat_search(xq, self.rows, k, devices=self.devices)
+        if self.rerank and self.rows is not None:
+            _, candidates = self.faiss_index.search(xq, max(k, self.rerank))
+            return rerank(xq, candidates, self.rows, k)
         return self.faiss_index.search(xq, k)
-
-
-def torch_topk(xq: torch.Tensor, xb: torch.Tensor, k: int, *, chunk_rows: int = 1 << 22) -> tuple[torch.Tensor, torch.Tensor]:
-    """Exact MIPS with matmuls: xq (B, D), xb (N, D) -> scores (B, k), ids (B, k).
-
-    xb is read in chunks of `chunk_rows` rows; each chunk keeps its own top k and the best k of
-    those win, so the (B, N) score matrix never exists whole (21M rows x 32 queries would be 1.3 GB).
-    """
-    xq = xq.to(xb.dtype)
-    kept_scores, kept_ids = [], []
-    for start in range(0, xb.shape[0], chunk_rows):
-        scores = xq @ xb[start : start + chunk_rows].T  # (B, n)
-        top, ids = scores.topk(min(k, scores.shape[1]), dim=1)
-        kept_scores.append(top)
-        kept_ids.append(ids + start)
-    if len(kept_scores) == 1:
-        return kept_scores[0], kept_ids[0]
-    scores, ids = torch.cat(kept_scores, dim=1), torch.cat(kept_ids, dim=1)  # (B, chunks * k)
-    top, order = scores.topk(min(k, scores.shape[1]), dim=1)
-    return top, ids.gather(1, order)
 
 
 @functools.cache
@@ -98,14 +93,37 @@ def params_key(kind: str, config: IndexConfig) -> str:
         relevant |= {"m": config.hnsw_m, "efc": config.hnsw_ef_construction}
     if kind == "ivfpq":
         relevant |= {"nlist": config.ivf_nlist, "pq": config.pq_bytes}
+        if config.ivf_train_rows is not None:  # only when set, so the keys of indexes built before stay valid
+            relevant |= {"train": config.ivf_train_rows}
     return hashlib.sha256(json.dumps(relevant, sort_keys=True).encode()).hexdigest()[:10]
 
 
-def build_faiss(kind: str, xb: np.ndarray, config: IndexConfig):
-    """Build a faiss index of `kind` over (N, D) float32 vectors (inner product)."""
+def training_rows(n: int, nlist: int, wanted: int | None, *, seed: int = 0) -> np.ndarray | None:
+    """Row ids (sorted) to train IVF-PQ on, or None for all n rows.
+
+    faiss itself trains on at most 256 points per list and samples the rest away, but only after
+    it was handed every row as one float32 matrix; drawing the sample first keeps a KB on disk
+    from being copied whole. Sorted ids read a memory-mapped file front to back.
+
+    >>> training_rows(100, 2, None) is None, training_rows(100, 2, 10).tolist()
+    (True, [1, 3, 7, 17, 25, 29, 47, 58, 77, 81])
+    """
+    cap = wanted if wanted is not None else 256 * nlist
+    if n <= cap:
+        return None
+    return np.sort(np.random.default_rng(seed).choice(n, size=cap, replace=False))
+
+
+def build_faiss(kind: str, xb, config: IndexConfig):
+    """Build a faiss index of `kind` over (N, D) vectors (inner product).
+
+    An in-memory float32 matrix is handed to faiss as it is; other row sources (`store`) are
+    trained on a sample and added in chunks, so only one chunk is ever widened to float32.
+    """
     import faiss
 
     n, dim = xb.shape
+    whole = in_memory(xb)
     if kind == "flat":
         index = faiss.IndexFlatIP(dim)
     elif kind == "hnsw":
@@ -116,10 +134,15 @@ def build_faiss(kind: str, xb: np.ndarray, config: IndexConfig):
         quantizer = faiss.IndexFlatIP(dim)
         bits = 8 if n >= 256 * 39 else max(1, min(8, int(math.log2(max(n // 39, 2)))))
         index = faiss.IndexIVFPQ(quantizer, dim, nlist, _pq_subquantizers(dim, config.pq_bytes), bits, faiss.METRIC_INNER_PRODUCT)
-        index.train(xb)
+        sample = training_rows(n, nlist, config.ivf_train_rows) if (config.ivf_train_rows is not None or not whole) else None
+        index.train(xb if (sample is None and whole) else gather_rows(xb, np.arange(n) if sample is None else sample))
     else:
         raise InputError(f"unknown index {kind!r}; choose one of {', '.join(INDEX_KINDS)}")
-    index.add(xb)
+    if whole:
+        index.add(xb)  # in one call, as before: HNSW's graph depends on how rows are batched
+    else:
+        for _, block in row_chunks(xb):
+            index.add(np.ascontiguousarray(block, dtype=np.float32))
     apply_search_params(kind, index, config)
     return index
 
@@ -137,18 +160,64 @@ def _serialized_bytes(index) -> int:
     return int(faiss.serialize_index(index).size)
 
 
-def build_index(kind: str, xb: np.ndarray, config: IndexConfig, *, device: torch.device | None = None) -> SearchIndex:
+def read_index_mapped(path: str | Path):
+    """A faiss index file, memory-mapped where this faiss can map that index type.
+
+    IO_FLAG_MMAP_IFC (faiss >= 1.10) maps flat codes, HNSW storage and IVF lists in place;
+    IO_FLAG_MMAP maps the inverted lists of IVF indexes only (older faiss). Types neither can
+    map are read with IO_FLAG_READ_ONLY. A mapped index reads its file as it searches, so the
+    file must stay in place (caches are replaced by rename, which keeps the old file alive).
+    """
+    import faiss
+
+    flags = [getattr(faiss, "IO_FLAG_MMAP_IFC", None), faiss.IO_FLAG_MMAP, faiss.IO_FLAG_READ_ONLY]
+    last = None
+    for flag in [f for f in flags if f is not None]:
+        try:
+            return faiss.read_index(str(path), flag)
+        except RuntimeError as err:
+            last = err
+    raise last
+
+
+# faiss file signatures (the first 4 bytes write_index puts down) of the types each kind names
+_PREBUILT_KINDS = {b"IxFI": "flat", b"IxF2": "flat", b"IxFl": "flat", b"IHNf": "hnsw", b"IwPQ": "ivfpq"}
+
+
+def prebuilt_kind(path: Path) -> str | None:
+    """The index kind a faiss file serves (flat, hnsw, ivfpq), read from its 4-byte signature;
+    None for other index types (they are not used; the KB's own indexes are built instead)."""
+    try:
+        with Path(path).open("rb") as handle:
+            return _PREBUILT_KINDS.get(handle.read(4))
+    except OSError:
+        return None
+
+
+def build_index(kind: str, xb, config: IndexConfig, *, device: torch.device | None = None,
+                count_bytes: bool = True) -> SearchIndex:
     """Build `kind` over xb (N, D). flat on a CUDA device is an fp16 torch matrix on the GPU (and a
-    float32 torch matrix on the CPU when faiss is not installed)."""
+    float32 torch matrix on the CPU when faiss is not installed). flat over a KB on disk (`store`)
+    is no copy at all: it is searched in chunks, on every visible CUDA device when `device` is one.
+    `count_bytes=False` leaves nbytes 0 (serializing a large index just to count it doubles memory)."""
     if kind not in INDEX_KINDS:
         raise InputError(f"unknown index {kind!r}; choose one of {', '.join(INDEX_KINDS)}")
     started = time.perf_counter()
     on_gpu = device is not None and device.type == "cuda"
+    rerank = config.ivf_rerank if kind == "ivfpq" else 0
+    if kind == "flat" and not in_memory(xb):
+        devices = tuple(torch.device("cuda", i) for i in range(torch.cuda.device_count())) if on_gpu else (torch.device("cpu"),)
+        return SearchIndex(kind, None, None, time.perf_counter() - started, _rows_bytes(xb), rows=xb, devices=devices)
     if kind == "flat" and (on_gpu or not has_faiss()):
         vectors = torch.from_numpy(np.ascontiguousarray(xb)).to(device if on_gpu else "cpu", torch.float16 if on_gpu else torch.float32)
         return SearchIndex(kind, None, vectors, time.perf_counter() - started, vectors.numel() * vectors.element_size())
-    index = build_faiss(kind, np.ascontiguousarray(xb, dtype=np.float32), config)
-    return SearchIndex(kind, index, None, time.perf_counter() - started, _serialized_bytes(index))
+    index = build_faiss(kind, xb, config)
+    return SearchIndex(kind, index, None, time.perf_counter() - started, _serialized_bytes(index) if count_bytes else 0,
+                       rows=xb if rerank else None, rerank=rerank)
+
+
+def _rows_bytes(xb) -> int:
+    return int(xb.shape[0] * xb.shape[1] * np.dtype(xb.dtype).itemsize)
 
 
 def index_cache_paths(kind: str, fingerprint: str, cache_dir: Path, config: IndexConfig) -> tuple[Path, Path]:
@@ -157,20 +226,44 @@ def index_cache_paths(kind: str, fingerprint: str, cache_dir: Path, config: Inde
     return cache_dir / f"{stem}.faiss", cache_dir / f"{stem}.json"
 
 
-def cached_index(kind: str, xb: np.ndarray, fingerprint: str, cache_dir: Path | None, config: IndexConfig,
-                 *, device: torch.device | None = None) -> SearchIndex:
+def load_prebuilt(kind: str, path: Path, xb, config: IndexConfig) -> SearchIndex:
+    """The faiss index that came with a KB (transformers' `index_path`), memory-mapped.
+
+    It keeps the search parameters saved in it (efSearch, nprobe), as transformers' retriever
+    does, so both find the same rows. Raises KnowledgeBaseError when it does not fit the KB.
+    """
+    started = time.perf_counter()
+    try:
+        index = read_index_mapped(path)
+    except RuntimeError as err:
+        raise KnowledgeBaseError(f"{path} is not a readable faiss index ({str(err).splitlines()[0][:120]}); "
+                                 "rewrite it with `dataset.get_index('embeddings').save(path)`") from None
+    if index.ntotal != xb.shape[0] or index.d != xb.shape[1]:
+        raise KnowledgeBaseError(f"{path} indexes {index.ntotal} vectors of dim {index.d}, but the KB has "
+                                 f"{xb.shape[0]} of dim {xb.shape[1]}; rebuild the index over this dataset")
+    rerank = config.ivf_rerank if kind == "ivfpq" else 0
+    return SearchIndex(kind, index, None, time.perf_counter() - started, path.stat().st_size,
+                       rows=xb if rerank else None, rerank=rerank)
+
+
+def cached_index(kind: str, xb, fingerprint: str, cache_dir: Path | None, config: IndexConfig,
+                 *, device: torch.device | None = None, prebuilt: Path | None = None) -> SearchIndex:
     """Load `kind` from `cache_dir` when it was built for this KB fingerprint, else build and save it.
 
-    A cache file that cannot be read, or whose size or sha256 differs from what was recorded
-    when it was written, is rebuilt (logged); a cache folder that cannot be written only costs
-    the rebuild next time (logged), never the answer.
+    `prebuilt`, a faiss file that came with the KB, is used when it is of this kind. A cache file
+    that cannot be read, or whose size or sha256 differs from what was recorded when it was
+    written, is rebuilt (logged); a cache folder that cannot be written only costs the rebuild
+    next time (logged), never the answer. Cached indexes are read back memory-mapped.
     """
+    if prebuilt is not None and prebuilt_kind(prebuilt) == kind:
+        return load_prebuilt(kind, prebuilt, xb, config)
     if kind == "flat" or cache_dir is None:
         return build_index(kind, xb, config, device=device)
     import faiss
 
     path, meta_path = index_cache_paths(kind, fingerprint, cache_dir, config)
     stem = path.stem
+    rerank = config.ivf_rerank if kind == "ivfpq" else 0
     if path.is_file() and meta_path.is_file():
         try:
             meta = json.loads(meta_path.read_text())
@@ -178,14 +271,15 @@ def cached_index(kind: str, xb: np.ndarray, fingerprint: str, cache_dir: Path | 
                 raise ValueError("size differs from the recorded size")
             if meta.get("sha256") != sha256_file(path):
                 raise ValueError("content differs from the recorded sha256")
-            index = faiss.read_index(str(path))
+            index = read_index_mapped(path)
             if index.ntotal != xb.shape[0] or index.d != xb.shape[1]:
                 raise ValueError("vector count or dimension differs from the KB")
             apply_search_params(kind, index, config)
-            return SearchIndex(kind, index, None, float(meta["build_seconds"]), _serialized_bytes(index))
+            return SearchIndex(kind, index, None, float(meta["build_seconds"]), int(meta["bytes"]),
+                               rows=xb if rerank else None, rerank=rerank)
         except (ValueError, RuntimeError, KeyError, json.JSONDecodeError) as err:
             log.warning("cached %s index at %s is unusable (%s); rebuilding it", kind, path, err)
-    built = build_index(kind, xb, config)
+    built = build_index(kind, xb, config, count_bytes=False)
     tmp = None
     try:
         cache_dir.mkdir(parents=True, exist_ok=True)
@@ -195,10 +289,12 @@ def cached_index(kind: str, xb: np.ndarray, fingerprint: str, cache_dir: Path | 
         size, digest = os.path.getsize(tmp), sha256_file(Path(tmp))
         os.replace(tmp, path)
         meta_path.write_text(json.dumps({"build_seconds": built.build_seconds, "bytes": size, "sha256": digest, "kind": kind}))
+        built.nbytes = size
     except (OSError, RuntimeError) as err:  # faiss reports a failed write as a RuntimeError
         log.warning("could not cache the %s index in %s (%s); it will be rebuilt next start", kind, cache_dir, err)
         if tmp is not None:
             Path(tmp).unlink(missing_ok=True)
+        built.nbytes = _serialized_bytes(built.faiss_index)
     return built
 
 
@@ -208,11 +304,11 @@ def recall_at_k(found: np.ndarray, exact: np.ndarray) -> float:
     return float(np.mean(hits) / exact.shape[1])
 
 
-def measure(index: SearchIndex, flat: SearchIndex, xb: np.ndarray, *, k: int = 10, queries: int = RECALL_QUERIES) -> IndexReport:
+def measure(index: SearchIndex, flat: SearchIndex, xb, *, k: int = 10, queries: int = RECALL_QUERIES) -> IndexReport:
     """Recall@k against flat and mean query latency, using KB vectors (plus noise) as queries."""
     rng = np.random.default_rng(0)
     rows = rng.choice(xb.shape[0], size=min(queries, xb.shape[0]), replace=False)
-    xq = xb[rows] + rng.normal(scale=0.05 * float(np.abs(xb).mean() + 1e-6), size=(len(rows), xb.shape[1])).astype(np.float32)
+    xq = gather_rows(xb, rows) + rng.normal(scale=0.05 * float(abs_mean(xb) + 1e-6), size=(len(rows), xb.shape[1])).astype(np.float32)
     k = min(k, xb.shape[0])
     _, exact = flat.search(xq, k)
     started = time.perf_counter()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 
 import numpy as np
 import pytest
@@ -72,3 +73,94 @@ def test_kb_without_embeddings_or_folder_is_refused(tmp_path):
     (tmp_path / "junk").mkdir()
     with pytest.raises(KnowledgeBaseError, match="not a saved"):
         load_kb(tmp_path / "junk")
+
+
+def _unit_kb(n: int = 50, dim: int = 8, seed: int = 0):
+    rng = np.random.default_rng(seed)
+    vectors = rng.standard_normal((n, dim)).astype(np.float32)
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    return make_kb("disk", [Passage(f"t{i}", f"text {i}") for i in range(n)], vectors, encoder="enc")
+
+
+def test_fingerprint_in_blocks_equals_one_hash_of_the_matrix():
+    import hashlib
+
+    from rag_demo.corpus import embeddings_fingerprint
+    from rag_demo.store import BlockRows
+
+    xb = np.random.default_rng(0).standard_normal((70_000, 3)).astype(np.float32)  # more rows than one block
+    whole = hashlib.sha256(str(xb.shape).encode() + xb.tobytes()).hexdigest()[:16]
+    assert embeddings_fingerprint(xb) == whole
+    assert embeddings_fingerprint(BlockRows((xb[:5], xb[5:]))) == whole
+
+
+def test_kb_with_a_float16_vectors_file_is_memory_mapped(tmp_path):
+    from rag_demo.corpus import VECTORS_FILE, embeddings_fingerprint
+
+    kb = _unit_kb()
+    save_kb(kb, tmp_path / "kb", vectors="float16")
+    loaded = load_kb(tmp_path / "kb")
+    assert isinstance(loaded.embeddings, np.memmap) and loaded.embeddings.dtype == np.float16
+    assert np.array_equal(loaded.embeddings, kb.embeddings.astype(np.float16))
+    assert loaded.titles == kb.titles and loaded.texts == kb.texts and loaded.encoder == "enc" and loaded.normalized
+    assert loaded.fingerprint == embeddings_fingerprint(kb.embeddings.astype(np.float16))  # of the stored values
+    assert loaded.index_file is None
+
+    npy = tmp_path / "kb" / VECTORS_FILE
+    os.utime(npy, ns=(1, 1))  # copied without its times: the fingerprint is recomputed, and agrees
+    assert load_kb(tmp_path / "kb").fingerprint == loaded.fingerprint
+    rows = np.load(npy, mmap_mode="r+")
+    rows[0, 0] += 1  # the content changed after the build
+    rows.flush()
+    del rows
+    with pytest.raises(KnowledgeBaseError, match="fingerprint"):
+        load_kb(tmp_path / "kb")
+
+
+def test_large_kb_passages_and_arrow_vectors_stay_on_disk(tmp_path):
+    from rag_demo.store import BlockRows, ColumnRows
+
+    kb = _unit_kb(n=2500)  # several Arrow record batches
+    save_kb(kb, tmp_path / "kb")
+    small, large = load_kb(tmp_path / "kb"), load_kb(tmp_path / "kb", lazy_from=0)
+    assert isinstance(small.titles, tuple) and isinstance(small.embeddings, np.ndarray)
+    assert isinstance(large.titles, ColumnRows) and isinstance(large.embeddings, BlockRows)
+    assert len(large.embeddings.blocks) > 1
+    assert large.fingerprint == small.fingerprint and large.normalized
+    assert list(large.titles) == list(small.titles) and large.texts[1234] == small.texts[1234]
+    assert large.texts[-1] == small.texts[-1] and large.titles[3:6] == list(small.titles[3:6])
+    assert large.passage(7) == small.passage(7) and len(large) == 2500
+    assert np.array_equal(large.embeddings[[2499, 0, 1000]], small.embeddings[[2499, 0, 1000]])
+
+
+def test_a_faiss_file_beside_a_foreign_dataset_comes_with_it(tmp_path):
+    from datasets import Dataset
+
+    kb = _unit_kb()
+    Dataset.from_dict({"title": list(kb.titles), "text": list(kb.texts), "embeddings": kb.embeddings.tolist()}).save_to_disk(
+        str(tmp_path / "my_knowledge_dataset"))
+    index = tmp_path / "my_knowledge_dataset_hnsw_index.faiss"
+    index.write_bytes(b"IHNf")
+    assert load_kb(tmp_path / "my_knowledge_dataset").index_file == index
+    (tmp_path / "my_knowledge_dataset_other.faiss").write_bytes(b"IxFI")
+    with pytest.raises(KnowledgeBaseError, match="2 faiss files"):
+        load_kb(tmp_path / "my_knowledge_dataset")
+    assert load_kb(tmp_path / "my_knowledge_dataset", index_file=index).index_file == index
+    with pytest.raises(KnowledgeBaseError, match="does not exist"):
+        load_kb(tmp_path / "my_knowledge_dataset", index_file=tmp_path / "nope.faiss")
+    save_kb(kb, tmp_path / "ours")  # our own folders carry a meta file and never pick up a neighbour
+    (tmp_path / "ours_index.faiss").write_bytes(b"IxFI")
+    assert load_kb(tmp_path / "ours").index_file is None
+
+
+def test_vectors_file_that_does_not_fit_is_refused(tmp_path):
+    from rag_demo.corpus import VECTORS_FILE, write_kb
+
+    with pytest.raises(KnowledgeBaseError, match="one vector per passage"):
+        write_kb(tmp_path / "kb", name="x", titles=["a", "b"], texts=["a", "b"], vectors=[np.ones((1, 4))], dim=4)
+    assert not (tmp_path / "kb").exists()  # nothing half-written is left
+    write_kb(tmp_path / "kb", name="x", titles=["a", "b"], texts=["a", "b"], vectors=[np.ones((1, 4)), np.ones((1, 4))], dim=4,
+             dtype="float32")
+    np.save(tmp_path / "kb" / VECTORS_FILE, np.ones((3, 4), dtype=np.float16))
+    with pytest.raises(KnowledgeBaseError, match="one vector per passage"):
+        load_kb(tmp_path / "kb")

@@ -337,3 +337,21 @@ def test_retriever_choice_is_checked(hybrid_engine, tiny_engine):
 
         RagEngine(encoder=tiny_engine.encoder, generator=tiny_engine.generator, kbs=tiny_engine.kbs,
                   config=EngineConfig(retrieval=RetrievalConfig(lexical_weight=float("nan"))))
+
+
+@pytest.mark.parametrize("index", ["flat", "hnsw", "ivfpq"])
+def test_a_kb_kept_on_disk_retrieves_as_in_memory(tiny_engine, hybrid_engine, tiny_kb, tmp_path_factory, index):
+    """Vectors memory-mapped from a .npy, passages read from the Arrow file: the same rows and scores."""
+    from rag_demo.corpus import load_kb, save_kb
+    from rag_demo.store import ColumnRows
+
+    folder = save_kb(tiny_kb, tmp_path_factory.mktemp("disk-kb") / "kb", vectors="float32")
+    disk = load_kb(folder, lazy_from=0)
+    assert isinstance(disk.titles, ColumnRows) and disk.fingerprint == tiny_kb.fingerprint
+    for engine in (tiny_engine, hybrid_engine):
+        for question in (QUESTION, "the deepest lake in siberia"):
+            want = engine.retrieve(question, k=3, index=index)
+            got = engine.retrieve(question, kb=disk, k=3, index=index)
+            assert [(p.id, p.title, p.text) for p in got.passages] == [(p.id, p.title, p.text) for p in want.passages]
+            assert [p.score for p in got.passages] == pytest.approx([p.score for p in want.passages], abs=1e-6)
+            assert got.doc_lp.tolist() == pytest.approx(want.doc_lp.tolist(), abs=1e-6)

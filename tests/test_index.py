@@ -60,3 +60,74 @@ def test_unwritable_cache_still_answers(vectors, tmp_path):
     blocker.write_text("not a folder")
     index = cached_index("ivfpq", vectors, "fp", blocker / "sub", IndexConfig())
     assert index.search(vectors[:2], 3)[1].shape == (2, 3)
+
+
+@pytest.fixture(scope="module")
+def on_disk(vectors, tmp_path_factory):
+    """The same vectors as a float16 .npy, memory-mapped, as a large KB keeps them."""
+    path = tmp_path_factory.mktemp("disk") / "v.npy"
+    np.save(path, vectors.astype(np.float16))
+    return np.load(path, mmap_mode="r")
+
+
+def test_flat_over_a_memmap_is_exact_and_copies_nothing(on_disk):
+    flat = build_index("flat", on_disk, IndexConfig())
+    assert flat.faiss_index is None and flat.vectors is None and flat.rows is on_disk
+    assert flat.nbytes == on_disk.nbytes
+    widened = np.asarray(on_disk, dtype=np.float32)
+    scores, ids = flat.search(widened[:7], 5)
+    faiss_scores, faiss_ids = build_index("flat", widened, IndexConfig()).search(widened[:7], 5)
+    assert np.array_equal(ids, faiss_ids) and np.allclose(scores, faiss_scores, atol=1e-5)
+
+
+@pytest.mark.parametrize("kind, floor", [("hnsw", 0.95), ("ivfpq", 0.3)])
+def test_approximate_indexes_build_from_a_memmap_in_chunks(on_disk, kind, floor, tmp_path):
+    config = IndexConfig(ivf_train_rows=1000)
+    index = cached_index(kind, on_disk, "fp16", tmp_path, config)
+    flat = build_index("flat", on_disk, config)
+    assert measure(index, flat, on_disk, k=10, queries=100).recall_at_k >= floor
+    assert index.nbytes == next(tmp_path.glob("*.faiss")).stat().st_size
+    again = cached_index(kind, on_disk, "fp16", tmp_path, config)  # read back memory-mapped
+    assert again.build_seconds == pytest.approx(index.build_seconds) and again.nbytes == index.nbytes
+    assert np.array_equal(again.search(np.asarray(on_disk[:5], dtype=np.float32), 10)[1],
+                          index.search(np.asarray(on_disk[:5], dtype=np.float32), 10)[1])
+
+
+def test_ivfpq_reranked_with_the_stored_vectors_finds_the_exact_rows(vectors, on_disk):
+    flat = build_index("flat", vectors, IndexConfig())
+    plain = measure(build_index("ivfpq", vectors, IndexConfig()), flat, vectors, k=10, queries=100)
+    reranked_index = build_index("ivfpq", on_disk, IndexConfig(ivf_rerank=200))
+    reranked = measure(reranked_index, flat, vectors, k=10, queries=100)
+    assert reranked.recall_at_k >= 0.9 > plain.recall_at_k
+    scores, ids = reranked_index.search(vectors[:3], 4)  # exact products of the stored (float16) vectors, best first
+    assert np.allclose(scores, np.take_along_axis(vectors[:3] @ np.asarray(on_disk, dtype=np.float32).T, ids, 1), atol=1e-5)
+    assert (np.diff(scores, axis=1) <= 0).all()
+
+
+def test_training_sample_keys_the_cache_only_when_set():
+    from rag_demo.index import params_key
+
+    assert params_key("ivfpq", IndexConfig()) == params_key("ivfpq", IndexConfig(ivf_rerank=50))
+    assert params_key("ivfpq", IndexConfig()) != params_key("ivfpq", IndexConfig(ivf_train_rows=500))
+
+
+def test_a_prebuilt_index_of_the_kind_is_used_as_saved(vectors, tmp_path):
+    import faiss
+
+    from rag_demo.errors import KnowledgeBaseError
+    from rag_demo.index import prebuilt_kind
+
+    saved = faiss.IndexHNSWFlat(vectors.shape[1], 8, faiss.METRIC_INNER_PRODUCT)
+    saved.hnsw.efSearch = 7  # transformers searches with what was saved; so do we
+    saved.add(vectors)
+    path = tmp_path / "kb_hnsw_index.faiss"
+    faiss.write_index(saved, str(path))
+    assert prebuilt_kind(path) == "hnsw" and prebuilt_kind(tmp_path / "missing.faiss") is None
+    index = cached_index("hnsw", vectors, "fp", tmp_path / "cache", IndexConfig(), prebuilt=path)
+    assert index.faiss_index.hnsw.efSearch == 7 and index.nbytes == path.stat().st_size
+    assert np.array_equal(index.search(vectors[:4], 5)[1], saved.search(vectors[:4], 5)[1])
+    assert not (tmp_path / "cache").exists()  # nothing was built
+    other = cached_index("ivfpq", vectors, "fp", tmp_path / "cache", IndexConfig(), prebuilt=path)
+    assert type(other.faiss_index).__name__ == "IndexIVFPQ"  # another kind: the KB's own index is built
+    with pytest.raises(KnowledgeBaseError, match="indexes 3000 vectors"):
+        cached_index("hnsw", vectors[:10], "fp", None, IndexConfig(), prebuilt=path)
