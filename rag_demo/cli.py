@@ -48,7 +48,9 @@ def _positive_int(text: str) -> int:
 
 
 def _model_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--kb", default=None, help="knowledge base name or folder (default: the first one)")
+    parser.add_argument("--kb", default=None, help="knowledge base name or folder (default: the first one); a folder "
+                        "saved by `datasets` with title, text, embeddings, and a faiss file beside it named after it, "
+                        "is transformers' custom KB format")
     parser.add_argument("--k", type=_positive_int, default=5, help="passages to retrieve (default 5)")
     parser.add_argument("--index", default="flat", choices=INDEX_KINDS, help="index variant (default flat)")
     parser.add_argument("--rag-checkpoint", default=None, help="facebook/rag-* id or a saved Rag* folder")
@@ -143,7 +145,11 @@ def engine_config(args) -> EngineConfig:
 
 
 def _kb_paths(args) -> dict[str, str] | None:
+    """--kb-path NAME=PATH folders by name. With --rag-checkpoint and no --kb-path, a `--kb` folder
+    is the one KB (the default KBs, made by another encoder, could not serve a RAG checkpoint)."""
     if not args.kb_path:
+        if getattr(args, "rag_checkpoint", None) and args.kb and Path(args.kb).expanduser().is_dir():
+            return {args.kb: args.kb}
         return None
     paths = {}
     for item in args.kb_path:

@@ -83,8 +83,31 @@ def engine_from_rag_checkpoint(config: EngineConfig, kbs: dict[str, KnowledgeBas
     )
 
 
-def load_kbs(kb_paths: dict[str, str]) -> dict[str, KnowledgeBase]:
-    return {name: load_kb(Path(path).expanduser(), name=name) for name, path in kb_paths.items()}
+def load_kbs(kb_paths: dict[str, str], index_files: dict[str, str] | None = None) -> dict[str, KnowledgeBase]:
+    """The KB folders by name; `index_files` names a faiss index for some of them (else one beside the folder)."""
+    index_files = index_files or {}
+    return {name: load_kb(Path(path).expanduser(), name=name, index_file=index_files.get(name)) for name, path in kb_paths.items()}
+
+
+def rag_checkpoint_kb(source: str) -> tuple[str, str, str | None] | None:
+    """(name, passages_path, index_path) of the custom knowledge base a RAG checkpoint was saved with.
+
+    `RagRetriever.save_pretrained` and transformers' `use_own_knowledge_dataset.py` record it in the
+    config as index_name="custom", passages_path (a `save_to_disk` folder), index_path (a faiss file).
+    None when the checkpoint names none, or names one that is not on this machine (logged).
+    """
+    from transformers import AutoConfig
+
+    rag_config = load_pretrained(AutoConfig, source, "RAG checkpoint")
+    passages = getattr(rag_config, "passages_path", None)
+    if getattr(rag_config, "index_name", None) != "custom" or not passages:
+        return None
+    if not Path(passages).expanduser().is_dir():
+        log.warning("%s was saved with the knowledge base %s, which is not here; give one with --kb-path NAME=PATH",
+                    source, passages)
+        return None
+    index = getattr(rag_config, "index_path", None)
+    return Path(passages).name, passages, index if index and Path(index).expanduser().is_file() else None
 
 
 def engine_from_config(config: EngineConfig = EngineConfig(), *, kb_paths: dict[str, str] | None = None, progress=None):
@@ -93,6 +116,12 @@ def engine_from_config(config: EngineConfig = EngineConfig(), *, kb_paths: dict[
     from .engine import RagEngine
 
     device = pick_device(config.device)
+    index_files = {}
+    if kb_paths is None and config.rag_checkpoint:
+        saved_with = rag_checkpoint_kb(config.rag_checkpoint)  # the KB the checkpoint names, not the default ones
+        if saved_with is not None:
+            name, passages, index = saved_with
+            kb_paths, index_files = {name: passages}, ({name: index} if index else {})
     uses_default_generator = not config.rag_checkpoint and config.generator.model == DEFAULT_GENERATOR
     needs_default_data = kb_paths is None or uses_default_generator
     prepared = None
@@ -103,7 +132,7 @@ def engine_from_config(config: EngineConfig = EngineConfig(), *, kb_paths: dict[
                                 generator_config=config.generator)
     if kb_paths is None:
         kb_paths = {name: str(path) for name, path in prepared.kb_paths.items()}
-    kbs = load_kbs(kb_paths)
+    kbs = load_kbs(kb_paths, index_files)
     if config.rag_checkpoint:
         return engine_from_rag_checkpoint(config, kbs, device)
     if prepared is not None:

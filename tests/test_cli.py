@@ -148,3 +148,28 @@ def test_untuned_generator_option_keeps_the_converted_generator():
     assert engine_config(build_parser().parse_args(["ask", "q"])).generator.tuned
     config = engine_config(build_parser().parse_args(["eval", "--untuned-generator", "--dtype", "bfloat16"]))
     assert (config.generator.tuned, config.generator.dtype, config.encoder.tuned) == (False, "bfloat16", True)
+
+
+@pytest.mark.parametrize("how", ["--kb", "--kb-path"])
+def test_transformers_custom_kb_from_the_command_line(saved, tiny_parts, rag_config, how, tmp_path):
+    """A folder + faiss file as transformers' use_own_knowledge_dataset.py leaves them, given by path."""
+    import torch
+    from transformers import RagConfig, RagRetriever
+
+    from tests import tiny
+
+    passages_path, index_path = tiny.transformers_custom_kb(tmp_path, tiny_parts["q_tok"], tiny_parts["ctx_enc"])
+    config = RagConfig.from_question_encoder_generator_configs(
+        rag_config.question_encoder, rag_config.generator, n_docs=3, index_name="custom",
+        passages_path=str(passages_path), index_path=str(index_path))
+    retriever = RagRetriever(config, tiny_parts["q_tok"], tiny_parts["gen_tok"])
+    question = "who wrote a farewell to arms"
+    q_ids = tiny_parts["q_tok"]([question], return_tensors="pt")["input_ids"]
+    with torch.no_grad():
+        hidden = tiny_parts["q_enc"](q_ids).pooler_output.numpy()
+    expected = retriever(q_ids, hidden, n_docs=3, return_tensors="pt")["doc_ids"][0].tolist()
+    kb = ["--kb", str(passages_path)] if how == "--kb" else ["--kb-path", f"custom={passages_path}"]
+    out = run("ask", question, "--rag-checkpoint", str(saved / "rag"), *kb, "--k", "3", "--index", "hnsw",
+              "--variant", "token", "--max-new-tokens", "2", "--no-closed-book", "--json", cache=tmp_path / "cache")
+    assert out.returncode == 0, out.stderr
+    assert [p["id"] for p in json.loads(out.stdout)["passages"]] == expected

@@ -78,3 +78,43 @@ def tiny_causal(vocab_size: int, seed: int = 2):
                          num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=1024,
                          bos_token_id=0, eos_token_id=2, pad_token_id=1, initializer_range=0.5)
     return LlamaForCausalLM(config).eval()
+
+
+def custom_kb_passages(n: int = 40) -> list[tuple[str, str]]:
+    """A few dozen short passages from the words the tiny tokenizers know."""
+    words = " ".join(SENTENCES).split()
+    return [(f"{PASSAGES[i % len(PASSAGES)][0]} {i}", " ".join(words[(7 * i + j) % len(words)] for j in range(12))) for i in range(n)]
+
+
+def transformers_custom_kb(folder: Path, tokenizer, context_encoder, *, index: str = "hnsw", n: int = 40) -> tuple[Path, Path]:
+    """What transformers' `use_own_knowledge_dataset.py` writes, at toy size: (passages_path, index_path).
+
+    The passages embedded by a DPR context encoder, saved with `save_to_disk` (float32 embeddings,
+    as the script's features ask), and a faiss index over them saved beside the folder with
+    `dataset.get_index("embeddings").save(...)`.
+    """
+    import faiss
+    from datasets import Dataset, Features, Sequence, Value
+
+    rows = custom_kb_passages(n)
+    with torch.no_grad():
+        batch = tokenizer([t for t, _ in rows], [x for _, x in rows], padding=True, return_tensors="pt")
+        vectors = context_encoder(**batch).pooler_output.numpy()
+    features = Features({"text": Value("string"), "title": Value("string"), "embeddings": Sequence(Value("float32"))})
+    dataset = Dataset.from_dict({"text": [x for _, x in rows], "title": [t for t, _ in rows], "embeddings": vectors.tolist()},
+                                features=features)
+    passages_path = folder / "my_knowledge_dataset"
+    dataset.save_to_disk(str(passages_path))
+    dim = vectors.shape[1]
+    if index == "hnsw":
+        made = faiss.IndexHNSWFlat(dim, 128, faiss.METRIC_INNER_PRODUCT)
+    elif index == "flat":
+        made = faiss.IndexFlatIP(dim)
+    else:  # ivfpq: a few lists, trained on the passages themselves
+        made = faiss.IndexIVFPQ(faiss.IndexFlatIP(dim), dim, 2, 4, 4, faiss.METRIC_INNER_PRODUCT)
+        made.train(vectors)
+        made.nprobe = 2
+    dataset.add_faiss_index("embeddings", custom_index=made)
+    index_path = folder / f"my_knowledge_dataset_{index}_index.faiss"
+    dataset.get_index("embeddings").save(str(index_path))
+    return passages_path, index_path
