@@ -17,7 +17,7 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from .store import CHUNK_ROWS, gather_rows, in_memory, row_chunks
+from .store import CHUNK_ROWS, Workspace, gather_rows, in_memory, row_chunks
 
 CPU = torch.device("cpu")
 
@@ -89,22 +89,24 @@ def _on_device(block: np.ndarray, device: torch.device, buffer: torch.Tensor | N
 
 
 def search(xq: np.ndarray, xb, k: int, *, devices: Sequence[torch.device] = (CPU,),
-           chunk_rows: int = CHUNK_ROWS) -> tuple[np.ndarray, np.ndarray]:
+           chunk_rows: int = CHUNK_ROWS, workspace: Workspace | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Exact top-k inner products: xq (B, D), xb (N, D) -> D (B, k) float32, I (B, k) int64.
 
     xb is any row source `store.row_chunks` reads (an array, a .npy memmap, BlockRows) in any
     float dtype; scores are float32 products of float32 queries with the stored values widened to
     float32. Chunk i goes to devices[i % len(devices)]. When k > N the missing places hold
-    score -inf and id -1, as faiss fills them.
+    score -inf and id -1, as faiss fills them. A caller that searches often passes its thread's
+    `workspace`, so the chunk buffers are made once.
     """
     if not devices:
         raise ValueError("search needs at least one device")
     queries = {d: torch.from_numpy(np.ascontiguousarray(xq, dtype=np.float32)).to(d) for d in devices}
+    workspace = workspace if workspace is not None else Workspace()
     buffer = None
     if CPU in devices and not in_memory(xb):
-        buffer = torch.empty(min(chunk_rows, len(xb)), xb.shape[1], dtype=torch.float32)
+        buffer = torch.from_numpy(workspace.get("widen", (min(chunk_rows, len(xb)), xb.shape[1]), np.float32))
     best = None
-    for i, (start, block) in enumerate(row_chunks(xb, chunk_rows)):
+    for i, (start, block) in enumerate(row_chunks(xb, chunk_rows, workspace=workspace)):
         device = devices[i % len(devices)]
         part = chunk_topk(queries[device], _on_device(block, device, buffer), k, start)
         part = (part[0].to(CPU), part[1].to(CPU))
@@ -131,9 +133,10 @@ def search_tensor(xq: torch.Tensor, xb: torch.Tensor, k: int, *, chunk_rows: int
 def inner_products(xq: np.ndarray, xb, *, chunk_rows: int = CHUNK_ROWS) -> torch.Tensor:
     """Every passage's score: xq (B, D), xb (N, D) -> (B, N) float32 (4 MB per question at 1M rows)."""
     query = torch.from_numpy(np.ascontiguousarray(xq, dtype=np.float32))
-    buffer = None if in_memory(xb) else torch.empty(min(chunk_rows, len(xb)), xb.shape[1], dtype=torch.float32)
+    workspace = Workspace()
+    buffer = None if in_memory(xb) else torch.from_numpy(workspace.get("widen", (min(chunk_rows, len(xb)), xb.shape[1]), np.float32))
     out = torch.empty(query.shape[0], len(xb), dtype=torch.float32)
-    for start, block in row_chunks(xb, chunk_rows):
+    for start, block in row_chunks(xb, chunk_rows, workspace=workspace):
         out[:, start : start + len(block)] = query @ _on_device(block, CPU, buffer).T
     return out
 

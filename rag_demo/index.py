@@ -22,8 +22,9 @@ import logging
 import math
 import os
 import tempfile
+import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -31,11 +32,11 @@ import torch
 
 from .config import INDEX_KINDS, IndexConfig
 from .corpus import sha256_file
+from .errors import InputError, KnowledgeBaseError
 from .flat import rerank, search_tensor
 from .flat import search as flat_search
-from .store import abs_mean, gather_rows, in_memory, row_chunks
-from .errors import InputError, KnowledgeBaseError
 from .results import IndexReport
+from .store import Workspace, abs_mean, gather_rows, in_memory, row_chunks
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +55,7 @@ class SearchIndex:
     rows: object | None = None  # the KB's (N, D) vectors: flat searched in chunks, or IVF-PQ re-ranking
     rerank: int = 0  # IVF-PQ candidates re-scored exactly with `rows` (0: the codes' own ranking)
     devices: tuple[torch.device, ...] = (torch.device("cpu"),)  # where flat-in-chunks scores its chunks
+    threads: threading.local = field(default_factory=threading.local, repr=False, compare=False)  # .workspace per thread
 
     def search(self, xq: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
         xq = np.ascontiguousarray(xq, dtype=np.float32)
@@ -61,7 +63,9 @@ class SearchIndex:
             scores, ids = search_tensor(torch.from_numpy(xq).to(self.vectors.device), self.vectors, k)
             return scores.float().cpu().numpy(), ids.cpu().numpy()
         if self.faiss_index is None:
-            return flat_search(xq, self.rows, k, devices=self.devices)
+            if not hasattr(self.threads, "workspace"):
+                self.threads.workspace = Workspace()
+            return flat_search(xq, self.rows, k, devices=self.devices, workspace=self.threads.workspace)
         if self.rerank and self.rows is not None:
             _, candidates = self.faiss_index.search(xq, max(k, self.rerank))
             return rerank(xq, candidates, self.rows, k)

@@ -144,3 +144,13 @@ def test_cuda_devices_give_the_cpu_result(data, dtype, tmp_path):
         got = search(xq, mapped, 10, chunk_rows=128, devices=devices)
         assert np.array_equal(got[1], want[1])
         assert np.allclose(got[0], want[0], atol=1e-4)
+
+
+def test_workspace_buffers_are_reused_while_big_enough():
+    from rag_demo.store import Workspace
+
+    workspace = Workspace()
+    first = workspace.get("read", (10, 4), np.float16)
+    assert first.shape == (10, 4) and np.shares_memory(first, workspace.get("read", (6, 4), np.float16))
+    assert not np.shares_memory(first, workspace.get("read", (20, 4), np.float16))  # outgrown: made again
+    assert workspace.get("widen", (3, 4), np.float32).dtype == np.float32
