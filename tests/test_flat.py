@@ -154,3 +154,21 @@ def test_workspace_buffers_are_reused_while_big_enough():
     assert first.shape == (10, 4) and np.shares_memory(first, workspace.get("read", (6, 4), np.float16))
     assert not np.shares_memory(first, workspace.get("read", (20, 4), np.float16))  # outgrown: made again
     assert workspace.get("widen", (3, 4), np.float32).dtype == np.float32
+
+
+def test_rows_of_a_mapped_file_are_read_without_mapping_them(tmp_path):
+    from rag_demo.heap import status_mb
+
+    half = np.random.default_rng(0).standard_normal((200_000, 64)).astype(np.float16)  # 26 MB
+    np.save(tmp_path / "v.npy", half)
+    mapped = np.load(tmp_path / "v.npy", mmap_mode="r")
+    ids = np.random.default_rng(1).choice(len(half), size=3000, replace=False)
+    gather_rows(mapped, ids[:10])
+    before = status_mb("RssFile")
+    got = gather_rows(mapped, ids)
+    assert np.array_equal(got, half[ids].astype(np.float32)) and got.dtype == np.float32
+    assert np.array_equal(gather_rows(mapped, [-1, 0]), half[[-1, 0]].astype(np.float32))
+    with pytest.raises(IndexError):
+        gather_rows(mapped, [len(half)])
+    if before is not None:
+        assert status_mb("RssFile") - before < 5  # through the mapping, 3000 random rows would map most of the file
