@@ -25,6 +25,7 @@ from .config import (
     EngineConfig,
     GeneratorConfig,
 )
+from .corpus import VECTOR_DTYPES
 from .errors import RagDemoError
 
 log = logging.getLogger(__name__)
@@ -99,6 +100,9 @@ def build_parser() -> argparse.ArgumentParser:
     build.add_argument("out")
     build.add_argument("--encoder", default=EncoderConfig().model, help="passage encoder id or folder")
     build.add_argument("--words", type=_positive_int, default=100, help="words per passage (default 100, as DPR)")
+    build.add_argument("--vectors", default="arrow", choices=("arrow",) + VECTOR_DTYPES,
+                       help="arrow: an embeddings column (transformers' layout, default); float16/float32: a "
+                            "memory-mapped embeddings.npy beside the passages, for large KBs")
 
     prepare = commands.add_parser("prepare", help="fetch, convert, embed and index the offline default ahead of time, "
                                   "and check the example questions")
@@ -144,11 +148,18 @@ def engine_config(args) -> EngineConfig:
     return config
 
 
+def _names_a_folder(text: str) -> bool:
+    try:
+        return Path(text).expanduser().is_dir()
+    except (OSError, ValueError):  # a NUL byte, a name too long
+        return False
+
+
 def _kb_paths(args) -> dict[str, str] | None:
     """--kb-path NAME=PATH folders by name. With --rag-checkpoint and no --kb-path, a `--kb` folder
     is the one KB (the default KBs, made by another encoder, could not serve a RAG checkpoint)."""
     if not args.kb_path:
-        if getattr(args, "rag_checkpoint", None) and args.kb and Path(args.kb).expanduser().is_dir():
+        if getattr(args, "rag_checkpoint", None) and args.kb and _names_a_folder(args.kb):
             return {args.kb: args.kb}
         return None
     paths = {}
@@ -253,7 +264,7 @@ def cmd_build_kb(args) -> int:
     progress = _progress()
     vectors = encoder.encode_passages(passages, progress=lambda done, total: progress("embedding passages", done, total))
     try:
-        save_kb(make_kb(out.name, passages, vectors, encoder=args.encoder), out)
+        save_kb(make_kb(out.name, passages, vectors, encoder=args.encoder), out, vectors=args.vectors)
     except OSError as err:
         raise UsageError(f"could not write {out}: {err.strerror}; choose a writable folder") from None
     print(f"wrote {len(passages)} passages ({encoder.dim}-dim embeddings from {args.encoder}) to {out}")

@@ -99,17 +99,21 @@ def test_bad_input_is_one_line_and_exit_2(saved, args, message, tmp_path):
     assert len(out.stderr.strip().splitlines()) == 1
 
 
-def test_build_kb_from_files(tmp_path):
+@pytest.mark.parametrize("vectors", ["arrow", "float16"])
+def test_build_kb_from_files(tmp_path, vectors):
+    import numpy as np
+
     src = tmp_path / "src"
     src.mkdir()
     (src / "a.txt").write_text("word " * 150)
     (src / "b.md").write_text("the quick brown fox")
-    out = run("build-kb", str(src), str(tmp_path / "kb"))
+    out = run("build-kb", str(src), str(tmp_path / "kb"), "--vectors", vectors)
     assert out.returncode == 0, out.stderr
     from rag_demo.corpus import load_kb
 
     kb = load_kb(tmp_path / "kb")
     assert len(kb) == 3 and kb.dim == 384 and kb.normalized
+    assert isinstance(kb.embeddings, np.memmap) == (vectors == "float16")
 
 
 def test_eval_table_end_to_end_and_bad_ks(saved):
