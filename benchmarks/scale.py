@@ -1,0 +1,246 @@
+"""Knowledge bases far larger than the demo's: build, size, memory, latency and recall per index.
+
+    python benchmarks/scale.py [--sizes 10k,100k,1m] [--kinds flat,hnsw,ivfpq] [--data DIR] [--json FILE]
+
+For each size N a synthetic KB of N passages is written the way a large KB is kept (titles and
+texts as a `datasets` folder, 384-dim float16 vectors in a memory-mapped embeddings.npy); the
+vectors are drawn around topic centres (`rag_demo.bench.synthetic_vectors`) so that recall
+against exact search means something. Then, per index variant, two child processes:
+
+- build: builds the index over the memory-mapped vectors and caches it beside the KB
+  (build seconds, bytes on disk, the build's peak resident memory);
+- serve: loads the KB and the cached index (memory-mapped), answers `--queries` questions one
+  at a time (batch 1) and reports the median ms per question, recall@10 against exact search,
+  and VmRSS / VmHWM / RssAnon from /proc/self/status at the end.
+
+A child per configuration keeps one configuration's memory out of the next one's figures.
+flat is the chunked exact search over the memory-mapped float16 vectors (nothing to build; its
+bytes are the vectors file); ivfpq re-ranks its candidates with exact products read from that
+file. HNSW is skipped above `--hnsw-max` rows (its build is the slow one on 2 cores).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+log = logging.getLogger("scale")
+
+KINDS = ("flat", "hnsw", "ivfpq")
+K = 10
+
+
+@dataclass(frozen=True)
+class Plan:
+    dim: int = 384
+    per_topic: int = 250  # passages per topic centre (N // 250 centres), so a question's neighbours share its topic
+    queries: int = 100
+    block: int = 100_000  # vectors drawn and written per block
+    hnsw_max: int = 1_000_000  # larger KBs skip HNSW: its build took 5.5 min at 1M rows on 2 cores, and grows faster than N
+
+
+def parse_size(text: str) -> int:
+    """'10k' -> 10000, '1m' -> 1000000, '2500' -> 2500."""
+    text = text.strip().lower()
+    scale = {"k": 1_000, "m": 1_000_000}.get(text[-1:], 1)
+    return int(float(text[:-1] if scale > 1 else text) * scale)
+
+
+def index_config(n: int, kind: str):
+    """Index parameters for N rows. IVF-PQ aims at < 50 ms, recall@10 >= 0.9, < 3 GB at 1M on 2 cores:
+    1024 lists (256 below 100k), 48-byte codes (8 dims each), 32 lists probed, 64 training rows per
+    list (a k-means over all of 1M rows would take longer than everything else), and the best 100
+    candidates re-scored with the float16 vectors."""
+    from rag_demo.config import IndexConfig
+
+    if kind != "ivfpq":
+        return IndexConfig()
+    nlist = 1024 if n >= 100_000 else 256
+    return IndexConfig(ivf_nlist=nlist, pq_bytes=48, ivf_nprobe=32, ivf_train_rows=64 * nlist, ivf_rerank=100)
+
+
+def topics(n: int, plan: Plan) -> int:
+    return max(16, n // plan.per_topic)
+
+
+def memory_mb() -> dict:
+    from rag_demo.heap import status_mb
+
+    return {field: status_mb(field) for field in ("VmRSS", "VmHWM", "RssAnon")}
+
+
+# -- data ------------------------------------------------------------------------------------------
+def ensure_kb(folder: Path, n: int, plan: Plan) -> Path:
+    """A synthetic KB of n passages at folder (written once, then reused)."""
+    from rag_demo.bench import synthetic_vectors
+    from rag_demo.corpus import KB_META, write_kb
+
+    meta = folder / KB_META
+    if meta.is_file() and json.loads(meta.read_text()).get("count") == n:
+        return folder
+    started = time.perf_counter()
+    blocks = (synthetic_vectors(min(plan.block, n - start), plan.dim, topics(n, plan), seed=1000 + start // plan.block)
+              for start in range(0, n, plan.block))
+    write_kb(folder, name=f"synthetic-{n}", titles=[f"passage {i}" for i in range(n)],
+             texts=[f"synthetic passage number {i}" for i in range(n)], vectors=blocks, dim=plan.dim, dtype="float16")
+    log.info("wrote %s in %.0f s", folder, time.perf_counter() - started)
+    return folder
+
+
+def ensure_queries(path: Path, n: int, plan: Plan) -> Path:
+    """Questions drawn around the same topic centres as the KB of n passages (another seed)."""
+    import numpy as np
+
+    from rag_demo.bench import synthetic_vectors
+
+    if not path.is_file():
+        np.save(path, synthetic_vectors(plan.queries, plan.dim, topics(n, plan), seed=1))
+    return path
+
+
+# -- children ----------------------------------------------------------------------------------------
+def child_build(spec: dict) -> dict:
+    """Build one index over the KB's memory-mapped vectors and cache it beside the KB."""
+    from rag_demo.corpus import load_kb
+    from rag_demo.index import cached_index
+
+    kb = load_kb(spec["kb"])
+    index = cached_index(spec["kind"], kb.embeddings, kb.fingerprint, Path(spec["kb"]) / "indexes",
+                         index_config(len(kb), spec["kind"]))
+    return {"build_s": index.build_seconds if spec["kind"] != "flat" else None, "bytes": index.nbytes,
+            "build_peak_mb": memory_mb()["VmHWM"]}
+
+
+def child_serve(spec: dict) -> dict:
+    """Load the KB and its cached index, answer each question alone, score recall against exact."""
+    import numpy as np
+
+    from rag_demo.corpus import load_kb
+    from rag_demo.index import cached_index, recall_at_k
+
+    kb = load_kb(spec["kb"])
+    index = cached_index(spec["kind"], kb.embeddings, kb.fingerprint, Path(spec["kb"]) / "indexes",
+                         index_config(len(kb), spec["kind"]))
+    xq = np.load(spec["queries"])
+    index.search(xq[:1], K)  # first touch: code paths and the index's first pages
+    times, found = [], []
+    for row in xq:
+        started = time.perf_counter()
+        _, ids = index.search(row[None], K)
+        times.append((time.perf_counter() - started) * 1000)
+        found.append(ids[0])
+    found = np.stack(found)
+    exact_path = Path(spec["exact"])
+    if spec["kind"] == "flat" and not exact_path.is_file():
+        np.save(exact_path, index.search(xq, K)[1])  # the batch answer is the reference for the others
+    exact = np.load(exact_path)
+    # titles and texts of the answers, read as an ask would (from the Arrow file for large KBs)
+    shown = [kb.passage(int(i)) for i in found[0] if i >= 0]
+    return {"ms_per_question": statistics.median(times), "recall_at_10": recall_at_k(found, exact),
+            "shown": len(shown), **memory_mb()}
+
+
+def run_child(role: str, spec: dict, timeout: float) -> dict:
+    """Run one child (`role` build or serve) in a fresh interpreter; its last stdout line is JSON."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    out = subprocess.run([sys.executable, __file__, "--child", role, json.dumps(spec)], capture_output=True, text=True,
+                         env=env, timeout=timeout)
+    if out.returncode != 0:
+        raise RuntimeError(f"{role} {spec['kind']} failed:\n{out.stderr[-2000:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+# -- table ---------------------------------------------------------------------------------------
+def _mb(value) -> str:
+    return "—" if value is None else f"{value:,.0f}"
+
+
+def table(rows: list[dict]) -> str:
+    head = ("| N | index | build s | bytes on disk | build peak MB | VmRSS MB | VmHWM MB | RssAnon MB | ms / question | recall@10 |\n"
+            "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    lines = [head]
+    for r in rows:
+        if r.get("skipped"):
+            lines.append(f"| {r['n']:,} | {r['kind']} | {r['skipped']} | | | | | | | |")
+            continue
+        build = "—" if r["build_s"] is None else f"{r['build_s']:.1f}"
+        lines.append(f"| {r['n']:,} | {r['label']} | {build} | {r['bytes']:,} | {_mb(r['build_peak_mb'])} | {_mb(r['VmRSS'])} | "
+                     f"{_mb(r['VmHWM'])} | {_mb(r['RssAnon'])} | {r['ms_per_question']:.1f} | {r['recall_at_10']:.3f} |")
+    return "\n".join(lines)
+
+
+def label(n: int, kind: str) -> str:
+    config = index_config(n, kind)
+    if kind == "flat":
+        return "flat (fp16 memmap, chunks)"
+    if kind == "hnsw":
+        return f"hnsw (M {config.hnsw_m}, efC {config.hnsw_ef_construction}, efS {config.hnsw_ef_search})"
+    return f"ivfpq ({config.ivf_nlist} lists, {config.pq_bytes} B, nprobe {config.ivf_nprobe}, rerank {config.ivf_rerank})"
+
+
+def run(sizes: list[int], kinds: list[str], data: Path, plan: Plan, *, timeout: float) -> list[dict]:
+    rows = []
+    for n in sizes:
+        kb = ensure_kb(data / f"kb-{n}-{plan.dim}", n, plan)
+        queries = ensure_queries(data / f"queries-{n}-{plan.dim}-{plan.queries}.npy", n, plan)
+        exact = data / f"exact-{n}-{plan.dim}-{plan.queries}.npy"
+        for kind in ["flat"] + [k for k in kinds if k != "flat"]:  # flat first: it writes the exact answers
+            if kind == "hnsw" and n > plan.hnsw_max:
+                rows.append({"n": n, "kind": kind, "skipped": f"not built above {plan.hnsw_max:,} rows (--hnsw-max)"})
+                continue
+            spec = {"kb": str(kb), "kind": kind, "queries": str(queries), "exact": str(exact)}
+            started = time.perf_counter()
+            built = run_child("build", spec, timeout)
+            served = run_child("serve", spec, timeout)
+            log.info("N=%d %s done in %.0f s", n, kind, time.perf_counter() - started)
+            if kind == "flat" and "flat" not in kinds:
+                continue
+            rows.append({"n": n, "kind": kind, "label": label(n, kind), **built, **served})
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", default="10k,100k,1m", help="comma-separated KB sizes (10k, 100k, 1m, or plain numbers)")
+    parser.add_argument("--kinds", default=",".join(KINDS), help="index variants (default flat,hnsw,ivfpq)")
+    parser.add_argument("--data", default=None, help="folder for the synthetic KBs and indexes (default: a temporary one)")
+    parser.add_argument("--queries", type=int, default=Plan.queries)
+    parser.add_argument("--hnsw-max", type=int, default=Plan.hnsw_max, help="skip HNSW above this many rows")
+    parser.add_argument("--timeout", type=float, default=1800, help="seconds per child process")
+    parser.add_argument("--json", default=None, help="also write the rows to this file")
+    parser.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.child:
+        role, spec = args.child
+        print(json.dumps((child_build if role == "build" else child_serve)(json.loads(spec))))
+        return 0
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    kinds = [k.strip() for k in args.kinds.split(",") if k.strip()]
+    if unknown := [k for k in kinds if k not in KINDS]:
+        parser.error(f"unknown index kind(s) {', '.join(unknown)}; choose from {', '.join(KINDS)}")
+    plan = replace(Plan(), queries=args.queries, hnsw_max=args.hnsw_max)
+    sizes = [parse_size(s) for s in args.sizes.split(",") if s.strip()]
+    with tempfile.TemporaryDirectory(prefix="rag-scale-") as scratch:
+        data = Path(args.data) if args.data else Path(scratch)
+        data.mkdir(parents=True, exist_ok=True)
+        rows = run(sizes, kinds, data, plan, timeout=args.timeout)
+    print(table(rows))
+    if args.json:
+        Path(args.json).write_text(json.dumps({"plan": asdict(plan), "rows": rows}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,42 @@
+"""benchmarks/scale.py at toy size, its child steps run in this process (the real run starts one per configuration)."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def scale():
+    spec = importlib.util.spec_from_file_location("scale_bench", ROOT / "benchmarks" / "scale.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["scale_bench"] = module  # dataclasses look their module up while the file runs
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_sizes_and_parameters(scale):
+    assert [scale.parse_size(s) for s in ("10k", "1m", "2500", "0.5M")] == [10_000, 1_000_000, 2500, 500_000]
+    config = scale.index_config(1_000_000, "ivfpq")
+    assert (config.ivf_nlist, config.pq_bytes, config.ivf_rerank) == (1024, 48, 100)
+    assert scale.index_config(10_000, "ivfpq").ivf_nlist == 256 and scale.index_config(10, "hnsw").ivf_rerank == 0
+
+
+def test_toy_run_of_every_step(scale, tmp_path):
+    plan = scale.Plan(dim=16, queries=5, block=700, per_topic=50)
+    kb = scale.ensure_kb(tmp_path / "kb", 2000, plan)
+    queries = scale.ensure_queries(tmp_path / "q.npy", 2000, plan)
+    rows = []
+    for kind in ("flat", "hnsw", "ivfpq"):
+        spec = {"kb": str(kb), "kind": kind, "queries": str(queries), "exact": str(tmp_path / "exact.npy")}
+        rows.append({"n": 2000, "kind": kind, "label": scale.label(2000, kind), **scale.child_build(spec), **scale.child_serve(spec)})
+    assert rows[0]["recall_at_10"] == 1.0 and rows[0]["bytes"] == 2000 * 16 * 2 and rows[0]["build_s"] is None
+    assert rows[1]["recall_at_10"] >= 0.9 and rows[2]["bytes"] > 0
+    assert all(r["ms_per_question"] > 0 and r["VmHWM"] >= r["VmRSS"] > 0 for r in rows)
+    text = scale.table(rows + [{"n": 5_000_000, "kind": "hnsw", "skipped": "not built"}])
+    assert text.count("\n") == 5 and "| 2,000 | flat (fp16 memmap, chunks) | — | 64,000 |" in text and "not built" in text
