@@ -16,7 +16,8 @@ against exact search means something. Then, per index variant, two child process
 A child per configuration keeps one configuration's memory out of the next one's figures.
 flat is the chunked exact search over the memory-mapped float16 vectors (nothing to build; its
 bytes are the vectors file); ivfpq re-ranks its candidates with exact products read from that
-file. HNSW is skipped above `--hnsw-max` rows (its build is the slow one on 2 cores).
+file (`--reranks`: one row per number of candidates, 0 for the codes' own ranking). HNSW is
+skipped above `--hnsw-max` rows (its build is the slow one on 2 cores).
 """
 
 from __future__ import annotations
@@ -48,7 +49,8 @@ class Plan:
     per_topic: int = 250  # passages per topic centre (N // 250 centres), so a question's neighbours share its topic
     queries: int = 100
     block: int = 100_000  # vectors drawn and written per block
-    hnsw_max: int = 1_000_000  # larger KBs skip HNSW: its build took 5.5 min at 1M rows on 2 cores, and grows faster than N
+    hnsw_max: int = 1_000_000  # larger KBs skip HNSW: its build took 4-6 min at 1M rows on 2 cores, and grows faster than N
+    reranks: tuple[int, ...] = (0, 100)  # IVF-PQ served as its codes rank (0) and with this many candidates re-scored
 
 
 def parse_size(text: str) -> int:
@@ -58,17 +60,17 @@ def parse_size(text: str) -> int:
     return int(float(text[:-1] if scale > 1 else text) * scale)
 
 
-def index_config(n: int, kind: str):
+def index_config(n: int, kind: str, *, rerank: int = 100):
     """Index parameters for N rows. IVF-PQ aims at < 50 ms, recall@10 >= 0.9, < 3 GB at 1M on 2 cores:
     1024 lists (256 below 100k), 48-byte codes (8 dims each), 32 lists probed, 64 training rows per
-    list (a k-means over all of 1M rows would take longer than everything else), and the best 100
-    candidates re-scored with the float16 vectors."""
+    list (a k-means over all of 1M rows would take longer than everything else), and the best
+    `rerank` candidates re-scored with the float16 vectors (re-ranking does not change the index)."""
     from rag_demo.config import IndexConfig
 
     if kind != "ivfpq":
         return IndexConfig()
     nlist = 1024 if n >= 100_000 else 256
-    return IndexConfig(ivf_nlist=nlist, pq_bytes=48, ivf_nprobe=32, ivf_train_rows=64 * nlist, ivf_rerank=100)
+    return IndexConfig(ivf_nlist=nlist, pq_bytes=48, ivf_nprobe=32, ivf_train_rows=64 * nlist, ivf_rerank=rerank)
 
 
 def topics(n: int, plan: Plan) -> int:
@@ -132,7 +134,7 @@ def child_serve(spec: dict) -> dict:
 
     kb = load_kb(spec["kb"])
     index = cached_index(spec["kind"], kb.embeddings, kb.fingerprint, Path(spec["kb"]) / "indexes",
-                         index_config(len(kb), spec["kind"]))
+                         index_config(len(kb), spec["kind"], rerank=spec.get("rerank", 100)))
     xq = np.load(spec["queries"])
     index.search(xq[:1], K)  # first touch: code paths and the index's first pages
     times, found = [], []
@@ -181,8 +183,8 @@ def table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def label(n: int, kind: str) -> str:
-    config = index_config(n, kind)
+def label(n: int, kind: str, *, rerank: int = 100) -> str:
+    config = index_config(n, kind, rerank=rerank)
     if kind == "flat":
         return "flat (fp16 memmap, chunks)"
     if kind == "hnsw":
@@ -203,11 +205,11 @@ def run(sizes: list[int], kinds: list[str], data: Path, plan: Plan, *, timeout: 
             spec = {"kb": str(kb), "kind": kind, "queries": str(queries), "exact": str(exact)}
             started = time.perf_counter()
             built = run_child("build", spec, timeout)
-            served = run_child("serve", spec, timeout)
+            for rerank in plan.reranks if kind == "ivfpq" else (0,):
+                served = run_child("serve", {**spec, "rerank": rerank}, timeout)
+                if kind != "flat" or "flat" in kinds:
+                    rows.append({"n": n, "kind": kind, "label": label(n, kind, rerank=rerank), **built, **served})
             log.info("N=%d %s done in %.0f s", n, kind, time.perf_counter() - started)
-            if kind == "flat" and "flat" not in kinds:
-                continue
-            rows.append({"n": n, "kind": kind, "label": label(n, kind), **built, **served})
     return rows
 
 
@@ -218,6 +220,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--data", default=None, help="folder for the synthetic KBs and indexes (default: a temporary one)")
     parser.add_argument("--queries", type=int, default=Plan.queries)
     parser.add_argument("--hnsw-max", type=int, default=Plan.hnsw_max, help="skip HNSW above this many rows")
+    parser.add_argument("--reranks", default=",".join(map(str, Plan.reranks)),
+                        help="IVF-PQ candidates re-scored exactly, one table row each (0: the codes' ranking)")
     parser.add_argument("--timeout", type=float, default=1800, help="seconds per child process")
     parser.add_argument("--json", default=None, help="also write the rows to this file")
     parser.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
@@ -230,7 +234,8 @@ def main(argv: list[str] | None = None) -> int:
     kinds = [k.strip() for k in args.kinds.split(",") if k.strip()]
     if unknown := [k for k in kinds if k not in KINDS]:
         parser.error(f"unknown index kind(s) {', '.join(unknown)}; choose from {', '.join(KINDS)}")
-    plan = replace(Plan(), queries=args.queries, hnsw_max=args.hnsw_max)
+    plan = replace(Plan(), queries=args.queries, hnsw_max=args.hnsw_max,
+                   reranks=tuple(int(r) for r in args.reranks.split(",") if r.strip()))
     sizes = [parse_size(s) for s in args.sizes.split(",") if s.strip()]
     with tempfile.TemporaryDirectory(prefix="rag-scale-") as scratch:
         data = Path(args.data) if args.data else Path(scratch)

@@ -111,6 +111,8 @@ def search(xq: np.ndarray, xb, k: int, *, devices: Sequence[torch.device] = (CPU
         part = chunk_topk(queries[device], _on_device(block, device, buffer), k, start)
         part = (part[0].to(CPU), part[1].to(CPU))
         best = part if best is None else merge_topk(torch.cat([best[0], part[0]], 1), torch.cat([best[1], part[1]], 1), k)
+    if best is None:  # no rows at all
+        best = (torch.empty(len(xq), 0), torch.empty(len(xq), 0, dtype=torch.int64))
     scores, ids = merge_topk(*best, k)  # a single chunk has not been through the tie order yet
     scores, ids = pad_topk(scores, ids, k)
     return scores.numpy(), ids.numpy()

@@ -261,6 +261,9 @@ def cached_index(kind: str, xb, fingerprint: str, cache_dir: Path | None, config
     """
     if prebuilt is not None and prebuilt_kind(prebuilt) == kind:
         return load_prebuilt(kind, prebuilt, xb, config)
+    if prebuilt is not None and prebuilt_kind(prebuilt) is None:
+        log.warning("%s is a faiss index type that is none of %s; the KB's own %s index is used instead",
+                    prebuilt, ", ".join(INDEX_KINDS), kind)
     if kind == "flat" or cache_dir is None:
         return build_index(kind, xb, config, device=device)
     import faiss

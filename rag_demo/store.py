@@ -14,6 +14,7 @@ Three forms of (N, D) passage vectors reach the search code:
 from __future__ import annotations
 
 import bisect
+import functools
 import mmap
 import os
 from collections.abc import Iterator, Sequence
@@ -40,7 +41,7 @@ class BlockRows:
         if not self.blocks or any(b.ndim != 2 or b.shape[1] != self.blocks[0].shape[1] for b in self.blocks):
             raise ValueError("BlockRows needs at least one block, all (n_i, D) with the same D")
 
-    @property
+    @functools.cached_property
     def starts(self) -> tuple[int, ...]:
         """Row id of each block's first row, then N."""
         return tuple(np.cumsum([0] + [len(b) for b in self.blocks]).tolist())

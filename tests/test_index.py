@@ -131,3 +131,15 @@ def test_a_prebuilt_index_of_the_kind_is_used_as_saved(vectors, tmp_path):
     assert type(other.faiss_index).__name__ == "IndexIVFPQ"  # another kind: the KB's own index is built
     with pytest.raises(KnowledgeBaseError, match="indexes 3000 vectors"):
         cached_index("hnsw", vectors[:10], "fp", None, IndexConfig(), prebuilt=path)
+
+
+def test_a_prebuilt_index_of_another_type_is_left_aside(vectors, tmp_path, caplog):
+    import faiss
+
+    other = faiss.IndexIVFFlat(faiss.IndexFlatIP(vectors.shape[1]), vectors.shape[1], 4, faiss.METRIC_INNER_PRODUCT)
+    other.train(vectors)
+    other.add(vectors)
+    path = tmp_path / "kb_ivfflat.faiss"
+    faiss.write_index(other, str(path))
+    index = cached_index("ivfpq", vectors, "fp", None, IndexConfig(), prebuilt=path)
+    assert type(index.faiss_index).__name__ == "IndexIVFPQ" and "none of flat, hnsw, ivfpq" in caplog.text

@@ -32,11 +32,13 @@ def test_toy_run_of_every_step(scale, tmp_path):
     kb = scale.ensure_kb(tmp_path / "kb", 2000, plan)
     queries = scale.ensure_queries(tmp_path / "q.npy", 2000, plan)
     rows = []
-    for kind in ("flat", "hnsw", "ivfpq"):
-        spec = {"kb": str(kb), "kind": kind, "queries": str(queries), "exact": str(tmp_path / "exact.npy")}
-        rows.append({"n": 2000, "kind": kind, "label": scale.label(2000, kind), **scale.child_build(spec), **scale.child_serve(spec)})
+    for kind, rerank in (("flat", 0), ("hnsw", 0), ("ivfpq", 0), ("ivfpq", 100)):
+        spec = {"kb": str(kb), "kind": kind, "queries": str(queries), "exact": str(tmp_path / "exact.npy"), "rerank": rerank}
+        rows.append({"n": 2000, "kind": kind, "label": scale.label(2000, kind, rerank=rerank), **scale.child_build(spec),
+                     **scale.child_serve(spec)})
     assert rows[0]["recall_at_10"] == 1.0 and rows[0]["bytes"] == 2000 * 16 * 2 and rows[0]["build_s"] is None
     assert rows[1]["recall_at_10"] >= 0.9 and rows[2]["bytes"] > 0
+    assert rows[3]["recall_at_10"] >= rows[2]["recall_at_10"] and "rerank 100" in rows[3]["label"]
     assert all(r["ms_per_question"] > 0 and r["VmHWM"] >= r["VmRSS"] > 0 for r in rows)
     text = scale.table(rows + [{"n": 5_000_000, "kind": "hnsw", "skipped": "not built"}])
-    assert text.count("\n") == 5 and "| 2,000 | flat (fp16 memmap, chunks) | — | 64,000 |" in text and "not built" in text
+    assert text.count("\n") == 6 and "| 2,000 | flat (fp16 memmap, chunks) | — | 64,000 |" in text and "not built" in text
