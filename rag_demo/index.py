@@ -138,8 +138,12 @@ def build_faiss(kind: str, xb, config: IndexConfig):
         quantizer = faiss.IndexFlatIP(dim)
         bits = 8 if n >= 256 * 39 else max(1, min(8, int(math.log2(max(n // 39, 2)))))
         index = faiss.IndexIVFPQ(quantizer, dim, nlist, _pq_subquantizers(dim, config.pq_bytes), bits, faiss.METRIC_INNER_PRODUCT)
-        sample = training_rows(n, nlist, config.ivf_train_rows) if (config.ivf_train_rows is not None or not whole) else None
-        index.train(xb if (sample is None and whole) else gather_rows(xb, np.arange(n) if sample is None else sample))
+        # in-memory rows go to faiss whole, as they always did, unless a sample size is set
+        sample = None if (whole and config.ivf_train_rows is None) else training_rows(n, nlist, config.ivf_train_rows)
+        if sample is None and whole:
+            index.train(xb)
+        else:
+            index.train(gather_rows(xb, np.arange(n) if sample is None else sample))
     else:
         raise InputError(f"unknown index {kind!r}; choose one of {', '.join(INDEX_KINDS)}")
     if whole:
