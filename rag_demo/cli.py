@@ -57,7 +57,7 @@ def _model_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--untuned-questions", action="store_true",
                         help="the default encoder's packaged weights for questions, not the ones fine-tuned on nq-wiki")
     parser.add_argument("--untuned-generator", action="store_true",
-                        help="the default generator as converted, not the copy fine-tuned to read the KBs' passages")
+                        help="the default generator as converted, without the reading adapter trained on the KBs' passages")
     parser.add_argument("--scale", type=float, default=None, help="retrieval logit scale (default: the encoder's)")
     parser.add_argument("--retriever", default=None, choices=RETRIEVERS,
                         help="hybrid: dense + BM25 logits; dense: the paper's (default: hybrid when a lexical weight is set)")
@@ -113,6 +113,8 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--table", action="store_true",
                           help="every variant and closed-book on every KB for each --ks; prints a markdown table")
     evaluate.add_argument("--ks", type=_k_list, default=(1, 5, 10), help="comma-separated k values for --table")
+    evaluate.add_argument("--gold-passage", action="store_true",
+                          help="read each question's gold passage alone instead of retrieving (the reading ceiling)")
     evaluate.add_argument("--kb-sample", type=_positive_int, default=None, metavar="N",
                           help="ask over N passages of the KB drawn with --seed (and the questions they answer)")
     _model_options(evaluate)
@@ -264,12 +266,15 @@ def cmd_prepare(args) -> int:
     # the page's first start would ask each example question once to order them; do it at build time
     feature_checked_examples(RagEngine.from_config(progress=_progress()), progress=_progress())
     if args.json:
-        print(json.dumps({"generator": str(prepared.generator_to_load), "encoder": str(prepared.encoder_path),
+        print(json.dumps({"generator": str(prepared.generator_path),
+                          "reader_adapter": str(prepared.reader_adapter_path) if prepared.reader_adapter_path else None,
+                          "encoder": str(prepared.encoder_path),
                           "question_encoder": str(prepared.question_encoder_path or prepared.encoder_path),
                           "kbs": {k: str(v) for k, v in prepared.kb_paths.items()}}))
     else:
-        print(f"generator{' (fine-tuned)' if prepared.tuned_generator_path else ''}: {prepared.generator_to_load}\n"
-              f"encoder: {prepared.encoder_path}")
+        print(f"generator: {prepared.generator_path}\nencoder: {prepared.encoder_path}")
+        if prepared.reader_adapter_path is not None:
+            print(f"reading adapter (fine-tuned; off for closed-book): {prepared.reader_adapter_path}")
         if prepared.question_encoder_path is not None:
             print(f"question encoder (fine-tuned): {prepared.question_encoder_path}")
         for name, path in prepared.kb_paths.items():
@@ -296,7 +301,8 @@ def cmd_eval(args) -> int:
         kbs = (args.kb,) if args.kb else engine.kb_names
         reports = evaluate_table(engine, kbs=kbs, ks=args.ks, n=args.n, seed=args.seed, index=args.index,
                                  num_beams=args.num_beams, max_new_tokens=args.max_new_tokens, sequence_decoding=args.decoding,
-                                 kb_sample=args.kb_sample, retriever=args.retriever, extractive=args.extractive)
+                                 kb_sample=args.kb_sample, retriever=args.retriever, extractive=args.extractive,
+                                 gold_passage=args.gold_passage)
         if args.json:
             print(json.dumps(reports))
         else:
@@ -305,7 +311,7 @@ def cmd_eval(args) -> int:
     report = evaluate(engine, kb=args.kb or engine.default_kb, variant=args.variant, n=args.n, seed=args.seed,
                       k=args.k, index=args.index, num_beams=args.num_beams, max_new_tokens=args.max_new_tokens,
                       sequence_decoding=args.decoding, kb_sample=args.kb_sample, retriever=args.retriever,
-                      extractive=args.extractive)
+                      extractive=args.extractive, gold_passage=args.gold_passage)
     if args.json:
         print(json.dumps(report))
     else:

@@ -11,7 +11,7 @@ import logging
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -317,9 +317,19 @@ class RagEngine:
 
     # -- retrieval ------------------------------------------------------------------------------
     def retrieve(self, question: str, *, kb: str | KnowledgeBase | None = None, k: int = 5, index: str = "flat",
-                 retriever: str | None = None, timings: dict[str, float] | None = None) -> _Retrieval:
+                 retriever: str | None = None, timings: dict[str, float] | None = None,
+                 rows: Sequence[int] | None = None) -> _Retrieval:
+        """The top k passages of `kb` for `question` and their p(z|x).
+
+        `rows` names the passages instead of searching for them (k = len(rows)): p(z|x) is then the
+        same softmax over just those rows, e.g. 1 for a single gold passage (`eval --gold-passage`)."""
         knowledge = self.resolve_kb(kb)
         retriever = self.resolve_retriever(retriever)
+        if rows is not None:
+            rows = [int(row) for row in rows]
+            if not rows or any(not 0 <= row < len(knowledge) for row in rows):
+                raise InputError(f"passage rows must lie in 0..{len(knowledge) - 1} of {knowledge.name}")
+            k, index = len(rows), "flat"
         if not isinstance(k, int) or isinstance(k, bool) or k < 1:
             raise InputError("k must be a whole number of at least 1")
         if k > len(knowledge):
@@ -337,7 +347,10 @@ class RagEngine:
         weight = self.lexical_weight if retriever == "hybrid" else 0.0
         lexical = self._lexical_for(knowledge).scores(question) if retriever == "hybrid" else None  # (N,)
         recall = None
-        if retriever == "hybrid" and index == "flat":
+        if rows is not None:
+            ids = rows
+            vectors = torch.from_numpy(knowledge.embeddings[ids])  # (k, D)
+        elif retriever == "hybrid" and index == "flat":
             ids = list(range(len(knowledge)))  # exact search: every passage's dense + lexical logit
             vectors = torch.from_numpy(knowledge.embeddings)  # (N, D), not copied
         else:
@@ -520,13 +533,14 @@ class RagEngine:
     def ask(self, question: str, *, kb: str | KnowledgeBase | None = None, k: int = 5, index: str = "flat",
             variants=VARIANTS, num_beams: int | None = None, sequence_decoding: str | None = None,
             max_new_tokens: int | None = None, closed_book: bool = True, retriever: str | None = None,
-            extractive: bool | None = None, progress: Progress | None = None) -> AskResult:
+            extractive: bool | None = None, progress: Progress | None = None, rows: Sequence[int] | None = None) -> AskResult:
         """Retrieve k passages, answer with each variant, and trace every token to its passages.
 
         `extractive` makes both variants copy a run of a retrieved passage (see `decoding.CopySpans`);
         the closed-book answer, which reads no passage, stays free. `progress(stage, done, total)`
         hears of each step as it starts (`total` steps in all), so a page can say what is running
-        instead of guessing a time."""
+        instead of guessing a time. `rows` reads those passages of the KB instead of retrieving
+        (see `retrieve`)."""
         num_beams = self.config.decoding.num_beams if num_beams is None else num_beams
         max_new_tokens = self.config.decoding.max_new_tokens if max_new_tokens is None else max_new_tokens
         sequence_decoding = sequence_decoding or self.config.decoding.sequence_decoding
@@ -540,7 +554,7 @@ class RagEngine:
         total_started = time.perf_counter()
         timings: dict[str, float] = {}
         step("retrieving passages")
-        retrieval = self.retrieve(question, kb=kb, k=k, index=index, retriever=retriever, timings=timings)
+        retrieval = self.retrieve(question, kb=kb, k=k, index=index, retriever=retriever, timings=timings, rows=rows)
         started = time.perf_counter()
         gen = self.generator
         prefix = gen.generation_prefix()
@@ -564,11 +578,14 @@ class RagEngine:
             step("tracing each answer token to its passages")
             targets = [ids for ids, _, _ in answers.values()]
             per_doc = self._all_rows_logprobs(state, targets, [known for _, _, known in answers.values()])
+            closed_lps = [torch.full((1, len(t)), float("nan")) for t in targets]
+            closed_result = None
             if closed_book:
                 step("the closed-book answer (no passages)")
-            closed_state = self._closed_book_state(retrieval.generator_question, prefix) if closed_book else None
-            closed_lps = (self._doc_token_logprobs(closed_state, targets, [[0]] * len(targets)) if closed_book
-                          else [torch.full((1, len(t)), float("nan")) for t in targets])
+                with gen.base_weights():  # the model's own memory, without the reading adapter
+                    closed_state = self._closed_book_state(retrieval.generator_question, prefix)
+                    closed_lps = self._doc_token_logprobs(closed_state, targets, [[0]] * len(targets))
+                    closed_result = self._closed_book_answer(closed_state, prefix, max_new_tokens)
             results = {}
             decoding_name = ("greedy" if num_beams == 1 else f"beam {num_beams}") + (", copying" if extractive else "")
             for (variant, (ids, candidates, _)), lps, closed in zip(answers.items(), per_doc, closed_lps):
@@ -577,11 +594,11 @@ class RagEngine:
                     variant, ids, lps, retrieval.doc_lp, closed[0], decoding_name=name,
                     candidates=[(gen.decode(list(c)), s) for c, s in candidates],
                 )
-            closed_result = self._closed_book_answer(closed_state, prefix, max_new_tokens) if closed_book else None
         timings["generate"] = (time.perf_counter() - started) * 1000
         timings["total"] = (time.perf_counter() - total_started) * 1000
         return AskResult(
-            question=question, kb=self.resolve_kb(kb).name, index=index, k=k, passages=retrieval.passages,
+            question=question, kb=self.resolve_kb(kb).name, index=index, k=len(retrieval.passages),
+            passages=retrieval.passages,
             variants=results, closed_book=closed_result, timings_ms=timings,
             notices=notices + retrieval.notices, index_recall=retrieval.recall, scale=self.encoder.scale,
             retriever=retrieval.retriever, lexical_weight=retrieval.lexical_weight, extractive=extractive,
@@ -598,12 +615,13 @@ class RagEngine:
         )
 
     def closed_book(self, question: str, *, max_new_tokens: int | None = None) -> ClosedBookResult:
-        """The generator's greedy answer without any passage: its parametric memory alone."""
+        """The generator's greedy answer without any passage: its parametric memory alone (the base
+        weights, without a reading adapter)."""
         max_new_tokens = self.config.decoding.max_new_tokens if max_new_tokens is None else max_new_tokens
         self._check_options(VARIANTS, 1, max_new_tokens, "thorough")
         question, _ = clean_text(question, what="question")
         prefix = self.generator.generation_prefix()
-        with torch.inference_mode():
+        with torch.inference_mode(), self.generator.base_weights():
             state = self._closed_book_state(self._question_for_generator(question), prefix)
             return self._closed_book_answer(state, prefix, max_new_tokens)
 
@@ -638,8 +656,9 @@ class RagEngine:
             best = max(range(len(targets)), key=lambda i: token_lp[i])  # the answer part is shared
             target, per_doc = targets[best], per_ending[best]
             step("scoring it closed-book (no passages)")
-            closed_state = self._closed_book_state(retrieval.generator_question, target.prefix)
-            closed = self._doc_token_logprobs(closed_state, [target.ids], [[0]])[0][0]
+            with gen.base_weights():
+                closed_state = self._closed_book_state(retrieval.generator_question, target.prefix)
+                closed = self._doc_token_logprobs(closed_state, [target.ids], [[0]])[0][0]
         results = {
             v: self._variant_result(v, target.ids, per_doc, retrieval.doc_lp, closed, decoding_name="scored") for v in variants
         }

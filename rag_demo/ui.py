@@ -681,18 +681,18 @@ GLOSSARY = (
                          "passages (never the questions evaluated, nor the example questions), while the passages "
                          "keep their vectors, so the index stays as built."),
     ("generator", "The language model that writes the answer after reading each passage. On the offline default "
-                  "it is Gemma-3-270m, fine-tuned once (as the paper fine-tunes BART) on 600 training questions, each "
-                  "read with its gold passage: half with the real passage, half with the swapped one, the target "
-                  "always what that passage says. So it learns to answer from the passage rather than from memory. "
-                  "Closed-book uses the same weights with no passage. Trained only to read passages, they "
-                  "mostly answer closed-book with a name from the prompt's worked examples (Mozart for 29 of 30 "
-                  "questions), so the closed-book card shows little memory; the converted generator "
-                  "(--untuned-generator) shows the base model's."),
+                  "it is Gemma-3-270m with a small reading adapter (a LoRA, a few MB) trained once, as the paper "
+                  "fine-tunes BART, on training questions read with their gold passage: half with the real passage, "
+                  "half with the swapped one, the target always what that passage says. So it learns to answer "
+                  "from the passage rather than from memory. The adapter is switched off for closed-book."),
     ("posterior", "After seeing the answer (or a token of it), how likely each passage is to be the one that "
                   "produced it: p(z|x) times how well z explains the text, renormalized. The heatmaps' cells."),
-    ("closed-book, parametric memory", "Closed-book: the same generator with no passages, answering from what "
-                                       "its weights remember (its parametric memory). A dotted underline marks a "
-                                       "token the closed-book model alone gives p ≥ 0.5."),
+    ("closed-book, parametric memory", "Closed-book: the base generator (without the reading adapter) with no "
+                                       "passages, answering from what its weights remember: its parametric memory. "
+                                       "Each answer token's closed-book probability and the retrieval gain compare "
+                                       "against it, so they show what the passages added to what the model already "
+                                       "knew. A dotted underline marks a token the closed-book model alone gives "
+                                       "p ≥ 0.5."),
     ("nats, retrieval gain", "Nats are the unit of natural-log probabilities. The retrieval gain of a token is its "
                              "log p with passages minus its log p closed-book: +1 nat means the passages made it "
                              "e ≈ 2.7 times as likely; −2.3 nats, ten times less likely."),
