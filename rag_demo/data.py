@@ -54,7 +54,7 @@ from .config import (
 )
 from .corpus import KnowledgeBase, Passage, load_kb, make_kb, save_kb, sha256_file
 from .errors import CacheError, KnowledgeBaseError, ModelLoadError
-from .evaluate import EvalQuestion
+from .evaluate import EvalQuestion, normalize_answer
 from .progress import Progress, counted
 
 if TYPE_CHECKING:
@@ -965,6 +965,20 @@ def load_questions(kb_path: str | Path) -> list[KBQuestion]:
             except (ValueError, KeyError, TypeError):
                 raise KnowledgeBaseError(f"{path} line {number} is malformed; delete {Path(kb_path)} to rebuild it") from None
     return questions
+
+
+def gold_rows_by_question(kb: KnowledgeBase) -> dict[str, tuple[int, ...]]:
+    """{normalized question: rows of its gold passage} for a KB stored with questions (the default KBs);
+    {} for any other. Questions are matched after SQuAD normalization (case, punctuation, articles), so
+    "Who wrote Hamlet?" finds "who wrote hamlet"; a question asked of several passages keeps them all."""
+    if kb.path is None or not (kb.path / QUESTIONS_FILE).is_file():
+        return {}
+    rows: dict[str, tuple[int, ...]] = {}
+    for question in load_questions(kb.path):
+        key = normalize_answer(question.question)
+        if question.gold_id not in rows.get(key, ()):
+            rows[key] = rows.get(key, ()) + (question.gold_id,)
+    return rows
 
 
 def is_held_out(gold_id: int) -> bool:
