@@ -435,11 +435,13 @@ def test_compare_marks_the_gold_passage_of_a_kb_stored_with_questions(tiny_parts
     assert engine.compare_retrievers("what is the capital of france", k=2).gold_ids == ()
 
 
-def test_evaluating_with_bm25_reports_bm25_recall(tiny_engine):
+def test_evaluating_with_bm25_reports_bm25_recall(tiny_engine, tiny_kb):
     from rag_demo.evaluate import EvalQuestion, evaluate
 
-    questions = [EvalQuestion("penny black stamp", "1840", "1840", 3), EvalQuestion("deepest lake", "Baikal", "Baikal", 0)]
-    report = evaluate(tiny_engine, kb="tiny", variant="token", n=2, seed=0, k=1, questions=questions, retriever="bm25",
-                      max_new_tokens=2)
-    assert report["retriever"] == "bm25"
-    assert report["retrieval_recall"] == 0.5  # BM25's first passage is the Penny Black one, and Baikal's is row 2, not 0
+    asked = ["penny black stamp", "deepest lake baikal in siberia", "the magic flute premiered in vienna"]
+    # each question's gold passage is the one BM25 ranks first, so BM25's recall@1 is 1 and dense's (random) is not
+    questions = [EvalQuestion(q, "x", "x", _bm25_oracle(tiny_kb, q, 1)[0][0]) for q in asked]
+    options = dict(kb="tiny", variant="token", n=3, seed=0, k=1, questions=questions, max_new_tokens=1)
+    report = evaluate(tiny_engine, retriever="bm25", **options)
+    assert (report["retriever"], report["retrieval_recall"]) == ("bm25", 1.0)
+    assert evaluate(tiny_engine, retriever="dense", **options)["retrieval_recall"] < 1.0
