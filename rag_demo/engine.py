@@ -715,9 +715,9 @@ def _bm25_shortfall(matching: int, k: int) -> str:
     if matching == 0:
         return f"no passage shares a word with the question: all score 0, so the top {k} follow the knowledge base's order"
     rest = k - matching
-    last = "the last of the top {k} scores 0" if rest == 1 else f"the last {rest} of the top {{k}} score 0"
     shares = "shares" if matching == 1 else "share"
-    return (f"only {counted(matching, 'passage')} {shares} a word with the question; {last.format(k=k)} "
+    last = f"the last of the top {k} scores" if rest == 1 else f"the last {rest} of the top {k} score"
+    return (f"only {counted(matching, 'passage')} {shares} a word with the question; {last} 0 "
             "(ties keep the knowledge base's order)")
 
 

@@ -823,9 +823,9 @@ def format_learn_html(result: AskResult | None, position: int | None = 0) -> str
                "the question's words that the passage contains, each weighted by how rare it is in the knowledge "
                "base (its idf) and how often the passage repeats it. No vectors are involved, so BM25 looks at "
                f"every passage exactly. The top {len(passages)} become a distribution by a softmax over those "
-               f"{len(passages)} only, with the scale λ = {scale:g}: BM25 scores have no natural scale, and λ = "
-               f"{scale:g} gives one shared rare word about as much weight as the dense retriever gives a clear "
-               "lead in cosine similarity (choose “Dense” in the Ask tab for the paper's retriever):</p>"
+               f"{len(passages)} only, with the scale λ = {scale:g}. BM25 scores have no natural scale: at λ = 1 "
+               "one rare word shared with the question would make p(z|x) all-or-nothing; λ is the weight the default "
+               "Dense + BM25 gives a BM25 point (choose “Dense” in the Ask tab for the paper's retriever):</p>"
                '<div class="rag-eq">p(z|x) = exp(λ·b(z)) / Σ<sub>z′</sub> exp(λ·b(z′))</div>')
         score_head = "<th>bm25 b(z)</th>"
         logit_head = "<th>λ·b(z)</th><th>exp(λ·b − max)</th>"

@@ -388,6 +388,11 @@ def test_bm25_fills_the_top_k_with_passages_sharing_no_word_and_says_so(tiny_eng
     assert [p.prob for p in none.passages] == pytest.approx([1 / len(tiny_kb)] * len(tiny_kb))
     assert none.notices == (f"no passage shares a word with the question: all score 0, so the top {len(tiny_kb)} follow "
                             "the knowledge base's order",)
+    import doctest
+
+    from rag_demo import engine
+
+    assert doctest.testmod(engine).failed == 0  # the notice with one passage short
 
 
 def test_compare_retrievers_is_each_retrievers_own_top_k(hybrid_engine, tiny_engine):
