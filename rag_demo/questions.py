@@ -119,6 +119,20 @@ def example_questions(kb_path: str | Path | None) -> list[KBQuestion]:
     return [q for q in load_questions(kb_path) if q.example] if has_questions(kb_path) else []
 
 
+def gold_rows_by_question(kb_path: str | Path | None) -> dict[str, tuple[int, ...]]:
+    """{normalized question: rows of its gold passage} for a KB stored with questions (the default KBs);
+    {} for any other. Questions are matched after SQuAD normalization (case, punctuation, articles), so
+    "Who wrote Hamlet?" finds "who wrote hamlet"; a question asked of several passages keeps them all."""
+    if not has_questions(kb_path):
+        return {}
+    rows: dict[str, tuple[int, ...]] = {}
+    for question in load_questions(kb_path):
+        key = normalize_answer(question.question)
+        if question.gold_id not in rows.get(key, ()):
+            rows[key] = rows.get(key, ()) + (question.gold_id,)
+    return rows
+
+
 def question_groups(questions: Sequence[KBQuestion]) -> list[int]:
     """For each question, the id of its group: questions linked by a shared gold passage, or by a
     shared normalized answer with question-word Jaccard ≥ NEAR_DUPLICATE_JACCARD, transitively.
