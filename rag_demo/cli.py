@@ -154,7 +154,12 @@ def engine_config(args) -> EngineConfig:
 
 
 def _kb_paths(args) -> dict[str, str] | None:
+    """The KBs to load: those of --kb-path; a --kb folder alone (so that nothing of the offline
+    default is built for a command that reads only that folder); None: the default KBs."""
     if not args.kb_path:
+        kb = getattr(args, "kb", None)
+        if kb and Path(kb).expanduser().is_dir():
+            return {kb: kb}
         return None
     paths = {}
     for item in args.kb_path:

@@ -199,3 +199,15 @@ def test_untuned_generator_option_keeps_the_converted_generator():
     assert engine_config(build_parser().parse_args(["ask", "q"])).generator.tuned
     config = engine_config(build_parser().parse_args(["eval", "--untuned-generator", "--dtype", "bfloat16"]))
     assert (config.generator.tuned, config.generator.dtype, config.encoder.tuned) == (False, "bfloat16", True)
+
+
+def test_a_checkpoint_over_a_kb_folder_builds_nothing_of_the_offline_default(saved, tmp_path):
+    """`--rag-checkpoint DIR --kb KB_DIR` reads that folder only: an empty cache stays empty."""
+    cache = tmp_path / "empty-cache"
+    cache.mkdir()
+    for command in (("score", "capital of france", "paris"), ("ask", "capital of france", "--max-new-tokens", "4")):
+        out = run(*command, "--rag-checkpoint", str(saved / "rag"), "--kb", str(saved / "kb"), "--k", "2", "--json",
+                  cache=cache)
+        assert out.returncode == 0, out.stderr
+        assert json.loads(out.stdout)["passages"]
+    assert list(cache.iterdir()) == []
