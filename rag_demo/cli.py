@@ -1,4 +1,4 @@
-"""Command line: `python -m rag_demo ask|score|build-kb|prepare|eval ...`.
+"""Command line: `python -m rag_demo ask|score|compare|build-kb|prepare|eval ...`.
 
 Bad input ends with one line on stderr and exit code 2; `--json` prints the same object the
 web API returns.
@@ -27,6 +27,7 @@ from .config import (
 )
 from .corpus import VECTOR_DTYPES
 from .errors import RagDemoError
+from .plots import logit_formula
 
 log = logging.getLogger(__name__)
 
@@ -48,22 +49,26 @@ def _positive_int(text: str) -> int:
     return value
 
 
-def _model_options(parser: argparse.ArgumentParser) -> None:
+def _model_options(parser: argparse.ArgumentParser, *, one_retriever: bool = True) -> None:
+    """The engine's options; `one_retriever` adds --index and --retriever (compare runs every retriever, exactly)."""
     parser.add_argument("--kb", default=None, help="knowledge base name or folder (default: the first one); a folder "
                         "saved by `datasets` with title, text, embeddings, and a faiss file beside it named after it, "
                         "is transformers' custom KB format")
     parser.add_argument("--k", type=_positive_int, default=5, help="passages to retrieve (default 5)")
-    parser.add_argument("--index", default="flat", choices=INDEX_KINDS, help="index variant (default flat)")
+    if one_retriever:
+        parser.add_argument("--index", default="flat", choices=INDEX_KINDS,
+                            help="index variant (default flat; bm25 retrieval is always exact and uses none)")
+        parser.add_argument("--retriever", default=None, choices=RETRIEVERS,
+                            help="dense: the paper's; bm25: word matching alone; hybrid: dense + BM25 logits "
+                                 "(default: hybrid when a lexical weight is set, else dense)")
     parser.add_argument("--rag-checkpoint", default=None, help="facebook/rag-* id or a saved Rag* folder")
     parser.add_argument("--generator", default=None, help="generator hub id or folder (seq2seq or causal LM)")
     parser.add_argument("--question-encoder", default=None, help="question encoder hub id or folder")
     parser.add_argument("--untuned-questions", action="store_true",
                         help="the default encoder's packaged weights for questions, not the ones fine-tuned on nq-wiki")
     parser.add_argument("--untuned-generator", action="store_true",
-                        help="the default generator as converted, not the copy fine-tuned to read the KBs' passages")
+                        help="the default generator as converted, without the reading adapter trained on the KBs' passages")
     parser.add_argument("--scale", type=float, default=None, help="retrieval logit scale (default: the encoder's)")
-    parser.add_argument("--retriever", default=None, choices=RETRIEVERS,
-                        help="hybrid: dense + BM25 logits; dense: the paper's (default: hybrid when a lexical weight is set)")
     parser.add_argument("--lexical-weight", type=float, default=None,
                         help=f"BM25's weight in the logits (default {DEFAULT_LEXICAL_WEIGHT} with the default encoder, 0 with others)")
     parser.add_argument("--kb-path", action="append", default=[], metavar="NAME=PATH",
@@ -95,6 +100,10 @@ def build_parser() -> argparse.ArgumentParser:
     score.add_argument("--variant", default="both", choices=("token", "sequence", "both"))
     _model_options(score)
 
+    compare = commands.add_parser("compare", help="the top k passages of each retriever (dense, bm25, hybrid) side by side")
+    compare.add_argument("question")
+    _model_options(compare, one_retriever=False)
+
     build = commands.add_parser("build-kb", help="make a KB from .txt/.md files or a .jsonl/.csv with title,text")
     build.add_argument("source")
     build.add_argument("out")
@@ -119,6 +128,8 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--table", action="store_true",
                           help="every variant and closed-book on every KB for each --ks; prints a markdown table")
     evaluate.add_argument("--ks", type=_k_list, default=(1, 5, 10), help="comma-separated k values for --table")
+    evaluate.add_argument("--gold-passage", action="store_true",
+                          help="read each question's gold passage alone instead of retrieving (the reading ceiling)")
     evaluate.add_argument("--kb-sample", type=_positive_int, default=None, metavar="N",
                           help="ask over N passages of the KB drawn with --seed (and the questions they answer)")
     _model_options(evaluate)
@@ -156,11 +167,12 @@ def _names_a_folder(text: str) -> bool:
 
 
 def _kb_paths(args) -> dict[str, str] | None:
-    """--kb-path NAME=PATH folders by name. With --rag-checkpoint and no --kb-path, a `--kb` folder
-    is the one KB (the default KBs, made by another encoder, could not serve a RAG checkpoint)."""
+    """The KBs to load: those of --kb-path; a --kb folder alone (so that nothing of the offline
+    default is built for a command that reads only that folder); None: the default KBs."""
     if not args.kb_path:
-        if getattr(args, "rag_checkpoint", None) and args.kb and _names_a_folder(args.kb):
-            return {args.kb: args.kb}
+        kb = getattr(args, "kb", None)
+        if kb and _names_a_folder(kb):
+            return {kb: kb}
         return None
     paths = {}
     for item in args.kb_path:
@@ -193,13 +205,11 @@ def print_summary(result, out=sys.stdout) -> None:
     for notice in result.notices:
         w(f"Note: {notice}\n")
     recall = "" if result.index_recall is None else f", recall@{result.k} vs flat {result.index_recall:.2f}"
-    hybrid = result.retriever == "hybrid"
-    how = f"{result.index} index, dense + {result.lexical_weight:g}·BM25" if hybrid else f"{result.index} index, dense"
+    how = {"hybrid": f"{result.index} index, dense + {result.lexical_weight:g}·BM25",
+           "bm25": f"BM25 over every passage, p(z|x) = softmax({result.scale:g}·bm25)"}.get(result.retriever, f"{result.index} index, dense")
     w(f"\nRetrieved from {result.kb} ({how}{recall}):\n")
     for p in result.passages:
-        snippet = p.text if len(p.text) <= 160 else p.text[:157] + "..."
-        lexical = f" bm25={p.lexical:.2f}" if hybrid else ""
-        w(f"  {p.rank:>2}. p(z|x)={p.prob:.3f} score={p.score:.3f}{lexical}  {p.title}: {snippet}\n")
+        w(f"  {p.rank:>2}. {_passage_line(p, result.retriever)}\n")
     for name, variant in result.variants.items():
         label = "RAG-Token" if name == "token" else "RAG-Sequence"
         w(f"\n{label} ({variant.decoding}): {variant.answer!r}  log p(y|x)={variant.logprob:.3f}\n")
@@ -212,6 +222,36 @@ def print_summary(result, out=sys.stdout) -> None:
         w(f"\nClosed-book (no passages): {result.closed_book.answer!r}  log p={result.closed_book.logprob:.3f}\n")
     t = result.timings_ms
     w(f"\nTimings: encode {t['encode']:.0f} ms, search {t['search']:.0f} ms, generate {t['generate']:.0f} ms, total {t['total']:.0f} ms\n")
+
+
+def _passage_line(p, retriever: str, *, gold: bool = False) -> str:
+    """"p(z|x)=0.412 score=0.615  Title: text..." with the scores this retriever used."""
+    snippet = p.text if len(p.text) <= 160 else p.text[:157] + "..."
+    numbers = {"bm25": f"bm25={p.lexical:.2f}", "hybrid": f"score={p.score:.3f} bm25={p.lexical:.2f}"}.get(
+        retriever, f"score={p.score:.3f}")
+    return f"p(z|x)={p.prob:.3f} {numbers}  {'[gold] ' if gold else ''}{p.title}: {snippet}"
+
+
+RETRIEVER_NAMES = {"dense": "dense (the paper)", "bm25": "BM25", "hybrid": "dense + BM25"}
+
+
+def print_comparison(comparison, out=sys.stdout) -> None:
+    w = out.write
+    w(f"Question: {comparison.question}\n")
+    for notice in comparison.notices:
+        w(f"Note: {notice}\n")
+    gold = set(comparison.gold_ids)
+    known = (f"gold passage: row {', '.join(map(str, comparison.gold_ids))}" if gold
+             else "no gold passage known for this question")
+    w(f"Top {comparison.k} of {comparison.kb} by each retriever, exact search ({known}):\n")
+    for ranking in comparison.rankings:
+        found = ("" if not gold else f"; gold at rank {ranking.gold_rank}" if ranking.gold_rank is not None
+                 else f"; gold not in the top {comparison.k}")
+        w(f"\n{RETRIEVER_NAMES.get(ranking.retriever, ranking.retriever)}: p(z|x) = softmax({logit_formula(ranking)}){found}\n")
+        for notice in ranking.notices:
+            w(f"  Note: {notice}\n")
+        for p in ranking.passages:
+            w(f"  {p.rank:>2}. {_passage_line(p, ranking.retriever, gold=p.id in gold)}\n")
 
 
 def _check_cheap_options(args) -> None:
@@ -252,6 +292,17 @@ def cmd_score(args) -> int:
     return 0
 
 
+def cmd_compare(args) -> int:
+    _check_cheap_options(args)
+    engine = make_engine(args)
+    comparison = engine.compare_retrievers(args.question, kb=args.kb, k=args.k)
+    if args.json:
+        print(json.dumps(comparison.to_json(), ensure_ascii=False))
+    else:
+        print_comparison(comparison)
+    return 0
+
+
 def cmd_build_kb(args) -> int:
     from .corpus import make_kb, read_source, save_kb
     from .encoders import load_encoder
@@ -281,12 +332,15 @@ def cmd_prepare(args) -> int:
     # the page's first start would ask each example question once to order them; do it at build time
     feature_checked_examples(RagEngine.from_config(progress=_progress()), progress=_progress())
     if args.json:
-        print(json.dumps({"generator": str(prepared.generator_to_load), "encoder": str(prepared.encoder_path),
+        print(json.dumps({"generator": str(prepared.generator_path),
+                          "reader_adapter": str(prepared.reader_adapter_path) if prepared.reader_adapter_path else None,
+                          "encoder": str(prepared.encoder_path),
                           "question_encoder": str(prepared.question_encoder_path or prepared.encoder_path),
                           "kbs": {k: str(v) for k, v in prepared.kb_paths.items()}}))
     else:
-        print(f"generator{' (fine-tuned)' if prepared.tuned_generator_path else ''}: {prepared.generator_to_load}\n"
-              f"encoder: {prepared.encoder_path}")
+        print(f"generator: {prepared.generator_path}\nencoder: {prepared.encoder_path}")
+        if prepared.reader_adapter_path is not None:
+            print(f"reading adapter (fine-tuned; off for closed-book): {prepared.reader_adapter_path}")
         if prepared.question_encoder_path is not None:
             print(f"question encoder (fine-tuned): {prepared.question_encoder_path}")
         for name, path in prepared.kb_paths.items():
@@ -313,7 +367,8 @@ def cmd_eval(args) -> int:
         kbs = (args.kb,) if args.kb else engine.kb_names
         reports = evaluate_table(engine, kbs=kbs, ks=args.ks, n=args.n, seed=args.seed, index=args.index,
                                  num_beams=args.num_beams, max_new_tokens=args.max_new_tokens, sequence_decoding=args.decoding,
-                                 kb_sample=args.kb_sample, retriever=args.retriever, extractive=args.extractive)
+                                 kb_sample=args.kb_sample, retriever=args.retriever, extractive=args.extractive,
+                                 gold_passage=args.gold_passage)
         if args.json:
             print(json.dumps(reports))
         else:
@@ -322,7 +377,7 @@ def cmd_eval(args) -> int:
     report = evaluate(engine, kb=args.kb or engine.default_kb, variant=args.variant, n=args.n, seed=args.seed,
                       k=args.k, index=args.index, num_beams=args.num_beams, max_new_tokens=args.max_new_tokens,
                       sequence_decoding=args.decoding, kb_sample=args.kb_sample, retriever=args.retriever,
-                      extractive=args.extractive)
+                      extractive=args.extractive, gold_passage=args.gold_passage)
     if args.json:
         print(json.dumps(report))
     else:
@@ -339,7 +394,8 @@ def one_line(text: str) -> str:
     return "".join(ch if ch.isprintable() else ascii(ch)[1:-1] for ch in text)
 
 
-COMMANDS = {"ask": cmd_ask, "score": cmd_score, "build-kb": cmd_build_kb, "prepare": cmd_prepare, "eval": cmd_eval}
+COMMANDS = {"ask": cmd_ask, "score": cmd_score, "compare": cmd_compare, "build-kb": cmd_build_kb, "prepare": cmd_prepare,
+            "eval": cmd_eval}
 
 
 def main(argv: list[str] | None = None) -> int:

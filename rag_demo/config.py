@@ -9,7 +9,7 @@ from pathlib import Path
 INDEX_KINDS = ("flat", "hnsw", "ivfpq")
 VARIANTS = ("token", "sequence")
 DECODINGS = ("thorough", "fast")
-RETRIEVERS = ("hybrid", "dense")
+RETRIEVERS = ("dense", "bm25", "hybrid")
 MAX_PAGE_K = 20  # the page's sliders: the largest ask a visitor can make
 MAX_PAGE_BEAMS = 6
 MAX_QUESTION_CHARS = 2000  # longer questions are cut (with a notice)
@@ -20,6 +20,15 @@ DEFAULT_KBS = ("nq-wiki", "nq-counterfactual")
 # Weight of BM25 next to 20 * cosine for the default encoder, chosen on questions outside the
 # evaluation samples (docs/quality-notes.md); 0 would be the paper's dense retrieval alone.
 DEFAULT_LEXICAL_WEIGHT = 0.2
+# The "bm25" retriever's p(z|x) is softmax(BM25_SCALE * BM25) over the top k. BM25 is an unbounded sum of
+# idf-weighted matches, and its idf is a natural log: ln(1 + N/1.5) ≈ 9.1 for a word found in one of
+# nq-wiki's 13,833 passages. At a scale of 1 one such shared word would make a passage e^9 ≈ 9,000 times
+# likelier, p(z|x) would be one-hot, and RAG's mixture over k passages would read only one. 0.2 is what
+# the hybrid logit gives a BM25 point next to 20 * cosine (the recall sweep behind DEFAULT_LEXICAL_WEIGHT):
+# that rare word is then worth 1.8 nats, as a cosine lead of 0.09 is to the dense retriever, and with the
+# default weight the hybrid logit is exactly the dense logit plus the bm25 one. Reasoned, not fitted; the
+# scale moves p(z|x), never the ranking (a softmax keeps the order of its inputs).
+BM25_SCALE = 0.2
 
 
 def cache_root() -> Path:
@@ -60,11 +69,20 @@ class TuningConfig:
 
 @dataclass(frozen=True)
 class ReaderTuningConfig:
-    """How the default generator is fine-tuned to read gold passages; part of its cache key."""
+    """How the default generator is fine-tuned to read gold passages; part of its cache key.
 
-    examples: int = 600  # training questions, each read once (one epoch)
+    "lora" trains a low-rank adapter that can be switched off, so closed-book answers come from
+    the base weights; "full" trains every weight but the embeddings (a 1.1 GB copy; closed-book
+    would then come from the fine-tuned weights, which the engine does not allow for the default).
+    """
+
+    examples: int = 600  # training questions
+    epochs: int = 1
     counterfactual_share: float = 0.5  # of them read from nq-counterfactual's swapped passage
-    learning_rate: float = 2e-5
+    method: str = "lora"
+    rank: int = 16
+    alpha: float = 32.0
+    learning_rate: float = 5e-4
     batch_size: int = 8
     seed: int = 0
 
@@ -74,7 +92,8 @@ class RetrievalConfig:
     """How passages are found and weighed.
 
     "dense" is the paper's retriever: p(z|x) is the softmax over the top k of scale * s(z).
-    "hybrid" adds lexical_weight * BM25(z) to each logit (see `rag_demo.lexical`). None means
+    "bm25" ranks by word matching alone: the softmax of BM25_SCALE * BM25(z), needing no vectors.
+    "hybrid" adds lexical_weight * BM25(z) to each dense logit (see `rag_demo.lexical`). None means
     DEFAULT_LEXICAL_WEIGHT with the default encoder and dense retrieval with any other: a weight
     only makes sense against the score scale it was tuned for.
     """
@@ -114,7 +133,7 @@ class GeneratorConfig:
     max_combined_length: int = 300
     max_prompt_tokens: int = 512
     dtype: str = "float32"
-    tuned: bool = True  # the offline default generator: use its fine-tuned copy when cached (`rag_demo.tuning`)
+    tuned: bool = True  # the offline default generator: read with its reading adapter when cached (`rag_demo.adapters`)
 
 
 @dataclass(frozen=True)

@@ -5,6 +5,7 @@ Everything lives under `config.cache_root()`, never in the repository:
     sources/bigbench-1.0.0/       task.json of BIG-bench's contextual_parametric_knowledge_conflicts
     models/gemma3-270m-<sha>/     the packaged GGUF, dequantized once into float32 safetensors + tokenizer
     models/minilm-questions-<key>/  the default encoder's question side, fine-tuned on nq-wiki (`rag_demo.tuning`)
+    models/gemma3-270m-reader-adapter-<key>/  the generator's reading adapter (`rag_demo.adapters`, a few MB)
     kbs/<name>-<key>/             a KB written by `corpus.save_kb`, plus its questions.jsonl
     downloads/                    where a hand-fetched bigbench-1.0.0.tar.gz may be put (no network)
 
@@ -54,8 +55,8 @@ from .config import (
 )
 from .corpus import KnowledgeBase, Passage, load_kb, make_kb, save_kb, sha256_file
 from .errors import CacheError, KnowledgeBaseError, ModelLoadError
-from .evaluate import EvalQuestion
 from .progress import Progress, counted
+from .questions import QUESTIONS_FILE, SPLIT_VERSION, KBQuestion, load_questions, split_questions
 
 if TYPE_CHECKING:
     from .encoders import Encoder
@@ -80,17 +81,15 @@ CHECK_PROMPT = "Question: who wrote the opening crawl for star wars?\nAnswer:"
 KB_FORMAT = 5  # 2: example questions retrieval gets right in both KBs; 3: one counterfactual per real passage;
 # 4: no restoration with several mentions unless checked against a second one; 5: one substitute per swapped
 # answer, and swapped names swapped in every counterfactual passage
-QUESTIONS_FILE = "questions.jsonl"
 EXAMPLES_PER_KB = 8
 EXAMPLE_CANDIDATES = 200  # questions tried, in a seeded random order, until EXAMPLES_PER_KB pass
 EMBED_BATCH_SIZE = 32  # passages are sorted by length, so batches pad little; larger batches were not faster
 
 TUNED_ENCODER_NAME = "minilm-questions"
 TUNING_FORMAT = 1  # bump when `rag_demo.tuning` changes what it trains
-HELD_OUT_ONE_IN = 5  # one gold passage in five is held out of training: its questions are the evaluation's
 TUNING_CHECK_QUESTIONS = 1000  # held-out questions the build measures recall on, before and after
-TUNED_GENERATOR_NAME = "gemma3-270m-reader"
-READER_FORMAT = 1  # bump when `rag_demo.tuning` changes how the generator is trained
+TUNED_GENERATOR_NAME = "gemma3-270m-reader-adapter"
+READER_FORMAT = 2  # bump when `rag_demo.tuning` changes how the generator is trained
 READER_CHECK_QUESTIONS = 100  # held-out questions (half of them counterfactual) whose answer loss the build records
 
 
@@ -936,60 +935,6 @@ def ensure_default_kbs(encoder: Encoder, *, cache: str | Path | None = None, pro
     return paths
 
 
-@dataclass(frozen=True)
-class KBQuestion:
-    """A question of a default KB, as stored in its questions.jsonl."""
-
-    question: str
-    answer: str  # real world
-    swapped_answer: str
-    passage_answer: str  # what this KB's gold passage says
-    gold_id: int  # row of the gold passage in this KB
-    example: bool = False  # offered in the UI as an example question
-
-
-def load_questions(kb_path: str | Path) -> list[KBQuestion]:
-    """The questions stored beside a default KB."""
-    path = Path(kb_path) / QUESTIONS_FILE
-    if not path.is_file():
-        raise KnowledgeBaseError(f"{Path(kb_path)} has no {QUESTIONS_FILE}; only the default KBs come with questions")
-    questions = []
-    with path.open(encoding="utf-8") as handle:
-        for number, line in enumerate(handle, start=1):
-            try:
-                row = json.loads(line)
-                questions.append(KBQuestion(
-                    str(row["question"]), str(row["answer"]), str(row["swapped_answer"]), str(row["passage_answer"]),
-                    int(row["gold_id"]), bool(row.get("example", False)),
-                ))
-            except (ValueError, KeyError, TypeError):
-                raise KnowledgeBaseError(f"{path} line {number} is malformed; delete {Path(kb_path)} to rebuild it") from None
-    return questions
-
-
-def is_held_out(gold_id: int) -> bool:
-    """Whether questions with this gold passage row are kept out of training (and so may be evaluated).
-
-    By passage, not by question: near-duplicate questions share a passage and fall on one side.
-    The rows of nq-wiki and nq-counterfactual line up, so both KBs split alike.
-    """
-    digest = hashlib.sha256(f"gold passage {gold_id}".encode()).digest()
-    return int.from_bytes(digest[:4], "big") % HELD_OUT_ONE_IN == 0
-
-
-def load_eval_questions(kb: KnowledgeBase | str | Path) -> list[EvalQuestion]:
-    """The held-out `evaluate.EvalQuestion`s of a default KB; [] for a KB without questions (e.g. a user's own).
-
-    Only questions never used to fine-tune the question encoder are evaluated (`is_held_out`).
-    """
-    path = kb.path if isinstance(kb, KnowledgeBase) else Path(kb)
-    if path is None or not (Path(path) / QUESTIONS_FILE).is_file():
-        return []
-    # A question whose answer the kept swap cut into has no clear answer in that KB: not scored.
-    return [EvalQuestion(q.question, q.passage_answer, q.answer, q.gold_id) for q in load_questions(path)
-            if q.passage_answer and is_held_out(q.gold_id)]
-
-
 # -- the fine-tuned question encoder ------------------------------------------------------------------
 
 
@@ -1002,7 +947,7 @@ def _tuned_model_folder(name: str, key: str, cache: str | Path | None) -> Path:
 def tuned_encoder_key(encoder_config: EncoderConfig, tuning: TuningConfig = TuningConfig()) -> str:
     """What the tuned question encoder is made from: nq-wiki (with its encoder), the recipe, the retrieval logits."""
     return (f"{kb_key(encoder_config.model, encoder_config.max_length)}:tuning{TUNING_FORMAT}:{tuning}"
-            f":scale={encoder_config.scale}:lexical={DEFAULT_LEXICAL_WEIGHT}")
+            f":scale={encoder_config.scale}:lexical={DEFAULT_LEXICAL_WEIGHT}:split={SPLIT_VERSION}")
 
 
 def tuned_encoder_path(encoder_config: EncoderConfig, tuning: TuningConfig = TuningConfig(), *,
@@ -1021,11 +966,9 @@ def cached_tuned_encoder(encoder_config: EncoderConfig, *, cache: str | Path | N
 
 
 def training_split(questions: list[KBQuestion]) -> tuple[list[KBQuestion], list[KBQuestion]]:
-    """(training, held out): the UI's example questions, and every question sharing their passage, train neither."""
-    featured_rows = {q.gold_id for q in questions if q.example}
-    held = [q for q in questions if is_held_out(q.gold_id)]
-    training = [q for q in questions if not is_held_out(q.gold_id) and q.gold_id not in featured_rows]
-    return training, held
+    """(training, held out) of `questions.split_questions`: near-duplicates and the page's examples never train."""
+    split = split_questions(questions)
+    return list(split.training), list(split.held_out)
 
 
 def ensure_tuned_encoder(encoder: Encoder, encoder_config: EncoderConfig, wiki_path: Path, *,
@@ -1069,7 +1012,7 @@ def ensure_tuned_encoder(encoder: Encoder, encoder_config: EncoderConfig, wiki_p
     return folder
 
 
-# -- the fine-tuned generator -------------------------------------------------------------------------
+# -- the generator's reading adapter -----------------------------------------------------------------
 
 
 def _prompt_digest() -> str:
@@ -1084,7 +1027,7 @@ def tuned_generator_key(generator_config: GeneratorConfig = GeneratorConfig(), t
     """What the fine-tuned generator is made from: the converted generator, the KBs' text (not their
     embeddings: any encoder's default KBs hold the same passages), the recipe and the prompt."""
     return (f"{_generator_key()[1]}:{SOURCE_SHA256}:kb{KB_FORMAT}:reader{READER_FORMAT}:{tuning}"
-            f":prompt={_prompt_digest()}:max_prompt_tokens={generator_config.max_prompt_tokens}")
+            f":prompt={_prompt_digest()}:max_prompt_tokens={generator_config.max_prompt_tokens}:split={SPLIT_VERSION}")
 
 
 def tuned_generator_path(generator_config: GeneratorConfig = GeneratorConfig(), tuning: ReaderTuningConfig = ReaderTuningConfig(),
@@ -1150,23 +1093,40 @@ def ensure_tuned_generator(generator_path: Path, kb_paths: Mapping[str, Path], *
                            generator_config: GeneratorConfig = GeneratorConfig(),
                            tuning: ReaderTuningConfig = ReaderTuningConfig(), cache: str | Path | None = None,
                            progress: Progress | None = None) -> Path:
-    """Fine-tune (once) the default generator to read gold passages (`tuning.tune_reader`); its folder.
+    """Train (once) the default generator's reading adapter on gold passages (`tuning.tune_reader`);
+    the adapter's folder. The base weights are not changed, so they still answer closed-book.
 
-    On 2 CPU cores the 600 training questions take about 17 minutes; a CUDA GPU is used when present.
+    A CUDA GPU is used when present.
     """
     import torch
 
+    from .adapters import save_adapters
     from .generator import load_generator
-    from .tuning import mean_answer_loss, shared_prefix, tune_reader
 
+    if tuning.method != "lora":
+        raise ValueError("the cached reader is an adapter; train a full fine-tune with `train_reader` instead")
     folder = tuned_generator_path(generator_config, tuning, cache=cache)
     key = tuned_generator_key(generator_config, tuning)
     if _is_complete(folder, key):
         return folder
-    kbs = {name: load_kb(path, name=name) for name, path in kb_paths.items()}
-    training, check = reading_questions(kb_paths, tuning)
     device = torch.device("cuda") if torch.cuda.is_available() else None
     generator = load_generator(replace(generator_config, tuned=False, dtype="float32"), path=str(generator_path), device=device)
+    info = train_reader(generator, kb_paths, tuning=tuning, progress=progress)
+    with _staging(folder) as staging, _writing(staging):
+        save_adapters(generator.model, staging)
+        _publish(staging, folder, key, info)
+    return folder
+
+
+def train_reader(generator, kb_paths: Mapping[str, Path], *, tuning: ReaderTuningConfig = ReaderTuningConfig(),
+                 progress: Progress | None = None) -> dict:
+    """Fine-tune `generator` in place as a reader of gold passages (`reading_questions`,
+    `tuning.tune_reader`); what it trained on and the answer loss of held-out gold passages
+    before and after, in nats per token."""
+    from .tuning import mean_answer_loss, shared_prefix, tune_reader
+
+    kbs = {name: load_kb(path, name=name) for name, path in kb_paths.items()}
+    training, check = reading_questions(kb_paths, tuning)
     examples = _reading_examples(generator, kbs, training)
     check_examples = _reading_examples(generator, kbs, check)
     shared = shared_prefix(examples + check_examples)
@@ -1178,20 +1138,11 @@ def ensure_tuned_generator(generator_path: Path, kb_paths: Mapping[str, Path], *
                     progress=lambda done, total: _report(progress, stage, done, total))
     after = mean_answer_loss(generator.model, shared, check_examples)
     log.info("answer loss on %d held-out gold passages: %.3f before, %.3f after fine-tuning", len(check_examples), before, after)
-    with _staging(folder) as staging:
-        _require_space(staging, GENERATOR_BYTES, "saving the fine-tuned generator")
-        with _writing(staging):
-            with torch.no_grad():
-                generator.model.save_pretrained(staging)
-            for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
-                if (generator_path / name).is_file():
-                    shutil.copyfile(generator_path / name, staging / name)
-        _publish(staging, folder, key, {
-            "training_questions": len(examples), "counterfactual": sum(name == "nq-counterfactual" for name, _ in training),
-            "checked_questions": len(check_examples),
-            "answer_loss_before": before if check_examples else None, "answer_loss_after": after if check_examples else None,
-        })
-    return folder
+    return {
+        "training_questions": len(examples), "counterfactual": sum(name == "nq-counterfactual" for name, _ in training),
+        "checked_questions": len(check_examples),
+        "answer_loss_before": before if check_examples else None, "answer_loss_after": after if check_examples else None,
+    }
 
 
 # -- everything at once -------------------------------------------------------------------------------
@@ -1213,11 +1164,7 @@ class PreparedPaths:
     encoder_path: str  # the default encoder's packaged folder, or the hub id / folder configured
     kb_paths: dict[str, Path] = field(default_factory=dict)  # empty when build_kbs=False
     question_encoder_path: Path | None = None  # the fine-tuned question side; None: the encoder's own
-    tuned_generator_path: Path | None = None  # the fine-tuned generator; None: the converted one as it is
-
-    @property
-    def generator_to_load(self) -> Path:
-        return self.tuned_generator_path or self.generator_path
+    reader_adapter_path: Path | None = None  # the generator's reading adapter; None: the converted generator reads as it is
 
 
 def prepare(
@@ -1265,7 +1212,7 @@ def prepare(
         if tunes and question_path is None:
             log.info("no fine-tuned question encoder is cached (it is built with the default KBs); using the packaged one")
         if reads and tuned_generator is None:
-            log.info("no fine-tuned generator is cached (it is built with the default KBs); using the converted one")
+            log.info("no reading adapter is cached (it is built with the default KBs); the converted generator reads")
     log.info("offline default ready in %.2f s under %s", time.perf_counter() - started, root)
     return PreparedPaths(generator_path=generator_path, encoder_path=encoder_path, kb_paths=kb_paths,
-                         question_encoder_path=question_path, tuned_generator_path=tuned_generator)
+                         question_encoder_path=question_path, reader_adapter_path=tuned_generator)

@@ -11,15 +11,15 @@ import logging
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
 
 from . import decoding
-from .config import (DECODINGS, DEFAULT_ENCODER, DEFAULT_LEXICAL_WEIGHT, INDEX_KINDS, MAX_QUESTION_CHARS, RETRIEVERS, VARIANTS,
-                     EngineConfig)
+from .config import (BM25_SCALE, DECODINGS, DEFAULT_ENCODER, DEFAULT_LEXICAL_WEIGHT, INDEX_KINDS, MAX_QUESTION_CHARS, RETRIEVERS,
+                     VARIANTS, EngineConfig)
 from .corpus import KnowledgeBase, Passage, load_kb, make_kb
 from .encoders import Encoder
 from .errors import InputError, KnowledgeBaseError
@@ -37,8 +37,9 @@ from .marginalize import (
     rag_token_token_logprobs,
 )
 from .progress import Progress, counted
+from .results import (AskResult, ClosedBookResult, IndexReport, RetrievedPassage, RetrieverComparison, RetrieverRanking,
+                      VariantResult)
 from .store import gather_rows
-from .results import AskResult, ClosedBookResult, IndexReport, RetrievedPassage, VariantResult
 
 log = logging.getLogger(__name__)
 
@@ -57,6 +58,7 @@ class _Retrieval:
     notices: tuple[str, ...]
     retriever: str = "dense"
     lexical_weight: float = 0.0
+    scale: float = 1.0  # the logits' scale: the encoder's, or BM25_SCALE for bm25 retrieval
 
 
 def falls_back_to_cpu_on_gpu_oom(method):
@@ -208,6 +210,11 @@ class RagEngine:
         """The KB's BM25 index, built on first use (about a second for the default KBs) and kept like its vector indexes."""
         return self._kept(kb, "bm25", lambda registered: LexicalIndex.for_passages(kb.titles, kb.texts))
 
+    @property
+    def retrievers(self) -> tuple[str, ...]:
+        """The retrievers this engine offers: dense and bm25 always, hybrid when it has a lexical weight."""
+        return tuple(r for r in RETRIEVERS if r != "hybrid" or self.lexical_weight > 0)
+
     def resolve_retriever(self, retriever: str | None) -> str:
         """The retriever an ask uses: the one named, or hybrid when this engine has a lexical weight."""
         if retriever is None:
@@ -215,7 +222,8 @@ class RagEngine:
         if retriever not in RETRIEVERS:
             raise InputError(f"unknown retriever {str(retriever)[:40]!r}; choose one of {', '.join(RETRIEVERS)}")
         if retriever == "hybrid" and self.lexical_weight == 0:
-            raise InputError("hybrid retrieval needs a lexical weight above 0 for this encoder (--lexical-weight)")
+            raise InputError("hybrid retrieval needs a lexical weight above 0 for this encoder (--lexical-weight); "
+                             "dense and bm25 need none")
         return retriever
 
     def search_index(self, kb: str | KnowledgeBase | None = None, kind: str = "flat") -> SearchIndex:
@@ -288,7 +296,7 @@ class RagEngine:
 
     def warm_up(self) -> float:
         """Load each KB's exact index, the approximate ones already saved beside it, and its BM25
-        index (for hybrid retrieval), and answer one example question; returns the seconds it took.
+        index (bm25 and hybrid retrieval), and answer one example question; returns the seconds it took.
 
         Indexes load and the few-shot cache is computed on first use, and torch's first passes are
         slow, so without this the first visitor of a fresh server waits several times a normal ask.
@@ -298,8 +306,7 @@ class RagEngine:
             self.search_index(name, "flat")
             for kind in self._prebuilt_kinds(self.kbs[name]):
                 self.search_index(name, kind)  # checking and reading the file: tens of ms at a first ask
-            if self.lexical_weight > 0:
-                self._lexical_for(self.kbs[name])
+            self._lexical_for(self.kbs[name])  # every engine offers bm25 retrieval
         question = next(iter(self.example_questions()), "Who wrote the novel Nineteen Eighty-Four?")
         self.ask(question, k=min(5, len(self.kbs[self.default_kb])))
         return time.perf_counter() - started
@@ -321,14 +328,28 @@ class RagEngine:
 
     # -- retrieval ------------------------------------------------------------------------------
     def retrieve(self, question: str, *, kb: str | KnowledgeBase | None = None, k: int = 5, index: str = "flat",
-                 retriever: str | None = None, timings: dict[str, float] | None = None) -> _Retrieval:
+                 retriever: str | None = None, timings: dict[str, float] | None = None,
+                 rows: Sequence[int] | None = None) -> _Retrieval:
+        """The top k passages of a knowledge base for `question` and their p(z|x) under `retriever`.
+
+        `rows` names the passages instead of searching for them (k = len(rows)): p(z|x) is then the
+        same softmax over just those rows, e.g. 1 for a single gold passage (`eval --gold-passage`)."""
         knowledge = self.resolve_kb(kb)
         retriever = self.resolve_retriever(retriever)
+        if rows is not None:
+            rows = [int(row) for row in rows]
+            if not rows or any(not 0 <= row < len(knowledge) for row in rows):
+                raise InputError(f"passage rows must lie in 0..{len(knowledge) - 1} of {knowledge.name}")
+            k, index = len(rows), "flat"
         if not isinstance(k, int) or isinstance(k, bool) or k < 1:
             raise InputError("k must be a whole number of at least 1")
         if k > len(knowledge):
             raise InputError(f"k={k} is larger than the knowledge base ({len(knowledge)} passages); choose k <= {len(knowledge)}")
+        if index not in INDEX_KINDS:
+            raise InputError(f"unknown index {index!r}; choose one of {', '.join(INDEX_KINDS)}")
         timings = {} if timings is None else timings
+        if retriever == "bm25":
+            return self._retrieve_bm25(question, knowledge, k=k, index=index, timings=timings, rows=rows)
         notices = []
         started = time.perf_counter()
         question_tokens = len(self.encoder.tokenizer(question)["input_ids"])
@@ -341,7 +362,11 @@ class RagEngine:
         weight = self.lexical_weight if retriever == "hybrid" else 0.0
         lexical = self._lexical_for(knowledge).scores(question) if retriever == "hybrid" else None  # (N,)
         recall = None
-        if retriever == "hybrid" and index == "flat":
+        if rows is not None:
+            ids = rows
+            vectors = torch.from_numpy(gather_rows(knowledge.embeddings, ids))  # (k, D)
+            scores = (xq.float().cpu() @ vectors.T)[0]  # (k,)
+        elif retriever == "hybrid" and index == "flat":
             ids = list(range(len(knowledge)))  # exact search: every passage's dense + lexical logit
             scores = inner_products(query, knowledge.embeddings)[0]  # (N,), the rows read in chunks
         else:
@@ -360,22 +385,60 @@ class RagEngine:
             scores = (xq.float().cpu() @ vectors.T)[0]  # (C,)
         lexical_scores = torch.from_numpy(lexical[ids]) if lexical is not None else torch.zeros(len(ids))  # (C,)
         logits = scores * self.encoder.scale + weight * lexical_scores  # (C,)
-        order = torch.argsort(logits, descending=True, stable=True)[:k]
-        if len(order) < k:
-            notices.append(f"the {index} index returned {len(order)} of {k} passages")
-        scores, lexical_scores, logits = scores[order], lexical_scores[order], logits[order]
-        ids = [ids[i] for i in order.tolist()]
-        doc_lp = doc_logprobs(logits[None])[0]
+        passages, doc_lp = _top_k(knowledge, ids, scores, lexical_scores, logits, k)
+        if len(passages) < k:
+            notices.append(f"the {index} index returned {len(passages)} of {k} passages")
         timings["search"] = (time.perf_counter() - started) * 1000
-        passages = tuple(
-            RetrievedPassage(
-                rank=rank + 1, id=row, title=knowledge.titles[row], text=knowledge.texts[row],
-                score=float(scores[rank]), prob=float(doc_lp[rank].exp()), logit=float(logits[rank]),
-                lexical=float(lexical_scores[rank]),
-            )
-            for rank, row in enumerate(ids)
-        )
-        return _Retrieval(passages, doc_lp, self._question_for_generator(question), recall, tuple(notices), retriever, weight)
+        return _Retrieval(passages, doc_lp, self._question_for_generator(question), recall, tuple(notices), retriever, weight,
+                          self.encoder.scale)
+
+    def _retrieve_bm25(self, question: str, knowledge: KnowledgeBase, *, k: int, index: str,
+                       timings: dict[str, float], rows: list[int] | None = None) -> _Retrieval:
+        """BM25 alone: every passage scored (exact, whatever the index), p(z|x) = softmax(BM25_SCALE * BM25) over the top k."""
+        notices = []
+        if index != "flat":  # said, not silently ignored: the visitor chose an index and should know it did nothing
+            notices.append(f"BM25 scores every passage exactly; the {index} index holds dense vectors, so it was not used")
+        timings["encode"] = 0.0  # no encoder runs: BM25 reads the question's words
+        started = time.perf_counter()
+        lexical = torch.from_numpy(self._lexical_for(knowledge).scores(question))  # (N,)
+        ids = list(range(len(knowledge))) if rows is None else rows
+        lexical = lexical[ids]  # (C,)
+        passages, doc_lp = _top_k(knowledge, ids, lexical, lexical, BM25_SCALE * lexical, k)
+        matching = int((lexical > 0).sum())
+        if matching < k:  # BM25 knows nothing about the others: they tie at 0, so say where their order comes from
+            notices.append(_bm25_shortfall(matching, k))
+        timings["search"] = (time.perf_counter() - started) * 1000
+        return _Retrieval(passages, doc_lp, self._question_for_generator(question), None, tuple(notices), "bm25", 0.0,
+                          BM25_SCALE)
+
+    def gold_rows(self, question: str, kb: str | KnowledgeBase | None = None) -> tuple[int, ...]:
+        """Rows of the question's gold passage when the KB is stored with its questions (the default KBs); else ()."""
+        from .questions import gold_rows_by_question, normalize_answer
+
+        knowledge = self.resolve_kb(kb)
+        table = self._kept(knowledge, "gold", lambda registered: gold_rows_by_question(knowledge.path))
+        return table.get(normalize_answer(question), ())
+
+    @falls_back_to_cpu_on_gpu_oom
+    def compare_retrievers(self, question: str, *, kb: str | KnowledgeBase | None = None, k: int = 5) -> RetrieverComparison:
+        """The top k of each retriever this engine offers for one question, with the gold passage's rank when known.
+
+        Every retriever searches exactly (the flat index), so the columns differ only in how passages are scored."""
+        question, notices = clean_text(question, what="question")
+        knowledge = self.resolve_kb(kb)
+        gold = self.gold_rows(question, knowledge)
+        started = time.perf_counter()
+        rankings, timings = [], {}
+        for retriever in self.retrievers:
+            began = time.perf_counter()
+            retrieval = self.retrieve(question, kb=knowledge, k=k, retriever=retriever)
+            timings[retriever] = (time.perf_counter() - began) * 1000
+            ranks = [p.rank for p in retrieval.passages if p.id in gold]
+            rankings.append(RetrieverRanking(retriever, retrieval.passages, retrieval.scale, retrieval.lexical_weight,
+                                             gold_rank=min(ranks) if ranks else None, notices=retrieval.notices))
+        timings["total"] = (time.perf_counter() - started) * 1000
+        return RetrieverComparison(question=question, kb=knowledge.name, k=k, rankings=tuple(rankings), gold_ids=gold,
+                                   timings_ms=timings, notices=notices)
 
     # -- generation helpers --------------------------------------------------------------------
     def _inputs(self, retrieval: _Retrieval) -> list[str]:
@@ -524,13 +587,14 @@ class RagEngine:
     def ask(self, question: str, *, kb: str | KnowledgeBase | None = None, k: int = 5, index: str = "flat",
             variants=VARIANTS, num_beams: int | None = None, sequence_decoding: str | None = None,
             max_new_tokens: int | None = None, closed_book: bool = True, retriever: str | None = None,
-            extractive: bool | None = None, progress: Progress | None = None) -> AskResult:
+            extractive: bool | None = None, progress: Progress | None = None, rows: Sequence[int] | None = None) -> AskResult:
         """Retrieve k passages, answer with each variant, and trace every token to its passages.
 
         `extractive` makes both variants copy a run of a retrieved passage (see `decoding.CopySpans`);
         the closed-book answer, which reads no passage, stays free. `progress(stage, done, total)`
         hears of each step as it starts (`total` steps in all), so a page can say what is running
-        instead of guessing a time."""
+        instead of guessing a time. `rows` reads those passages of the KB instead of retrieving
+        (see `retrieve`)."""
         num_beams = self.config.decoding.num_beams if num_beams is None else num_beams
         max_new_tokens = self.config.decoding.max_new_tokens if max_new_tokens is None else max_new_tokens
         sequence_decoding = sequence_decoding or self.config.decoding.sequence_decoding
@@ -544,7 +608,7 @@ class RagEngine:
         total_started = time.perf_counter()
         timings: dict[str, float] = {}
         step("retrieving passages")
-        retrieval = self.retrieve(question, kb=kb, k=k, index=index, retriever=retriever, timings=timings)
+        retrieval = self.retrieve(question, kb=kb, k=k, index=index, retriever=retriever, timings=timings, rows=rows)
         started = time.perf_counter()
         gen = self.generator
         prefix = gen.generation_prefix()
@@ -568,11 +632,14 @@ class RagEngine:
             step("tracing each answer token to its passages")
             targets = [ids for ids, _, _ in answers.values()]
             per_doc = self._all_rows_logprobs(state, targets, [known for _, _, known in answers.values()])
+            closed_lps = [torch.full((1, len(t)), float("nan")) for t in targets]
+            closed_result = None
             if closed_book:
                 step("the closed-book answer (no passages)")
-            closed_state = self._closed_book_state(retrieval.generator_question, prefix) if closed_book else None
-            closed_lps = (self._doc_token_logprobs(closed_state, targets, [[0]] * len(targets)) if closed_book
-                          else [torch.full((1, len(t)), float("nan")) for t in targets])
+                with gen.base_weights():  # the model's own memory, without the reading adapter
+                    closed_state = self._closed_book_state(retrieval.generator_question, prefix)
+                    closed_lps = self._doc_token_logprobs(closed_state, targets, [[0]] * len(targets))
+                    closed_result = self._closed_book_answer(closed_state, prefix, max_new_tokens)
             results = {}
             decoding_name = ("greedy" if num_beams == 1 else f"beam {num_beams}") + (", copying" if extractive else "")
             for (variant, (ids, candidates, _)), lps, closed in zip(answers.items(), per_doc, closed_lps):
@@ -581,13 +648,13 @@ class RagEngine:
                     variant, ids, lps, retrieval.doc_lp, closed[0], decoding_name=name,
                     candidates=[(gen.decode(list(c)), s) for c, s in candidates],
                 )
-            closed_result = self._closed_book_answer(closed_state, prefix, max_new_tokens) if closed_book else None
         timings["generate"] = (time.perf_counter() - started) * 1000
         timings["total"] = (time.perf_counter() - total_started) * 1000
         return AskResult(
-            question=question, kb=self.resolve_kb(kb).name, index=index, k=k, passages=retrieval.passages,
+            question=question, kb=self.resolve_kb(kb).name, index=index, k=len(retrieval.passages),
+            passages=retrieval.passages,
             variants=results, closed_book=closed_result, timings_ms=timings,
-            notices=notices + retrieval.notices, index_recall=retrieval.recall, scale=self.encoder.scale,
+            notices=notices + retrieval.notices, index_recall=retrieval.recall, scale=retrieval.scale,
             retriever=retrieval.retriever, lexical_weight=retrieval.lexical_weight, extractive=extractive,
         )
 
@@ -602,12 +669,13 @@ class RagEngine:
         )
 
     def closed_book(self, question: str, *, max_new_tokens: int | None = None) -> ClosedBookResult:
-        """The generator's greedy answer without any passage: its parametric memory alone."""
+        """The generator's greedy answer without any passage: its parametric memory alone (the base
+        weights, without a reading adapter)."""
         max_new_tokens = self.config.decoding.max_new_tokens if max_new_tokens is None else max_new_tokens
         self._check_options(VARIANTS, 1, max_new_tokens, "thorough")
         question, _ = clean_text(question, what="question")
         prefix = self.generator.generation_prefix()
-        with torch.inference_mode():
+        with torch.inference_mode(), self.generator.base_weights():
             state = self._closed_book_state(self._question_for_generator(question), prefix)
             return self._closed_book_answer(state, prefix, max_new_tokens)
 
@@ -642,8 +710,9 @@ class RagEngine:
             best = max(range(len(targets)), key=lambda i: token_lp[i])  # the answer part is shared
             target, per_doc = targets[best], per_ending[best]
             step("scoring it closed-book (no passages)")
-            closed_state = self._closed_book_state(retrieval.generator_question, target.prefix)
-            closed = self._doc_token_logprobs(closed_state, [target.ids], [[0]])[0][0]
+            with gen.base_weights():
+                closed_state = self._closed_book_state(retrieval.generator_question, target.prefix)
+                closed = self._doc_token_logprobs(closed_state, [target.ids], [[0]])[0][0]
         results = {
             v: self._variant_result(v, target.ids, per_doc, retrieval.doc_lp, closed, decoding_name="scored") for v in variants
         }
@@ -656,9 +725,43 @@ class RagEngine:
         return AskResult(
             question=question, kb=self.resolve_kb(kb).name, index=index, k=k, passages=retrieval.passages,
             variants=results, closed_book=closed_result, timings_ms=timings,
-            notices=notices + answer_notices + retrieval.notices, index_recall=retrieval.recall, scale=self.encoder.scale,
+            notices=notices + answer_notices + retrieval.notices, index_recall=retrieval.recall, scale=retrieval.scale,
             retriever=retrieval.retriever, lexical_weight=retrieval.lexical_weight,
         )
+
+
+def _bm25_shortfall(matching: int, k: int) -> str:
+    """The notice for a BM25 top k in which only `matching` passages share a word with the question.
+
+    >>> _bm25_shortfall(2, 3)
+    "only 2 passages share a word with the question; the last of the top 3 scores 0 (ties keep the knowledge base's order)"
+    """
+    if matching == 0:
+        return f"no passage shares a word with the question: all score 0, so the top {k} follow the knowledge base's order"
+    rest = k - matching
+    shares = "shares" if matching == 1 else "share"
+    last = f"the last of the top {k} scores" if rest == 1 else f"the last {rest} of the top {k} score"
+    return (f"only {counted(matching, 'passage')} {shares} a word with the question; {last} 0 "
+            "(ties keep the knowledge base's order)")
+
+
+def _top_k(knowledge: KnowledgeBase, ids: list[int], scores: torch.Tensor, lexical: torch.Tensor, logits: torch.Tensor,
+           k: int) -> tuple[tuple[RetrievedPassage, ...], torch.Tensor]:
+    """The k candidates with the highest logits, best first (ties keep candidate order), and log p(z|x) over them.
+
+    `ids` are C KB rows; `scores`, `lexical`, `logits` are (C,) in the same order. Returns the passages and (K,) log p(z|x).
+    """
+    order = torch.argsort(logits, descending=True, stable=True)[:k]
+    scores, lexical, logits = scores[order], lexical[order], logits[order]
+    doc_lp = doc_logprobs(logits[None])[0]  # (K,)
+    passages = tuple(
+        RetrievedPassage(
+            rank=rank + 1, id=row, title=knowledge.titles[row], text=knowledge.texts[row],
+            score=float(scores[rank]), prob=float(doc_lp[rank].exp()), logit=float(logits[rank]), lexical=float(lexical[rank]),
+        )
+        for rank, row in enumerate(ids[i] for i in order.tolist())
+    )
+    return passages, doc_lp
 
 
 def _is_folder(name: object) -> bool:

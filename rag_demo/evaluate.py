@@ -2,28 +2,17 @@
 
 from __future__ import annotations
 
+import math
 import random
-import re
-import string
 import sys
 import time
 from collections import Counter
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 from .errors import InputError
+from .questions import EvalQuestion, load_eval_questions, normalize_answer
 
-_ARTICLES = re.compile(r"\b(a|an|the)\b")
-_PUNCTUATION = set(string.punctuation)
-
-
-def normalize_answer(text: str) -> str:
-    """SQuAD's normalization: lower case, drop punctuation and articles, squeeze spaces.
-
-    >>> normalize_answer("The  Eiffel-Tower!")
-    'eiffeltower'
-    """
-    text = "".join(ch for ch in text.lower() if ch not in _PUNCTUATION)
-    return " ".join(_ARTICLES.sub(" ", text).split())
+__all__ = ["EvalQuestion", "normalize_answer", "exact_match", "f1_score", "contains_answer", "evaluate", "evaluate_table"]
 
 
 def exact_match(prediction: str, gold: str) -> bool:
@@ -47,14 +36,6 @@ def contains_answer(prediction: str, gold: str) -> bool:
     return bool(gold_norm) and f" {gold_norm} " in f" {normalize_answer(prediction)} "
 
 
-@dataclass(frozen=True)
-class EvalQuestion:
-    question: str
-    answer: str  # what the KB's gold passage says
-    original_answer: str  # the real-world answer (differs on the counterfactual KB)
-    gold_id: int  # row of the gold passage in the KB
-
-
 def sample_questions(questions: list[EvalQuestion], n: int, seed: int) -> list[EvalQuestion]:
     if n < 1:
         raise InputError("--n must be at least 1")
@@ -62,14 +43,33 @@ def sample_questions(questions: list[EvalQuestion], n: int, seed: int) -> list[E
     return rng.sample(questions, min(n, len(questions)))
 
 
+def wilson_interval(successes: int, n: int, z: float = 1.96) -> tuple[float, float]:
+    """The 95% Wilson score interval of a proportion (z = 1.96); (nan, nan) for n = 0.
+
+    >>> [round(x, 3) for x in wilson_interval(30, 100)]
+    [0.219, 0.396]
+    """
+    if n == 0:
+        return float("nan"), float("nan")
+    p = successes / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+PROPORTIONS = ("exact_match", "answer_recall", "retrieval_recall")  # per question 0 or 1: these get an interval
+
+
 class _Tally:
     """Running sums of one variant's metrics over the questions seen so far."""
 
     def __init__(self):
         self.totals, self.count = Counter(), 0
+        self.answers = Counter()  # normalized answers: a generator that gives one answer to everything shows here
 
     def add(self, item: EvalQuestion, prediction: str, retrieved: bool) -> None:
         self.count += 1
+        self.answers[normalize_answer(prediction)] += 1
         self.totals["exact_match"] += exact_match(prediction, item.answer)
         self.totals["f1"] += f1_score(prediction, item.answer)
         self.totals["answer_recall"] += contains_answer(prediction, item.answer)
@@ -81,10 +81,16 @@ class _Tally:
     def report(self, **about) -> dict:
         totals, count = self.totals, self.count
         report = {key: totals[key] / count for key in ("exact_match", "f1", "answer_recall", "retrieval_recall")}
+        intervals = {key: wilson_interval(totals[key], count) for key in PROPORTIONS}
         if about.get("variant") == "closed-book":
             report["retrieval_recall"] = None  # nothing is retrieved
-        report["original_match"] = totals["original_match"] / totals["counterfactual"] if totals["counterfactual"] else None
-        return report | {"n": count} | about
+            intervals["retrieval_recall"] = None
+        swapped = totals["counterfactual"]
+        report["original_match"] = totals["original_match"] / swapped if swapped else None
+        intervals["original_match"] = wilson_interval(totals["original_match"], swapped) if swapped else None
+        (answer, times), = self.answers.most_common(1) or [("", 0)]
+        return report | {"n": count, "intervals": intervals, "most_common_answer": answer,
+                         "most_common_share": times / count if count else None} | about
 
 
 def sample_kb(kb, questions: list[EvalQuestion], size: int, seed: int):
@@ -111,9 +117,7 @@ def _picked(engine, kb: str, n: int, seed: int, questions: list[EvalQuestion] | 
     """(the KB to ask, n sampled questions)."""
     knowledge = engine.resolve_kb(kb)
     if questions is None:
-        from .data import load_eval_questions
-
-        questions = load_eval_questions(knowledge)
+        questions = load_eval_questions(knowledge.path)
     if kb_sample is not None:
         knowledge, questions = sample_kb(knowledge, questions, kb_sample, seed)
     if not questions:
@@ -123,24 +127,28 @@ def _picked(engine, kb: str, n: int, seed: int, questions: list[EvalQuestion] | 
 
 def evaluate(engine, *, kb: str, variant: str, n: int, seed: int, k: int = 5, index: str = "flat", num_beams: int = 1,
              max_new_tokens: int = 16, sequence_decoding: str = "thorough", questions: list[EvalQuestion] | None = None,
-             kb_sample: int | None = None, retriever: str | None = None, extractive: bool = False, progress=None) -> dict:
+             kb_sample: int | None = None, retriever: str | None = None, extractive: bool = False, gold_passage: bool = False,
+             progress=None) -> dict:
     """Sample n questions of `kb` and score `variant` ("token", "sequence" or "closed-book")."""
     if variant not in ("token", "sequence", "closed-book"):
         raise InputError(f"unknown variant {variant!r}; choose token, sequence or closed-book")
     reports = evaluate_table(engine, kbs=(kb,), ks=(k,), n=n, seed=seed, variants=(variant,), index=index,
                              num_beams=num_beams, max_new_tokens=max_new_tokens, sequence_decoding=sequence_decoding,
                              questions={kb: questions} if questions is not None else None, kb_sample=kb_sample,
-                             retriever=retriever, extractive=extractive, progress=progress)
+                             retriever=retriever, extractive=extractive, gold_passage=gold_passage, progress=progress)
     return reports[0]
 
 
 def evaluate_table(engine, *, kbs, ks, n: int, seed: int, variants=("token", "sequence", "closed-book"),
                    index: str = "flat", num_beams: int = 1, max_new_tokens: int = 16, sequence_decoding: str = "thorough",
                    questions: dict[str, list[EvalQuestion]] | None = None, kb_sample: int | None = None,
-                   retriever: str | None = None, extractive: bool = False, progress=None) -> list[dict]:
+                   retriever: str | None = None, extractive: bool = False, gold_passage: bool = False,
+                   progress=None) -> list[dict]:
     """One report per (kb, variant, k); closed-book gets one per kb (it reads no passage).
 
     `kb_sample` asks over a random part of each KB of that many passages (see `sample_kb`).
+    `gold_passage` gives the generator each question's gold passage alone instead of retrieving
+    (k = 1, p(z|x) = 1): the reading ceiling, what the generator makes of the right passage.
 
     Each question is asked once per k with every retrieval variant at once, so RAG-Token and
     RAG-Sequence read the same retrieved passages and share the prompt computation.
@@ -150,6 +158,8 @@ def evaluate_table(engine, *, kbs, ks, n: int, seed: int, variants=("token", "se
         raise InputError(f"unknown variant {unknown[0] if unknown else ''!r}; choose token, sequence or closed-book")
     open_book = tuple(v for v in variants if v != "closed-book")
     retriever = engine.resolve_retriever(retriever)
+    if gold_passage:
+        ks = (1,)
     reports = []
     for kb in kbs:
         knowledge, picked = _picked(engine, kb, n, seed, (questions or {}).get(kb), kb_sample)
@@ -165,7 +175,7 @@ def evaluate_table(engine, *, kbs, ks, n: int, seed: int, variants=("token", "se
                 started = time.perf_counter()
                 result = engine.ask(item.question, kb=knowledge, k=k, index=index, variants=open_book, num_beams=num_beams,
                                     max_new_tokens=max_new_tokens, sequence_decoding=sequence_decoding, closed_book=False,
-                                    retriever=retriever, extractive=extractive)
+                                    retriever=retriever, extractive=extractive, rows=[item.gold_id] if gold_passage else None)
                 seconds[k] += time.perf_counter() - started
                 retrieved = any(p.id == item.gold_id for p in result.passages)
                 for v in open_book:
@@ -173,7 +183,7 @@ def evaluate_table(engine, *, kbs, ks, n: int, seed: int, variants=("token", "se
             if progress is not None:
                 progress(f"evaluating on {kb}", done, len(picked))
         common = {"kb": kb, "kb_passages": len(knowledge), "index": index, "retriever": retriever, "seed": seed}
-        open_common = common | {"extractive": extractive}
+        open_common = common | {"extractive": extractive, "gold_passage": gold_passage}
         for (v, k), tally in tallies.items():
             # both variants came out of one ask, so the time is theirs together
             reports.append(tally.report(variant=v, k=k, seconds_per_question=seconds[k] / len(picked), **open_common))
@@ -182,24 +192,37 @@ def evaluate_table(engine, *, kbs, ks, n: int, seed: int, variants=("token", "se
     return reports
 
 
+def _percent(report: dict, key: str, *, interval: bool) -> str:
+    value = report[key]
+    if value is None:
+        return "n/a"
+    bounds = (report.get("intervals") or {}).get(key) if interval else None
+    return f"{100 * value:.1f}" + (f" ({100 * bounds[0]:.1f}-{100 * bounds[1]:.1f})" if bounds else "")
+
+
 def print_table(reports: list[dict], out=sys.stdout) -> None:
-    """A markdown table of `evaluate_table`'s reports, in percent."""
+    """A markdown table of `evaluate_table`'s reports, in percent, with 95% Wilson intervals."""
     keys = ("exact_match", "f1", "answer_recall", "retrieval_recall", "original_match")
-    out.write("| KB | passages | retriever | variant | k | n | EM | F1 | answer recall | retrieval recall | original match | s/question |\n")
-    out.write("|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+    out.write("| KB | passages | retriever | variant | k | n | EM (95% CI) | F1 | answer recall | gold in top k (95% CI) "
+              "| real-world answer (95% CI) | most common answer | s/question |\n")
+    out.write("|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
     for r in reports:
-        cells = ["n/a" if r[key] is None else f"{100 * r[key]:.1f}" for key in keys]
+        cells = [_percent(r, key, interval=key != "f1") for key in keys]
         k = "-" if r["variant"] == "closed-book" else str(r["k"])
-        variant = r["variant"] + (", copying" if r.get("extractive") else "")
-        retriever = "-" if r["variant"] == "closed-book" else r["retriever"]
-        out.write(f"| {r['kb']} | {r['kb_passages']:,} | {retriever} | {variant} | {k} | {r['n']} | " + " | ".join(cells) + f" | {r['seconds_per_question']:.2f} |\n")
+        variant = r["variant"] + (", copying" if r.get("extractive") else "") + (", gold passage" if r.get("gold_passage") else "")
+        retriever = "-" if r["variant"] == "closed-book" or r.get("gold_passage") else r["retriever"]
+        common = f"{r['most_common_answer'][:30] or '(empty)'} ({100 * r['most_common_share']:.0f}%)" if r.get("most_common_share") else "-"
+        out.write(f"| {r['kb']} | {r['kb_passages']:,} | {retriever} | {variant} | {k} | {r['n']} | " + " | ".join(cells)
+                  + f" | {common} | {r['seconds_per_question']:.2f} |\n")
 
 
 def print_report(report: dict, out=sys.stdout) -> None:
     copying = ", copying from passages" if report.get("extractive") else ""
+    how = "the gold passage alone" if report.get("gold_passage") else f"{report['retriever']} retrieval{copying}"
     out.write(f"{report['variant']} on {report['kb']} ({report['kb_passages']:,} passages, n={report['n']}, k={report['k']}, "
-              f"{report['retriever']} retrieval{copying}, seed={report['seed']})\n")
+              f"{how}, seed={report['seed']})\n")
     for key in ("exact_match", "f1", "answer_recall", "retrieval_recall", "original_match"):
-        value = report[key]
-        out.write(f"  {key:<17} {'n/a' if value is None else f'{100 * value:5.1f}%'}\n")
+        out.write(f"  {key:<17} {_percent(report, key, interval=key != 'f1')}\n")
+    if report.get("most_common_share"):
+        out.write(f"  most common answer {report['most_common_answer'][:60]!r}: {100 * report['most_common_share']:.0f}% of answers\n")
     out.write(f"  {report['seconds_per_question']:.2f} s per question\n")

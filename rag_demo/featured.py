@@ -62,7 +62,7 @@ def _ranked(engine, kb: str, items: list, progress, done: int, total: int) -> tu
 def order_examples(engine, questions: dict[str, list], *, cache_dir: Path | None, progress=None) -> dict[str, list[str]]:
     """{kb: example questions, those answered right by both variants first}.
 
-    `questions[kb]` are the KB's example questions (`data.KBQuestion`). The outcome is saved under
+    `questions[kb]` are the KB's example questions (`questions.KBQuestion`). The outcome is saved under
     `cache_dir`; an unreadable saved file is checked again, an unwritable folder costs a check next
     start, never this one.
     """
@@ -95,10 +95,9 @@ def feature_checked_examples(engine, *, cache_dir: Path | None = None, progress=
     the two default KBs); `python -m rag_demo prepare` does it at build time, `app.py` otherwise.
     """
     from .config import cache_root
-    from .data import QUESTIONS_FILE, load_questions
+    from .questions import example_questions
 
-    featured = {name: [q for q in load_questions(kb.path) if q.example] for name, kb in engine.kbs.items()
-                if kb.path is not None and (kb.path / QUESTIONS_FILE).is_file()}
+    featured = {name: example_questions(kb.path) for name, kb in engine.kbs.items()}
     featured = {name: items for name, items in featured.items() if items}
     if featured:
         cache_dir = cache_root() / "featured" if cache_dir is None else cache_dir

@@ -21,6 +21,7 @@ from pathlib import Path
 import torch
 
 from . import prompts
+from .adapters import adapters_active, base_weights, load_adapters
 from .config import GeneratorConfig
 from .corpus import Passage
 from .errors import ModelLoadError
@@ -108,8 +109,17 @@ class Generator:
         self.tokenizer = tokenizer
         self.config = config
         self.name = name
-        self.weights = ""  # folder name the weights were loaded from, when not `name` itself (a fine-tuned copy)
+        self.weights = ""  # folder name of the reading adapter, or of the weights when not `name` itself
         self.device = next(model.parameters()).device
+
+    def base_weights(self):
+        """A block in which this generator computes with its base weights (no reading adapter):
+        closed-book answers show what the model itself knows."""
+        return base_weights(self.model)
+
+    @property
+    def has_adapter(self) -> bool:
+        return getattr(self.model, "adapter_switch", None) is not None
 
     # -- text <-> ids -------------------------------------------------------------------------
     @property
@@ -578,7 +588,8 @@ class CausalGenerator(Generator):
 
     def _prefix_state(self, text: str) -> tuple[list[int], object]:
         with self._prefix_lock:
-            if text not in self._prefix_states:
+            key = (text, adapters_active(self.model))  # a closed-book pass runs on the base weights
+            if key not in self._prefix_states:
                 from transformers import DynamicCache
 
                 ids = self.tokenizer(text)["input_ids"]
@@ -589,8 +600,8 @@ class CausalGenerator(Generator):
                     tensor = torch.tensor([ids], dtype=torch.long, device=self.device)
                     with torch.inference_mode():
                         self.model(input_ids=tensor, cache=cache, use_cache=True, logits_to_keep=1)
-                self._prefix_states[text] = (ids, cache)
-            return self._prefix_states[text]
+                self._prefix_states[key] = (ids, cache)
+            return self._prefix_states[key]
 
     def _forward_tokens(self, state: DecodeState, tokens: torch.Tensor) -> torch.Tensor:
         """Feed (R, n) tokens after the rows so far; mutates `state`. Returns (R, n, V) logits."""
@@ -634,8 +645,10 @@ def generator_from_model(model, tokenizer, config: GeneratorConfig, *, name: str
     return CausalGenerator(model, tokenizer, config, name=name)
 
 
-def load_generator(config: GeneratorConfig, *, path: str | None = None, device: torch.device | None = None) -> Generator:
-    """Load a seq2seq or causal LM by hub id or folder (`path` overrides `config.model`)."""
+def load_generator(config: GeneratorConfig, *, path: str | None = None, device: torch.device | None = None,
+                   adapter: str | Path | None = None) -> Generator:
+    """Load a seq2seq or causal LM by hub id or folder (`path` overrides `config.model`), and the
+    reading adapter saved in the folder `adapter` if one is given (`rag_demo.adapters`)."""
     from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForSeq2SeqLM, AutoTokenizer
 
     from .encoders import load_pretrained
@@ -652,7 +665,12 @@ def load_generator(config: GeneratorConfig, *, path: str | None = None, device: 
     drop_construction_tables(tokenizer)
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
+    if adapter is not None:
+        try:
+            load_adapters(model, adapter)
+        except (OSError, ValueError) as err:
+            raise ModelLoadError(f"could not load the reading adapter in {adapter}: {err}") from None
     model.to(device or torch.device("cpu"))
     generator = generator_from_model(model, tokenizer, config, name=config.model)
-    generator.weights = Path(path).name if path else ""
+    generator.weights = Path(adapter).name if adapter is not None else (Path(path).name if path else "")
     return generator

@@ -28,11 +28,9 @@ def pick_device(name: str) -> torch.device:
 
 
 def _examples_for(kb: KnowledgeBase) -> list[str]:
-    from .data import QUESTIONS_FILE, load_questions
+    from .questions import example_questions
 
-    if kb.path is None or not (kb.path / QUESTIONS_FILE).is_file():
-        return []
-    return [q.question for q in load_questions(kb.path) if q.example]
+    return [q.question for q in example_questions(kb.path)]
 
 
 def rag_engine_from_modules(*, question_encoder, question_tokenizer, generator_model, generator_tokenizer,
@@ -142,8 +140,9 @@ def engine_from_config(config: EngineConfig = EngineConfig(), *, kb_paths: dict[
 
         question_path = cached_tuned_encoder(config.encoder)
     encoder = load_encoder(config.encoder, device=device, question_path=question_path)
-    generator_path = str(prepared.generator_to_load) if uses_default_generator else None
-    generator = load_generator(config.generator, path=generator_path, device=device)
+    generator_path = str(prepared.generator_path) if uses_default_generator else None
+    adapter = prepared.reader_adapter_path if uses_default_generator else None
+    generator = load_generator(config.generator, path=generator_path, device=device, adapter=adapter)
     examples = {name: _examples_for(kb) for name, kb in kbs.items()}
     return RagEngine(encoder=encoder, generator=generator, kbs=kbs, config=config,
                      index_cache=cache_root() / "indexes", examples=examples)

@@ -10,7 +10,7 @@ import html
 import math
 from collections.abc import Sequence
 
-from .results import AskResult, IndexReport, RetrievedPassage, VariantResult
+from .results import AskResult, IndexReport, RetrievedPassage, RetrieverRanking, VariantResult
 
 # Colour-blind-friendly qualitative palette (Tableau 10); passage rank r gets PALETTE[(r - 1) % 10].
 PALETTE = ("#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#b07aa1", "#ff9da7", "#9c755f", "#bab0ac")
@@ -101,10 +101,12 @@ def empty_figure(message: str, *, title: str = "", height: int = 260):
     return fig
 
 
-def logit_formula(result: AskResult) -> str:
-    """The softmax's input as a formula: "20·score", or "20·score + 0.2·bm25" for hybrid retrieval."""
+def logit_formula(result: AskResult | RetrieverRanking) -> str:
+    """The softmax's input as a formula: "20·score" (dense), "0.2·bm25" (bm25) or "20·score + 0.2·bm25" (hybrid)."""
     if result.retriever == "hybrid":
         return f"{result.scale:g}·score + {result.lexical_weight:g}·bm25"
+    if result.retriever == "bm25":
+        return f"{result.scale:g}·bm25"
     return f"{result.scale:g}·score"
 
 
@@ -125,7 +127,8 @@ def doc_prob_figure(result: AskResult, *, height: int = 300):
             cliponaxis=False,
             customdata=[[html.escape(shorten(passage_name(p.title, p.text), 60)), p.score, p.logit, p.lexical]
                         for p in passages],
-            hovertemplate="%{customdata[0]}<br>p(z|x) = %{x:.3f}<br>score = %{customdata[1]:.3f}"
+            hovertemplate="%{customdata[0]}<br>p(z|x) = %{x:.3f}"
+            + ("<br>bm25 = %{customdata[3]:.2f}" if result.retriever == "bm25" else "<br>score = %{customdata[1]:.3f}")
             + ("<br>bm25 = %{customdata[3]:.2f}" if result.retriever == "hybrid" else "")
             + "<br>logit = %{customdata[2]:.2f}<extra></extra>",
         )

@@ -11,10 +11,10 @@ class RetrievedPassage:
     id: int  # row in the knowledge base
     title: str
     text: str
-    score: float  # raw retriever score (inner product, or cosine for normalized encoders)
+    score: float  # raw retriever score: inner product (cosine for normalized encoders), or BM25 for bm25 retrieval
     prob: float  # p(z|x): softmax of the top-k logits
     logit: float  # the softmax's input: scale * score, plus lexical_weight * lexical for hybrid retrieval
-    lexical: float = 0.0  # BM25 score of the passage for the question (hybrid retrieval; 0 for dense)
+    lexical: float = 0.0  # BM25 score of the passage for the question (hybrid and bm25 retrieval; 0 for dense)
 
 
 @dataclass(frozen=True)
@@ -54,10 +54,38 @@ class AskResult:
     timings_ms: dict[str, float]
     notices: tuple[str, ...] = ()
     index_recall: float | None = None  # recall@k of this index variant against exact search
-    scale: float = 1.0
-    retriever: str = "dense"  # "dense" (the paper's) or "hybrid" (dense + BM25)
+    scale: float = 1.0  # logit = scale * score (+ lexical_weight * lexical): the encoder's scale, or BM25_SCALE for bm25
+    retriever: str = "dense"  # "dense" (the paper's), "bm25" (word matching alone) or "hybrid" (dense + BM25)
     lexical_weight: float = 0.0  # BM25's weight in the logits (0 for dense)
     extractive: bool = False  # answers were constrained to copy a run of a retrieved passage
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class RetrieverRanking:
+    """One retriever's top k for a question, weighed as an ask with that retriever would weigh them."""
+
+    retriever: str  # "dense", "bm25" or "hybrid"
+    passages: tuple[RetrievedPassage, ...]
+    scale: float  # logit = scale * score (+ lexical_weight * lexical)
+    lexical_weight: float = 0.0
+    gold_rank: int | None = None  # 1-based rank of the gold passage in this top k; None: not in it, or unknown
+    notices: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class RetrieverComparison:
+    """The same question, knowledge base and k under each retriever, by exact search over every passage."""
+
+    question: str
+    kb: str
+    k: int
+    rankings: tuple[RetrieverRanking, ...]
+    gold_ids: tuple[int, ...]  # rows of the question's gold passage when the KB's own questions know it; () otherwise
+    timings_ms: dict[str, float]  # one entry per retriever, and "total"
+    notices: tuple[str, ...] = ()
 
     def to_json(self) -> dict:
         return asdict(self)

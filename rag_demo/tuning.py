@@ -28,6 +28,7 @@ from typing import Callable, Sequence
 import numpy as np
 import torch
 
+from .adapters import AdapterShape, adapter_parameters, adapter_switch, add_adapters
 from .config import ReaderTuningConfig, TuningConfig
 from .encoders import Encoder, mean_pooled
 from .lexical import LexicalIndex
@@ -201,27 +202,39 @@ def tune_reader(
     config: ReaderTuningConfig = ReaderTuningConfig(),
     progress: Callable[[int, int], None] | None = None,
 ) -> torch.nn.Module:
-    """Fine-tune a causal LM `model` in place on `examples` (one epoch) and return it in eval mode.
+    """Fine-tune a causal LM `model` in place on `examples` (`config.epochs` passes) and return it in eval mode.
 
-    The token embeddings (tied to the output head in Gemma) stay as they are: they are most of
-    the parameters, and the vocabulary needs no new meaning. `progress(done, total)` after every step.
+    "lora" (the default) trains low-rank adapters only (`rag_demo.adapters`, added when the model
+    has none), so the base weights stay as they were and serve closed-book answers. "full" trains
+    every weight but the token embeddings (tied to the output head in Gemma): they are most of the
+    parameters, and the vocabulary needs no new meaning. `progress(done, total)` after every step.
     """
     if not examples:
         raise ValueError("no reading examples")
     if any(tuple(example.prompt_ids[:len(shared_ids)]) != tuple(shared_ids) for example in examples):
         raise ValueError("every prompt must begin with the shared block")
     torch.manual_seed(config.seed)
-    order = np.random.default_rng(config.seed).permutation(len(examples))
-    frozen = {id(model.get_input_embeddings().weight)}
-    head = model.get_output_embeddings()
-    if head is not None:
-        frozen.add(id(head.weight))
-    trained = [p for p in model.parameters() if id(p) not in frozen]
+    order = np.concatenate([np.random.default_rng(config.seed + epoch).permutation(len(examples))
+                            for epoch in range(config.epochs)])
+    if config.method == "lora":
+        if adapter_switch(model) is None:
+            add_adapters(model, AdapterShape(rank=config.rank, alpha=config.alpha), seed=config.seed)
+        trained = list(adapter_parameters(model).values())
+    elif config.method == "full":
+        frozen = {id(model.get_input_embeddings().weight)}
+        head = model.get_output_embeddings()
+        if head is not None:
+            frozen.add(id(head.weight))
+        trained = [p for p in model.parameters() if id(p) not in frozen and id(p) not in
+                   {id(a) for a in adapter_parameters(model).values()}]
+    else:
+        raise ValueError(f"unknown reader tuning method {config.method!r}; use lora or full")
+    trained_ids = {id(p) for p in trained}
     for parameter in model.parameters():
-        parameter.requires_grad_(id(parameter) not in frozen)
+        parameter.requires_grad_(id(parameter) in trained_ids)
     model.train()
     optimizer = torch.optim.AdamW(trained, lr=config.learning_rate, weight_decay=0.0)
-    total = -(-len(examples) // config.batch_size)
+    total = -(-len(order) // config.batch_size)
     warmup = max(1, total // 10)
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: min(1.0, (step + 1) / warmup) * (total - step) / total)
     started, running = time.perf_counter(), []

@@ -24,7 +24,7 @@ import shutil
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -32,12 +32,12 @@ from typing import Any, Protocol
 import gradio as gr
 
 from . import heap, plots
-from .config import INDEX_KINDS, MAX_PAGE_BEAMS, MAX_PAGE_K, MAX_QUESTION_CHARS
+from .config import BM25_SCALE, INDEX_KINDS, MAX_PAGE_BEAMS, MAX_PAGE_K, MAX_QUESTION_CHARS
 from .corpus import SOURCE_SUFFIXES, KnowledgeBase, Passage, read_document_file, split_into_passages
 from .errors import InputError, RagDemoError
 from .evaluate import contains_answer
 from .progress import counted, eta_text
-from .results import AskResult, ClosedBookResult, IndexReport, RetrievedPassage, VariantResult
+from .results import AskResult, ClosedBookResult, IndexReport, RetrievedPassage, RetrieverComparison, RetrieverRanking, VariantResult
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +49,8 @@ VARIANT_CHOICES = [("Token", "token"), ("Sequence", "sequence"), ("Both", "both"
 INDEX_LABELS = {"flat": "Flat (exact)", "hnsw": "HNSW (graph)", "ivfpq": "IVF-PQ (compressed)"}
 INDEX_CHOICES = [(INDEX_LABELS.get(kind, kind), kind) for kind in INDEX_KINDS]
 DECODING_CHOICES = [("thorough", "thorough"), ("fast", "fast")]
-RETRIEVER_CHOICES = [("Dense + BM25", "hybrid"), ("Dense (the paper)", "dense")]
+RETRIEVER_NAMES = {"dense": "Dense (the paper)", "bm25": "BM25", "hybrid": "Dense + BM25"}
+RETRIEVER_CHOICES = [(label, name) for name, label in RETRIEVER_NAMES.items()]
 PARAMETRIC_P = 0.5  # closed-book p at or above which a token is marked as coming from parametric memory
 ENGINE_GROUP = "engine"  # concurrency id shared by every event that calls the engine
 TIMING_ORDER = ("encode", "search", "generate", "total")
@@ -85,7 +86,10 @@ class Engine(Protocol):
     def default_kb(self) -> str: ...
 
     @property
-    def lexical_weight(self) -> float: ...  # BM25's weight for hybrid retrieval; 0: dense only
+    def lexical_weight(self) -> float: ...  # BM25's weight for hybrid retrieval; 0: no hybrid
+
+    @property
+    def retrievers(self) -> tuple[str, ...]: ...  # those it offers: dense and bm25, and hybrid with a lexical weight
 
     def ask(self, question: str, *, kb: str | KnowledgeBase, k: int = 5, index: str = "flat",
             variants: tuple[str, ...] = ("token", "sequence"), num_beams: int = 1,
@@ -95,6 +99,8 @@ class Engine(Protocol):
     def score(self, question: str, answer: str, *, kb: str | KnowledgeBase, k: int = 5, index: str = "flat",
               variants: tuple[str, ...] = ("token", "sequence"), retriever: str | None = None,
               progress: ProgressFn | None = None) -> AskResult: ...
+
+    def compare_retrievers(self, question: str, *, kb: str | KnowledgeBase, k: int = 5) -> RetrieverComparison: ...
 
     def index_reports(self, kb: str | KnowledgeBase) -> list[IndexReport]: ...
 
@@ -195,6 +201,10 @@ class BackgroundEngine:
     def lexical_weight(self) -> float:
         return self._get().lexical_weight
 
+    @property
+    def retrievers(self) -> tuple[str, ...]:
+        return self._get().retrievers
+
     def ask(self, question: str, **options: Any) -> AskResult:
         try:
             return self._get().ask(question, **options)
@@ -206,6 +216,9 @@ class BackgroundEngine:
             return self._get().score(question, answer, **options)
         finally:
             heap.release_free_memory()
+
+    def compare_retrievers(self, question: str, *, kb: str | KnowledgeBase, k: int = 5) -> RetrieverComparison:
+        return self._get().compare_retrievers(question, kb=kb, k=k)
 
     def index_reports(self, kb: str | KnowledgeBase) -> list[IndexReport]:
         return self._get().index_reports(kb)
@@ -425,16 +438,30 @@ def format_timings(timings_ms: dict[str, float]) -> str:
     return f'<div class="rag-timings" title="time spent in each stage">time: {" · ".join(parts)}</div>'
 
 
+RETRIEVER_BADGES = {  # (badge text, what its p(z|x) is)
+    "dense": ("dense", "the dense retriever's scores, as in the paper"),
+    "bm25": ("BM25", "BM25 word matching alone, no vectors"),
+    "hybrid": ("dense + BM25", "the dense retriever's score plus BM25 word matching"),
+}
+
+
+def format_retriever_badge(result: AskResult | RetrieverRanking) -> str:
+    """'dense' / 'BM25' / 'dense + BM25', its p(z|x) formula in the tooltip."""
+    text, what = RETRIEVER_BADGES.get(result.retriever, (result.retriever, "the retriever's scores"))
+    return (f'<span class="rag-badge" title="p(z|x) = softmax({esc(plots.logit_formula(result))}) over the top k: '
+            f'{esc(what)}">{esc(text)}</span>')
+
+
 def format_index_badge(result: AskResult) -> str:
+    if result.retriever == "bm25":  # BM25 reads no vector index: say so, whatever index was chosen
+        return ('<span class="rag-badge" title="BM25 scores every passage; the index variants hold dense vectors">'
+                f"exact search · no index</span>{format_retriever_badge(result)}")
     if result.index_recall is not None:
         recall = f"recall@{result.k} {result.index_recall:.2f}"
     else:
         recall = "exact search" if result.index == "flat" else f"recall@{result.k} n/a"
-    retrieval = (f'<span class="rag-badge" title="p(z|x) = softmax({esc(plots.logit_formula(result))}) over the top k: '
-                 f'the dense retriever\'s score plus BM25 word matching">dense + BM25</span>' if result.retriever == "hybrid" else
-                 '<span class="rag-badge" title="p(z|x) = softmax of the dense retriever\'s scores, as in the paper">dense</span>')
     return (f'<span class="rag-badge" title="recall@k of this index variant against exact (flat) search, '
-            f'for this question">index {esc(result.index)} · {recall}</span>{retrieval}')
+            f'for this question">index {esc(result.index)} · {recall}</span>{format_retriever_badge(result)}')
 
 
 def _variant_card(variant: VariantResult, passages: Sequence[RetrievedPassage], *, extra: str = "") -> str:
@@ -510,31 +537,77 @@ def _untitled(row: int) -> str:
     return f'<span class="rag-muted">passage {int(row)}</span>'
 
 
+def _score_names(p: RetrievedPassage, retriever: str) -> str:
+    """The scores a retriever weighed, named: 'score 0.612', 'bm25 7.31' or 'score 0.612 · bm25 7.31'."""
+    if retriever == "bm25":
+        return f"bm25 {p.lexical:.2f}"
+    if retriever == "hybrid":
+        return f"score {p.score:.3f} · bm25 {p.lexical:.2f}"
+    return f"score {p.score:.3f}"
+
+
+GOLD_MARK = '<span class="rag-gold" title="the passage this question was written from">gold</span>'
+
+
 def format_passages_html(passages: Sequence[RetrievedPassage], *, max_chars: int | None = None,
-                         hybrid: bool = False) -> str:
-    """Passage cards: rank, title, raw score (and BM25 score for hybrid retrieval), p(z|x) with a bar, and the text."""
+                         retriever: str = "dense", gold_ids: Collection[int] = ()) -> str:
+    """Passage cards: rank, title, the retriever's scores by name, p(z|x) with a bar, and the text.
+
+    Passages whose row is in `gold_ids` are marked gold."""
     if not passages:
         return '<div class="rag-empty">No passages retrieved.</div>'
-
-    def lexical(p: RetrievedPassage) -> str:
-        return f" · bm25 {p.lexical:.2f}" if hybrid else ""
-
     cards = []
     for p in passages:
         color = plots.passage_color(p.rank)
         text = p.text if max_chars is None else plots.shorten(p.text, max_chars)
+        gold = p.id in gold_ids
         cards.append(
-            f'<div class="rag-passage" style="border-left-color:{color}">'
+            f'<div class="rag-passage{" rag-passage-gold" if gold else ""}" style="border-left-color:{color}">'
             f'<div class="rag-passage-head"><span class="rag-rank" style="background:{color}">#{p.rank}</span>'
             f'<span class="rag-passage-title">{esc(p.title) if p.title.strip() else _untitled(p.id)}</span>'
-            f'<span class="rag-passage-nums">score {p.score:.3f}{lexical(p)} · p(z|x) <b>{p.prob:.3f}</b></span></div>'
+            f'{GOLD_MARK if gold else ""}'
+            f'<span class="rag-passage-nums">{_score_names(p, retriever)} · p(z|x) <b>{p.prob:.3f}</b></span></div>'
             f'<div class="rag-pbar"><span style="width:{100 * p.prob:.1f}%;background:{color}"></span></div>'
             f'<div class="rag-passage-text">{esc(text)}</div></div>'
         )
     # with hybrid retrieval the dense score alone does not give the order, which surprises readers
     order = ('<div class="rag-muted rag-order-note">ranked by p(z|x), which adds the BM25 score to the dense '
-             "score: a lower score can rank higher</div>" if hybrid and len(passages) > 1 else "")
+             "score: a lower score can rank higher</div>" if retriever == "hybrid" and len(passages) > 1 else "")
     return f'<div class="rag-passages">{order}{"".join(cards)}</div>'
+
+
+def _gold_found(ranking: RetrieverRanking, k: int) -> str:
+    if ranking.gold_rank is None:
+        return f"not in the top {k}"
+    return f"rank {ranking.gold_rank}"
+
+
+def format_comparison_html(comparison: RetrieverComparison, *, max_chars: int = 160) -> str:
+    """Each retriever's top k in its own column, with p(z|x) per passage; the gold passage marked when the KB knows it."""
+    gold = set(comparison.gold_ids)
+    names = [RETRIEVER_NAMES.get(r.retriever, r.retriever) for r in comparison.rankings]
+    if gold:
+        found = " · ".join(f"{esc(name)} <b>{_gold_found(r, comparison.k)}</b>" for name, r in zip(names, comparison.rankings))
+        summary = f"The gold passage {GOLD_MARK}, the one this question was written from: {found}"
+    else:
+        summary = ("No gold passage is known for this question: only the questions stored with the example "
+                   "knowledge bases have one.")
+    columns = "".join(
+        f'<div class="rag-compare-col"><div class="rag-compare-head"><span class="rag-kind">{esc(name)}</span>'
+        f'<span class="rag-meta">p(z|x) = softmax({esc(plots.logit_formula(r))})'
+        f'{f" · gold: {_gold_found(r, comparison.k)}" if gold else ""}</span></div>'
+        f"{format_notices(r.notices)}"
+        f"{format_passages_html(r.passages, max_chars=max_chars, retriever=r.retriever, gold_ids=gold)}</div>"
+        for name, r in zip(names, comparison.rankings)
+    )
+    return (
+        f'<div class="rag-answer-block"><div class="rag-question">Q: {esc(comparison.question)} <span class="rag-kb">'
+        f"knowledge base <b>{esc(comparison.kb)}</b></span>"
+        f'<span class="rag-badge" title="every retriever scores every passage here; the Index variant setting '
+        f'does not apply">top {comparison.k} · exact search</span></div>'
+        f'{format_notices(comparison.notices)}<div class="rag-compare-summary">{summary}</div>'
+        f'<div class="rag-compare">{columns}</div>{format_timings(comparison.timings_ms)}</div>'
+    )
 
 
 def format_swap_column(result: AskResult) -> str:
@@ -542,7 +615,7 @@ def format_swap_column(result: AskResult) -> str:
     return (
         f'<div class="rag-swap-col"><div class="rag-swap-head">knowledge base <b>{esc(result.kb)}</b> {format_index_badge(result)}</div>'
         f"{format_answer_html(result, closed_book=False, legend=False, question=False)}"
-        f"{format_passages_html(result.passages[:3], max_chars=220, hybrid=result.retriever == 'hybrid')}"
+        f"{format_passages_html(result.passages[:3], max_chars=220, retriever=result.retriever)}"
         f"{_more_passages_note(len(result.passages), 3)}</div>"
     )
 
@@ -674,25 +747,31 @@ GLOSSARY = (
     ("score, bm25, logit", "score: the dense retriever's inner product of question and passage vectors (the "
                            "cosine similarity, as the default encoder's vectors have length 1). bm25: a word-"
                            "matching score (rare shared words count most). logit: what goes into the softmax; with "
-                           "the default encoder 20 × score, plus 0.2 × bm25 with Dense + BM25."),
+                           f"the default encoder 20 × score, plus 0.2 × bm25 with Dense + BM25; {BM25_SCALE:g} × bm25 "
+                           "with BM25 alone."),
+    ("Dense, BM25, Dense + BM25", "The three retrievers. Dense is the paper's: question and passage vectors. BM25 "
+                                  "matches words and needs no vectors, so it finds rare names and numbers that one "
+                                  "vector blurs, but not a passage that says the same thing in other words. Dense + "
+                                  "BM25 adds the two logits. “Compare retrievers” in the Ask tab shows their top k "
+                                  "side by side."),
     ("question encoder", "The retriever turns the question into a vector with a question encoder, each passage "
                          "with a passage encoder. As in the paper, only the question side learns: on the offline "
                          "default it was fine-tuned on about 11,000 Natural Questions questions with their gold "
                          "passages (never the questions evaluated, nor the example questions), while the passages "
                          "keep their vectors, so the index stays as built."),
     ("generator", "The language model that writes the answer after reading each passage. On the offline default "
-                  "it is Gemma-3-270m, fine-tuned once (as the paper fine-tunes BART) on 600 training questions, each "
-                  "read with its gold passage: half with the real passage, half with the swapped one, the target "
-                  "always what that passage says. So it learns to answer from the passage rather than from memory. "
-                  "Closed-book uses the same weights with no passage. Trained only to read passages, they "
-                  "mostly answer closed-book with a name from the prompt's worked examples (Mozart for 29 of 30 "
-                  "questions), so the closed-book card shows little memory; the converted generator "
-                  "(--untuned-generator) shows the base model's."),
+                  "it is Gemma-3-270m with a small reading adapter (a LoRA, a few MB) trained once, as the paper "
+                  "fine-tunes BART, on training questions read with their gold passage: half with the real passage, "
+                  "half with the swapped one, the target always what that passage says. So it learns to answer "
+                  "from the passage rather than from memory. The adapter is switched off for closed-book."),
     ("posterior", "After seeing the answer (or a token of it), how likely each passage is to be the one that "
                   "produced it: p(z|x) times how well z explains the text, renormalized. The heatmaps' cells."),
-    ("closed-book, parametric memory", "Closed-book: the same generator with no passages, answering from what "
-                                       "its weights remember (its parametric memory). A dotted underline marks a "
-                                       "token the closed-book model alone gives p ≥ 0.5."),
+    ("closed-book, parametric memory", "Closed-book: the base generator (without the reading adapter) with no "
+                                       "passages, answering from what its weights remember: its parametric memory. "
+                                       "Each answer token's closed-book probability and the retrieval gain compare "
+                                       "against it, so they show what the passages added to what the model already "
+                                       "knew. A dotted underline marks a token the closed-book model alone gives "
+                                       "p ≥ 0.5."),
     ("nats, retrieval gain", "Nats are the unit of natural-log probabilities. The retrieval gain of a token is its "
                              "log p with passages minus its log p closed-book: +1 nat means the passages made it "
                              "e ≈ 2.7 times as likely; −2.3 nats, ten times less likely."),
@@ -717,9 +796,9 @@ def format_learn_html(result: AskResult | None, position: int | None = 0) -> str
         return format_status("Ask a question in the Ask tab first; this page then works through its numbers.", "info")
     passages = result.passages
     scale = result.scale
-    hybrid = result.retriever == "hybrid"
+    hybrid, bm25 = result.retriever == "hybrid", result.retriever == "bm25"
     weight = result.lexical_weight if hybrid else 0.0
-    logits = [scale * p.score + weight * p.lexical for p in passages]
+    logits = [scale * p.score + weight * p.lexical for p in passages]  # for bm25, score is the BM25 score
     top = max(logits)
     weights = [math.exp(x - top) for x in logits]
     total = sum(weights)
@@ -730,6 +809,7 @@ def format_learn_html(result: AskResult | None, position: int | None = 0) -> str
         f"<td>{p.score:.4f}</td>{lexical_cell(p)}<td>{lg:.3f}</td><td>{w:.4f}</td><td><b>{pr:.4f}</b></td><td>{p.prob:.4f}</td></tr>"
         for p, lg, w, pr in zip(passages, logits, weights, prior)
     )
+    score_head = "<th>score s(z)</th>"
     if hybrid:
         how = (f"The retriever scores each passage <i>z</i> against the question <i>x</i> twice: an inner product of "
                f"their vectors, <i>s(z)</i>, as in the paper, and BM25 word matching, <i>b(z)</i>, which keeps rare "
@@ -738,6 +818,17 @@ def format_learn_html(result: AskResult | None, position: int | None = 0) -> str
                f"β = {weight:g} (choose “Dense” in the Ask tab for the paper's retriever alone):</p>"
                '<div class="rag-eq">p(z|x) = exp(λ·s(z) + β·b(z)) / Σ<sub>z′</sub> exp(λ·s(z′) + β·b(z′))</div>')
         logit_head = "<th>bm25 b(z)</th><th>λ·s(z) + β·b(z)</th><th>exp(logit − max)</th>"
+    elif bm25:
+        how = (f"The retriever scores each passage <i>z</i> by BM25 word matching alone, <i>b(z)</i>: a sum over "
+               "the question's words that the passage contains, each weighted by how rare it is in the knowledge "
+               "base (its idf) and how often the passage repeats it. No vectors are involved, so BM25 looks at "
+               f"every passage exactly. The top {len(passages)} become a distribution by a softmax over those "
+               f"{len(passages)} only, with the scale λ = {scale:g}. BM25 scores have no natural scale: at λ = 1 "
+               "one rare word shared with the question would make p(z|x) all-or-nothing; λ is the weight the default "
+               "Dense + BM25 gives a BM25 point (choose “Dense” in the Ask tab for the paper's retriever):</p>"
+               '<div class="rag-eq">p(z|x) = exp(λ·b(z)) / Σ<sub>z′</sub> exp(λ·b(z′))</div>')
+        score_head = "<th>bm25 b(z)</th>"
+        logit_head = "<th>λ·b(z)</th><th>exp(λ·b − max)</th>"
     else:
         how = (f"The retriever scores each passage <i>z</i> against the question <i>x</i> (an inner product of "
                f"their vectors, <i>s(z)</i>). The top {len(passages)} become a distribution by a softmax over those "
@@ -748,7 +839,7 @@ def format_learn_html(result: AskResult | None, position: int | None = 0) -> str
     step1 = (
         "<h3>1 · Retrieval: how much each passage is trusted</h3>"
         f"<p>{how}"
-        f'<table class="rag-table"><thead><tr><th>passage</th><th>score s(z)</th>{logit_head}'
+        f'<table class="rag-table"><thead><tr><th>passage</th>{score_head}{logit_head}'
         "<th>p(z|x) computed</th><th>p(z|x) engine</th></tr></thead>"
         f"<tbody>{rows}</tbody><tfoot><tr><td>sum</td><td></td>{blank}<td>{total:.4f}</td><td>{sum(prior):.4f}</td>"
         f"<td>{sum(p.prob for p in passages):.4f}</td></tr></tfoot></table>"
@@ -1102,7 +1193,7 @@ class DemoActions:
         return (
             "",
             format_answer_html(result),
-            format_passages_html(result.passages, hybrid=result.retriever == "hybrid"),
+            format_passages_html(result.passages, retriever=result.retriever),
             _plot_update(plots.doc_prob_figure(result)),
             _plot_update(heat.get("token")),
             _plot_update(heat.get("sequence")),
@@ -1124,6 +1215,29 @@ class DemoActions:
             raise gr.Error(f"Something went wrong inside the demo ({type(err).__name__}); the server log has the details.",
                            print_exception=False) from None
         return result.to_json()
+
+    # ---- Compare retrievers ---------------------------------------------------------------------
+    def compare(self, question: str, kb_choice: str | None, k: float, mine: Held | KnowledgeBase | None) -> tuple[str, str]:
+        """-> status, comparison: the same question, KB and k under each retriever the engine offers."""
+        try:
+            knowledge = self.resolve_kb(kb_choice, mine)
+            comparison = self.engine.compare_retrievers(require_question(question), kb=knowledge, k=self.fit_k(k, knowledge))
+        except Exception as err:  # the UI boundary
+            return _failure(err), gr.skip()
+        return "", format_comparison_html(comparison)
+
+    def compare_json(self, question: str, kb: str = "", k: int = 5) -> dict:
+        """The API: the RetrieverComparison as JSON. Errors come back as a gradio error with the message."""
+        try:
+            comparison = self.engine.compare_retrievers(require_question(question),
+                                                        kb=self.known_kb(kb) if kb else self.engine.default_kb, k=parse_k(k))
+        except RagDemoError as err:
+            raise gr.Error(str(err), print_exception=False) from None
+        except Exception as err:  # the API boundary: a message for the caller, the details in the server log
+            log.exception("unexpected error in /compare_json", exc_info=err)
+            raise gr.Error(f"Something went wrong inside the demo ({type(err).__name__}); the server log has the details.",
+                           print_exception=False) from None
+        return comparison.to_json()
 
     # ---- Swap the index -----------------------------------------------------------------------
     def swap(self, question: str, left: str | None, right: str | None, variant: str, k: float,
@@ -1212,7 +1326,7 @@ class DemoActions:
                                      variants=("token", "sequence"), progress=_progress_adapter(progress))
         except Exception as err:  # the UI boundary
             return _failure(err), gr.skip(), gr.skip()
-        return "", format_answer_html(result), format_passages_html(result.passages, hybrid=result.retriever == "hybrid")
+        return "", format_answer_html(result), format_passages_html(result.passages, retriever=result.retriever)
 
     # ---- Score your answer ----------------------------------------------------------------------
     def score(self, question: str, answer: str, kb_choice: str | None, k: float, index: str,
@@ -1279,11 +1393,12 @@ class DemoActions:
 
     # ---- first start --------------------------------------------------------------------------
     def retriever_options(self) -> dict:
-        """The retriever radio's value and visibility: shown only when the engine can do hybrid retrieval."""
+        """The retriever radio's choices and value: dense and BM25 always, Dense + BM25 when the engine has a lexical weight."""
         if not engine_ready(self.engine):  # no value yet: an API call then gets the engine's own default
             return {"value": None, "visible": False}
-        hybrid = self.engine.lexical_weight > 0
-        return {"value": "hybrid" if hybrid else "dense", "visible": hybrid}
+        offered = tuple(self.engine.retrievers)
+        return {"choices": [(RETRIEVER_NAMES.get(r, r), r) for r in offered],
+                "value": "hybrid" if "hybrid" in offered else "dense", "visible": True}
 
     def poll(self, announced: bool) -> tuple:
         """-> banner, timer, announced, 5 KB dropdowns, 2 example sets, the retriever radio.
@@ -1422,13 +1537,15 @@ def build_demo(engine: Engine, *, limits: UploadLimits = UploadLimits(), files: 
                                               min_width=140)
                         decoding = gr.Radio(DECODING_CHOICES, value="thorough", label="RAG-Sequence decoding",
                                             elem_id="seq-decoding")
-                        retriever = gr.Radio(RETRIEVER_CHOICES, label="Retriever", elem_id="retriever",
-                                             **actions.retriever_options())
+                        retriever = gr.Radio(label="Retriever", elem_id="retriever",
+                                             **{"choices": RETRIEVER_CHOICES, **actions.retriever_options()})
+                        compare_btn = gr.Button("Compare retrievers", elem_id="compare-btn", size="sm")
                         extractive = gr.Checkbox(False, label="Answers copy a passage span", elem_id="extractive",
                                                  info="Decoding may only copy a run of a retrieved passage's words; "
                                                       "the probabilities shown stay the model's own.")
                     with gr.Column(scale=3, min_width=600):
                         ask_status = _status("ask-status")
+                        comparison = _html("compare")  # empty until "Compare retrievers"; a new ask clears it
                         answer = _html("answer", format_status("Ask a question, or click an example.", "info"))
                         with gr.Row():
                             with gr.Column(scale=3, min_width=320):
@@ -1561,7 +1678,7 @@ def build_demo(engine: Engine, *, limits: UploadLimits = UploadLimits(), files: 
         # On a narrow screen the controls stack above the results: bring the results into view when
         # an ask starts (the progress shows there) and again when it is answered (the page has grown)
         scroll_to = {name: dict(fn=None, js=scroll_into_view_js(name), queue=False, api_visibility="private")
-                     for name in ("answer", "swap-summary", "score-out")}
+                     for name in ("answer", "swap-summary", "score-out", "compare")}
         gr.on([ask_btn.click, question.submit, examples.click], **scroll_to["answer"])
         gr.on([swap_btn.click, swap_question.submit, swap_examples.click], **scroll_to["swap-summary"])
         gr.on([score_btn.click, score_answer.submit], **scroll_to["score-out"])
@@ -1570,6 +1687,12 @@ def build_demo(engine: Engine, *, limits: UploadLimits = UploadLimits(), files: 
         # one progress bar, where the answer will show: it names the step that runs (engine.ask)
         gr.on([ask_btn.click, question.submit], actions.ask, inputs=ask_inputs, outputs=ask_outputs, api_name="ask",
               show_progress_on=answer, **engine_events).then(**scroll_to["answer"])
+        # the comparison above the answer belongs to an earlier question once a new one is asked
+        gr.on([ask_btn.click, question.submit, examples.click], lambda: "", outputs=comparison, api_visibility="private",
+              queue=False)
+        compare_btn.click(**scroll_to["compare"])
+        compare_btn.click(actions.compare, inputs=[question, kb, k, mine], outputs=[ask_status, comparison], api_name="compare",
+                          show_progress_on=comparison, **engine_events).then(**scroll_to["compare"])
         examples.click(lambda sample: sample[0] if sample else gr.skip(), inputs=examples, outputs=question,
                        api_visibility="private", queue=False).then(
             actions.ask, inputs=ask_inputs, outputs=ask_outputs, api_visibility="private", show_progress_on=answer,
@@ -1613,10 +1736,17 @@ def build_demo(engine: Engine, *, limits: UploadLimits = UploadLimits(), files: 
         def ask_json(question: str, variant: str = "both", k: int = 5, index: str = "flat", kb: str = "",
                      retriever: str = "", extractive: bool = False) -> dict:
             """Ask a question; returns the full AskResult as JSON. variant: token, sequence or both;
-            retriever: hybrid, dense, or empty for the engine's default; extractive: answers copy a passage span."""
+            retriever: dense, bm25, hybrid, or empty for the engine's default; extractive: answers copy a passage span."""
             return actions.ask_json(question, variant, k, index, kb, retriever, extractive)
 
         gr.api(ask_json, api_name="ask_json", **engine_events)
+
+        def compare_json(question: str, kb: str = "", k: int = 5) -> dict:
+            """The top k passages of each retriever (dense, bm25, and hybrid when offered) for one question, by exact
+            search; returns the RetrieverComparison as JSON, with the gold passage's rank where the KB knows it."""
+            return actions.compare_json(question, kb, k)
+
+        gr.api(compare_json, api_name="compare_json", **engine_events)
         demo.unload(actions.end_session)
 
     demo.queue(default_concurrency_limit=1)

@@ -181,7 +181,9 @@ def test_example_click_asks(page, ui_engine):
 
 
 def test_extractive_checkbox_makes_answers_copy(page, ui_engine):
-    expect(page.locator("#retriever")).to_be_hidden()  # a dense-only engine offers no retriever choice
+    # an engine without a lexical weight offers dense and BM25, not dense + BM25
+    expect(page.locator("#retriever")).to_contain_text("BM25")
+    expect(page.locator("#retriever")).not_to_contain_text("Dense + BM25")
     page.locator("#extractive input[type=checkbox]").check()
     field(page, "question").fill(QUESTIONS[2])
     page.locator("#ask-btn").click()

@@ -71,6 +71,55 @@ def test_hybrid_retrieval_from_the_command_line(saved):
         assert p["logit"] == pytest.approx(data["scale"] * p["score"] + 2.5 * p["lexical"], abs=1e-4)
 
 
+def test_bm25_retrieval_from_the_command_line(saved):
+    from rag_demo.config import BM25_SCALE
+
+    out = run("ask", "who wrote a farewell to arms", "--rag-checkpoint", str(saved / "rag"), "--kb-path",
+              f"tiny={saved / 'kb'}", "--k", "3", "--retriever", "bm25", "--max-new-tokens", "2", "--json")
+    assert out.returncode == 0, out.stderr
+    data = json.loads(out.stdout)
+    assert (data["retriever"], data["scale"], data["lexical_weight"]) == ("bm25", BM25_SCALE, 0.0)
+    assert data["passages"][0]["title"] == "Hemingway"
+    for p in data["passages"]:
+        assert p["score"] == p["lexical"] and p["logit"] == pytest.approx(BM25_SCALE * p["score"], abs=1e-5)
+    out = run("score", "capital of france", "paris", "--rag-checkpoint", str(saved / "rag"), "--kb-path",
+              f"tiny={saved / 'kb'}", "--k", "2", "--retriever", "bm25", "--index", "hnsw")
+    assert out.returncode == 0, out.stderr
+    assert f"BM25 over every passage, p(z|x) = softmax({BM25_SCALE:g}·bm25)" in out.stdout
+    assert "the hnsw index holds dense vectors, so it was not used" in out.stdout
+    assert "bm25=" in out.stdout and "score=" not in out.stdout
+
+
+def test_compare_end_to_end(saved, tmp_path):
+    import shutil
+
+    from rag_demo.config import BM25_SCALE
+    from rag_demo.data import QUESTIONS_FILE
+
+    kb = shutil.copytree(saved / "kb", tmp_path / "kb")  # stored with its questions, as the default KBs are
+    row = {"question": "Who wrote A Farewell to Arms?", "answer": "Hemingway", "swapped_answer": "x",
+           "passage_answer": "Hemingway", "gold_id": 0}
+    (kb / QUESTIONS_FILE).write_text(json.dumps(row) + "\n")
+    base = ("compare", "who wrote a farewell to arms", "--rag-checkpoint", str(saved / "rag"), "--kb-path", f"tiny={kb}",
+            "--k", "3")
+    out = run(*base, "--lexical-weight", "0.5", "--json")
+    assert out.returncode == 0, out.stderr
+    data = json.loads(out.stdout)
+    assert (data["question"], data["kb"], data["k"], data["gold_ids"]) == ("who wrote a farewell to arms", "tiny", 3, [0])
+    assert [r["retriever"] for r in data["rankings"]] == ["dense", "bm25", "hybrid"]
+    by_name = {r["retriever"]: r for r in data["rankings"]}
+    assert (by_name["bm25"]["scale"], by_name["hybrid"]["lexical_weight"]) == (BM25_SCALE, 0.5)
+    assert by_name["bm25"]["passages"][0]["id"] == 0 and by_name["bm25"]["gold_rank"] == 1
+    for ranking in data["rankings"]:
+        assert len(ranking["passages"]) == 3 and sum(p["prob"] for p in ranking["passages"]) == pytest.approx(1, abs=1e-5)
+        ranks = [p["rank"] for p in ranking["passages"] if p["id"] == 0]
+        assert ranking["gold_rank"] == (ranks[0] if ranks else None)
+    out = run(*base)
+    assert out.returncode == 0, out.stderr
+    assert "gold passage: row 0" in out.stdout and "[gold] Hemingway" in out.stdout
+    assert f"BM25: p(z|x) = softmax({BM25_SCALE:g}·bm25); gold at rank 1" in out.stdout and "dense + BM25" not in out.stdout
+
+
 @pytest.mark.parametrize(
     "args, message",
     [
@@ -85,6 +134,8 @@ def test_hybrid_retrieval_from_the_command_line(saved):
         (["ask", "q", "--retriever", "hybrid"], "needs a lexical weight"),
         (["ask", "q", "--lexical-weight", "-1"], "--lexical-weight must be 0 or more"),
         (["ask", "q", "--extractive"], "causal generators only"),
+        (["ask", "q", "--retriever", "sparse"], "invalid choice"),
+        (["compare", "q", "--retriever", "bm25"], "unrecognized arguments"),  # compare runs every retriever
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(saved, args, message, tmp_path):
@@ -177,3 +228,15 @@ def test_transformers_custom_kb_from_the_command_line(saved, tiny_parts, rag_con
               "--variant", "token", "--max-new-tokens", "2", "--no-closed-book", "--json", cache=tmp_path / "cache")
     assert out.returncode == 0, out.stderr
     assert [p["id"] for p in json.loads(out.stdout)["passages"]] == expected
+
+
+def test_a_checkpoint_over_a_kb_folder_builds_nothing_of_the_offline_default(saved, tmp_path):
+    """`--rag-checkpoint DIR --kb KB_DIR` reads that folder only: an empty cache stays empty."""
+    cache = tmp_path / "empty-cache"
+    cache.mkdir()
+    for command in (("score", "capital of france", "paris"), ("ask", "capital of france", "--max-new-tokens", "4")):
+        out = run(*command, "--rag-checkpoint", str(saved / "rag"), "--kb", str(saved / "kb"), "--k", "2", "--json",
+                  cache=cache)
+        assert out.returncode == 0, out.stderr
+        assert json.loads(out.stdout)["passages"]
+    assert list(cache.iterdir()) == []

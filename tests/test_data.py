@@ -22,7 +22,9 @@ import pytest
 from rag_demo import data
 from rag_demo.config import EncoderConfig, ReaderTuningConfig, cache_root
 from rag_demo.corpus import Passage, load_kb
+from rag_demo.adapters import is_adapter_folder
 from rag_demo.errors import CacheError, KnowledgeBaseError, ModelLoadError
+from rag_demo.questions import jaccard, load_eval_questions, normalize_answer, question_words, split_questions
 
 
 def row(question: str, context: str, swapped: str, answer: str) -> dict:
@@ -305,9 +307,10 @@ def test_default_kbs_are_built_once_with_questions(offline_source):
         for q in questions:
             assert q.passage_answer in kb.texts[q.gold_id]
             assert q.passage_answer == (q.swapped_answer if name == "nq-counterfactual" else q.answer)
-        evals = data.load_eval_questions(kb)
+        evals = load_eval_questions(kb.path)
+        held = split_questions(questions).held_out
         assert [(e.answer, e.original_answer, e.gold_id) for e in evals] == [
-            (q.passage_answer, q.answer, q.gold_id) for q in questions if data.is_held_out(q.gold_id)]
+            (q.passage_answer, q.answer, q.gold_id) for q in held if q.passage_answer]
     embedded = len(encoder.embedded)
     assert data.ensure_default_kbs(encoder, cache=cache) == paths and len(encoder.embedded) == embedded
     flags = [q.example for q in data.load_questions(paths["nq-wiki"])]
@@ -323,7 +326,7 @@ def test_default_kbs_are_built_once_with_questions(offline_source):
 def test_questions_of_a_kb_without_them(tmp_path):
     with pytest.raises(KnowledgeBaseError, match="questions.jsonl"):
         data.load_questions(tmp_path)
-    assert data.load_eval_questions(tmp_path) == []
+    assert load_eval_questions(tmp_path) == []
 
 
 def test_warm_prepare_loads_no_model(offline_source, monkeypatch):
@@ -348,7 +351,7 @@ def test_warm_prepare_loads_no_model(offline_source, monkeypatch):
     prepared = data.prepare(cache=cache, encoder_config=config)
     assert time.perf_counter() - started < 1.0
     assert prepared.generator_path == generator and prepared.encoder_path == "fake"
-    assert prepared.generator_to_load == tuned
+    assert prepared.reader_adapter_path == tuned
     assert prepared.kb_paths == data.default_kb_paths("fake", 16, cache=cache)
     assert data.prepare(cache=cache, encoder_config=config, build_kbs=False).kb_paths == {}
 
@@ -382,13 +385,32 @@ def test_real_default_data_is_prepared():
     # the build measured held-out questions before and after fine-tuning; it must have helped
     assert info["checked_questions"] == data.TUNING_CHECK_QUESTIONS and info["training_questions"] > 10_000
     assert info["recall_after"]["5"] > info["recall_before"]["5"]
-    reader = prepared.tuned_generator_path
+    reader = prepared.reader_adapter_path
     assert data.marker_problem(reader, data.tuned_generator_key()) is None
-    assert AutoConfig.from_pretrained(reader).model_type == "gemma3_text"
+    assert is_adapter_folder(reader)
     info = json.loads((reader / data.MARKER).read_text())["info"]
     # the answers of held-out gold passages became likelier
     assert info["training_questions"] == ReaderTuningConfig().examples and 0 < info["counterfactual"] < info["training_questions"]
     assert info["answer_loss_after"] < info["answer_loss_before"]
+
+
+@pytest.mark.slow
+def test_real_split_holds_out_no_near_duplicate_of_a_training_question():
+    """On nq-wiki's 14,121 questions: no held-out question has a training question with the same
+    normalized answer and question-word Jaccard ≥ 0.5, nor the same gold passage."""
+    from collections import defaultdict
+
+    path = data.prepare().kb_paths["nq-wiki"]
+    split = split_questions(data.load_questions(path))
+    assert 0.15 < len(split.held_out) / (len(split.held_out) + len(split.training)) < 0.25
+    trained_by_answer = defaultdict(list)
+    for q in split.training:
+        trained_by_answer[normalize_answer(q.answer)].append(question_words(q.question))
+    leaks = [q.question for q in split.held_out if normalize_answer(q.answer)
+             and any(jaccard(question_words(q.question), words) >= 0.5 for words in trained_by_answer[normalize_answer(q.answer)])]
+    assert leaks == []
+    assert not {q.gold_id for q in split.held_out} & {q.gold_id for q in split.training}
+    assert not any(q.example for q in split.training)
 
 
 def test_data_docstring_examples():

@@ -18,9 +18,9 @@ def engine():
 
 
 def _featured(engine, kb):
-    from rag_demo.data import load_questions
+    from rag_demo.questions import example_questions
 
-    return [q for q in load_questions(engine.kbs[kb].path) if q.example]
+    return example_questions(engine.kbs[kb].path)
 
 
 def test_default_engine_answers_from_the_gold_passage(engine):
@@ -60,13 +60,49 @@ def test_score_gives_asked_answers_the_probability_ask_showed(engine, kb):
     assert endings <= {"\n\n", "\n"}
 
 
-def test_eval_command_reports_metrics(engine):
-    from rag_demo.evaluate import evaluate
+def test_eval_asks_held_out_questions_and_counts_what_it_saw(engine, monkeypatch):
+    from rag_demo.evaluate import evaluate, exact_match
+    from rag_demo.questions import load_questions, split_questions
 
+    asked = []
+    ask = engine.ask
+    monkeypatch.setattr(engine, "ask", lambda question, **options: asked.append(question) or ask(question, **options))
     report = evaluate(engine, kb="nq-wiki", variant="token", n=4, seed=1, k=3, max_new_tokens=10)
-    assert report["n"] == 4
-    for key in ("exact_match", "f1", "answer_recall", "retrieval_recall"):
-        assert 0.0 <= report[key] <= 1.0
+    split = split_questions(load_questions(engine.kbs["nq-wiki"].path))
+    held, trained = {q.question: q for q in split.held_out}, {q.question for q in split.training}
+    assert report["n"] == len(asked) == 4 and all(q in held and q not in trained for q in asked)
+    monkeypatch.undo()
+    hits = sum(exact_match(engine.ask(q, kb="nq-wiki", k=3, variants=("token",), max_new_tokens=10,
+                                      closed_book=False).variants["token"].answer, held[q].passage_answer) for q in asked)
+    assert report["exact_match"] == hits / 4
+
+
+def test_closed_book_is_the_base_generators_memory(engine):
+    """On 30 held-out questions the page's closed-book answers are the untuned generator's, and no
+    one answer covers more than a quarter of them (a reader trained only on passages copied the
+    prompt's worked examples instead)."""
+    import random
+    from collections import Counter
+
+    from rag_demo.config import GeneratorConfig
+    from rag_demo.data import prepare
+    from rag_demo.evaluate import normalize_answer
+    from rag_demo.generator import load_generator
+    from rag_demo.questions import load_eval_questions
+
+    assert engine.generator.has_adapter
+    questions = random.Random(4).sample(load_eval_questions(engine.kbs["nq-wiki"].path), 30)
+    page = [engine.closed_book(q.question).answer for q in questions]
+    untuned_generator = load_generator(GeneratorConfig(tuned=False), path=str(prepare().generator_path))
+    reader = engine.generator
+    try:
+        engine.generator = untuned_generator
+        untuned = [engine.closed_book(q.question).answer for q in questions]
+    finally:
+        engine.generator = reader
+    assert page == untuned
+    (_, most), = Counter(normalize_answer(a) for a in page).most_common(1)
+    assert most <= len(page) / 4
 
 
 def test_generator_tokenizer_without_its_construction_tables_encodes_as_loaded(engine):

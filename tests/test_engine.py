@@ -231,7 +231,8 @@ def test_warm_up_loads_each_kb_index_and_the_few_shot_cache(tmp_path):
     assert engine.warm_up() > 0
     assert {(kb.fingerprint, "flat") for kb in engine.kbs.values()} <= set(engine._indexes)
     assert engine.generator._prefix_states  # the few-shot block's cache is ready for the first visitor
-    assert not any(kind == "bm25" for _, kind in engine._indexes)  # dense only: no BM25 index
+    # every engine offers bm25 retrieval, so its index is ready for the first visitor too
+    assert {(kb.fingerprint, "bm25") for kb in engine.kbs.values()} <= set(engine._indexes)
 
     from dataclasses import replace
 
@@ -355,3 +356,115 @@ def test_a_kb_kept_on_disk_retrieves_as_in_memory(tiny_engine, hybrid_engine, ti
             assert [(p.id, p.title, p.text) for p in got.passages] == [(p.id, p.title, p.text) for p in want.passages]
             assert [p.score for p in got.passages] == pytest.approx([p.score for p in want.passages], abs=1e-6)
             assert got.doc_lp.tolist() == pytest.approx(want.doc_lp.tolist(), abs=1e-6)
+
+
+# -- bm25 retrieval: BM25 alone, for any encoder ------------------------------------------------------
+
+
+def _bm25_oracle(kb, question, k):
+    """Every passage's BM25 score from an index built here, sorted (ties in row order): top rows, their scores."""
+    from rag_demo.lexical import LexicalIndex
+
+    scores = torch.from_numpy(LexicalIndex.build([f"{t} {x}" for t, x in zip(kb.titles, kb.texts)]).scores(question))
+    order = torch.argsort(scores, descending=True, stable=True)[:k]
+    return order.tolist(), scores[order]
+
+
+@pytest.mark.parametrize("question", [QUESTION, "the deepest lake in siberia", "penny black stamp issued in 1840"])
+def test_bm25_p_is_a_softmax_of_scaled_bm25_over_the_top_k(tiny_engine, tiny_kb, question):
+    from rag_demo.config import BM25_SCALE
+
+    assert tiny_engine.lexical_weight == 0 and tiny_engine.retrievers == ("dense", "bm25")  # no weight, bm25 all the same
+    result = tiny_engine.ask(question, k=3, retriever="bm25", closed_book=False, variants=("token",), max_new_tokens=2)
+    rows, bm25 = _bm25_oracle(tiny_kb, question, 3)
+    assert (result.retriever, result.scale, result.lexical_weight, result.index_recall) == ("bm25", BM25_SCALE, 0.0, None)
+    assert [p.id for p in result.passages] == rows and bm25[0] > 0
+    assert [p.score for p in result.passages] == pytest.approx(bm25.tolist(), abs=1e-5)
+    assert [p.lexical for p in result.passages] == [p.score for p in result.passages]
+    assert [p.logit for p in result.passages] == pytest.approx((BM25_SCALE * bm25).tolist(), abs=1e-5)
+    assert [p.prob for p in result.passages] == pytest.approx(torch.softmax(BM25_SCALE * bm25, 0).tolist(), abs=1e-6)
+    assert result.timings_ms["encode"] == 0.0  # no encoder ran
+
+
+def test_bm25_searches_exactly_whatever_the_index_and_says_so(tiny_engine):
+    flat = tiny_engine.retrieve(QUESTION, k=1, retriever="bm25")
+    for index in ("hnsw", "ivfpq"):
+        other = tiny_engine.retrieve(QUESTION, k=1, index=index, retriever="bm25")
+        assert other.passages == flat.passages and other.recall is None
+        assert any(f"the {index} index holds dense vectors, so it was not used" in n for n in other.notices)
+    assert not flat.notices
+    with pytest.raises(InputError, match="unknown index"):
+        tiny_engine.retrieve(QUESTION, k=3, index="lsh", retriever="bm25")
+
+
+def test_bm25_fills_the_top_k_with_passages_sharing_no_word_and_says_so(tiny_engine, tiny_kb):
+    one = tiny_engine.retrieve("penny", k=3, retriever="bm25")
+    assert one.passages[0].title == "Penny Black" and [p.id for p in one.passages[1:]] == [0, 1]  # ties keep KB order
+    assert one.notices == ("only 1 passage shares a word with the question; the last 2 of the top 3 score 0 "
+                           "(ties keep the knowledge base's order)",)
+    none = tiny_engine.retrieve("zzz qqq", k=len(tiny_kb), retriever="bm25")
+    assert [p.prob for p in none.passages] == pytest.approx([1 / len(tiny_kb)] * len(tiny_kb))
+    assert none.notices == (f"no passage shares a word with the question: all score 0, so the top {len(tiny_kb)} follow "
+                            "the knowledge base's order",)
+    import doctest
+
+    from rag_demo import engine
+
+    assert doctest.testmod(engine).failed == 0  # the notice with one passage short
+
+
+def test_compare_retrievers_is_each_retrievers_own_top_k(hybrid_engine, tiny_engine):
+    for engine, offered in ((hybrid_engine, ("dense", "bm25", "hybrid")), (tiny_engine, ("dense", "bm25"))):
+        comparison = engine.compare_retrievers(f"  {QUESTION}\n", k=3)
+        assert comparison.question == QUESTION and comparison.kb == "tiny" and comparison.k == 3
+        assert tuple(r.retriever for r in comparison.rankings) == offered
+        for ranking in comparison.rankings:
+            alone = engine.retrieve(QUESTION, k=3, retriever=ranking.retriever)
+            assert ranking.passages == alone.passages
+            assert (ranking.scale, ranking.lexical_weight) == (alone.scale, alone.lexical_weight)
+            assert ranking.gold_rank is None
+        assert comparison.gold_ids == ()  # an in-memory KB has no questions
+        assert set(comparison.timings_ms) == {*offered, "total"}
+    with pytest.raises(InputError, match="larger than the knowledge base"):
+        tiny_engine.compare_retrievers(QUESTION, k=99)
+
+
+def test_compare_marks_the_gold_passage_of_a_kb_stored_with_questions(tiny_parts, tiny_kb, rag_config, tmp_path):
+    import json
+
+    from rag_demo.corpus import load_kb, save_kb
+    from rag_demo.questions import QUESTIONS_FILE, gold_rows_by_question
+    from rag_demo.loading import rag_engine_from_modules
+
+    folder = save_kb(tiny_kb, tmp_path / "tiny")
+    rows = [{"question": "Who wrote A Farewell to Arms?", "answer": "Ernest Hemingway", "swapped_answer": "x",
+             "passage_answer": "Ernest Hemingway", "gold_id": 0},
+            {"question": "who wrote a farewell to arms", "answer": "Hemingway", "swapped_answer": "x",
+             "passage_answer": "Hemingway", "gold_id": 4},  # the same question asked of another passage
+            {"question": "Where is Lake Baikal?", "answer": "Siberia", "swapped_answer": "x", "passage_answer": "Siberia",
+             "gold_id": 2}]
+    (folder / QUESTIONS_FILE).write_text("".join(json.dumps(row) + "\n" for row in rows))
+    kb = load_kb(folder, name="tiny")
+    assert gold_rows_by_question(kb.path) == {"who wrote farewell to arms": (0, 4), "where is lake baikal": (2,)}
+    engine = rag_engine_from_modules(question_encoder=tiny_parts["q_enc"], question_tokenizer=tiny_parts["q_tok"],
+                                     generator_model=tiny_parts["bart"], generator_tokenizer=tiny_parts["gen_tok"],
+                                     rag_config=rag_config, kbs={"tiny": kb})
+    comparison = engine.compare_retrievers("WHO wrote 'A Farewell to Arms'", k=len(kb))  # case, quotes and articles differ
+    assert comparison.gold_ids == (0, 4)
+    for ranking in comparison.rankings:  # every passage is in the top k, so each retriever ranks the gold ones
+        assert ranking.gold_rank == min(p.rank for p in ranking.passages if p.id in (0, 4))
+    bm25 = engine.compare_retrievers("who wrote a farewell to arms", k=1).rankings[1]
+    assert bm25.retriever == "bm25" and bm25.passages[0].id == 0 and bm25.gold_rank == 1
+    assert engine.compare_retrievers("what is the capital of france", k=2).gold_ids == ()
+
+
+def test_evaluating_with_bm25_reports_bm25_recall(tiny_engine, tiny_kb):
+    from rag_demo.evaluate import EvalQuestion, evaluate
+
+    asked = ["penny black stamp", "deepest lake baikal in siberia", "the magic flute premiered in vienna"]
+    # each question's gold passage is the one BM25 ranks first, so BM25's recall@1 is 1 and dense's (random) is not
+    questions = [EvalQuestion(q, "x", "x", _bm25_oracle(tiny_kb, q, 1)[0][0]) for q in asked]
+    options = dict(kb="tiny", variant="token", n=3, seed=0, k=1, questions=questions, max_new_tokens=1)
+    report = evaluate(tiny_engine, retriever="bm25", **options)
+    assert (report["retriever"], report["retrieval_recall"]) == ("bm25", 1.0)
+    assert evaluate(tiny_engine, retriever="dense", **options)["retrieval_recall"] < 1.0

@@ -6,7 +6,8 @@ import pytest
 
 from rag_demo.errors import InputError
 from rag_demo.evaluate import (EvalQuestion, contains_answer, evaluate, evaluate_table, exact_match, f1_score,
-                               normalize_answer, print_table, sample_kb)
+                               _Tally, normalize_answer, print_table, sample_kb,
+                               wilson_interval)
 
 
 def test_squad_normalization_and_scores():
@@ -78,3 +79,43 @@ def test_kb_sample_keeps_the_questions_it_answers_with_renumbered_gold_rows(tiny
         sample_kb(kb, questions, 0, seed=5)
     report = evaluate(tiny_engine, kb=kb.name, variant="token", n=2, seed=5, k=1, questions=questions, kb_sample=3)
     assert report["kb_passages"] == 3 and report["n"] == 2
+
+
+def test_gold_passage_reads_the_gold_row_alone_and_reports_the_common_answer(tiny_engine):
+    kb = tiny_engine.default_kb
+    questions = _questions(tiny_engine, kb)
+    reports = evaluate_table(tiny_engine, kbs=(kb,), ks=(2, 3), n=3, seed=0, questions={kb: questions},
+                             variants=("token", "closed-book"), gold_passage=True)
+    token = next(r for r in reports if r["variant"] == "token")
+    assert token["k"] == 1 and token["gold_passage"] and token["retrieval_recall"] == 1.0
+    for item in questions:  # each answer is the one the gold passage alone gives
+        alone = tiny_engine.ask(item.question, kb=kb, rows=[item.gold_id], variants=("token",), closed_book=False)
+        assert [p.id for p in alone.passages] == [item.gold_id] and alone.passages[0].prob == pytest.approx(1.0)
+    closed = next(r for r in reports if r["variant"] == "closed-book")
+    answers = [normalize_answer(tiny_engine.closed_book(q.question).answer) for q in questions]
+    top = max(set(answers), key=answers.count)
+    assert closed["most_common_answer"] == top and closed["most_common_share"] == pytest.approx(answers.count(top) / 3)
+    out = io.StringIO()
+    print_table(reports, out)
+    assert "token, gold passage" in out.getvalue()
+
+
+def test_rows_outside_the_kb_are_input_errors(tiny_engine):
+    with pytest.raises(InputError, match="passage rows"):
+        tiny_engine.ask("q", rows=[10_000], closed_book=False)
+    with pytest.raises(InputError, match="passage rows"):
+        tiny_engine.ask("q", rows=[], closed_book=False)
+
+
+def test_wilson_intervals_hold_the_estimate_and_narrow_with_n():
+    assert wilson_interval(0, 10)[0] == 0.0 and wilson_interval(10, 10)[1] == 1.0
+    low, high = wilson_interval(60, 100)
+    assert low < 0.6 < high and high - low == pytest.approx(0.189, abs=0.002)
+    wide, narrow = wilson_interval(6, 10), wilson_interval(600, 1000)
+    assert narrow[1] - narrow[0] < (wide[1] - wide[0]) / 3
+    tally = _Tally()
+    for hit in (True, False, True, True):
+        tally.add(EvalQuestion("q", "x", "y", 0), "x" if hit else "z", True)
+    out = tally.report(variant="token")
+    assert out["exact_match"] == 0.75 and out["intervals"]["exact_match"] == pytest.approx(wilson_interval(3, 4))
+    assert out["original_match"] == 0.0 and out["most_common_answer"] == "x" and out["most_common_share"] == 0.75

@@ -301,6 +301,7 @@ class CrashOn:
         self._engine, self.trigger = engine, trigger
         self.copies = 0
         self.kb_names, self.default_kb, self.lexical_weight = engine.kb_names, engine.default_kb, engine.lexical_weight
+        self.retrievers = engine.retrievers
 
     def ask(self, question, **options):
         if self.trigger in question:
@@ -309,6 +310,9 @@ class CrashOn:
 
     def score(self, question, answer, **options):
         return self._engine.score(question, answer, **options)
+
+    def compare_retrievers(self, question, *, kb, k=5):
+        return self._engine.compare_retrievers(question, kb=kb, k=k)
 
     def index_reports(self, kb):
         return self._engine.index_reports(kb)

@@ -15,11 +15,13 @@ import pytest
 import torch
 
 from rag_demo import data, tuning
+from rag_demo.adapters import adapter_parameters
 from rag_demo.config import EncoderConfig, GeneratorConfig, ReaderTuningConfig, TuningConfig
 from rag_demo.corpus import Passage, make_kb, save_kb
 from rag_demo.encoders import load_encoder
 from rag_demo.generator import CausalGenerator, load_generator
 from rag_demo.lexical import LexicalIndex
+from rag_demo.questions import split_questions
 from tests import tiny
 from tests.test_data import offline_source  # noqa: F401 (a fixture)
 
@@ -51,25 +53,13 @@ def tiny_setup(tmp_path, one_torch_thread):
     return encoder, vectors, lexical, questions
 
 
-def test_held_out_split_is_one_passage_in_five_and_stable():
-    held = [data.is_held_out(row) for row in range(20_000)]
-    assert 0.18 < np.mean(held) < 0.22
-    assert held == [data.is_held_out(row) for row in range(20_000)]
-
-
-def test_training_split_leaves_out_held_out_passages_and_the_examples_passages():
-    def question(text, gold_id, example=False):
-        return data.KBQuestion(text, "A", "B", "A", gold_id, example)
-
-    rows = range(40)
-    held_row = next(r for r in rows if data.is_held_out(r))
-    free_rows = [r for r in rows if not data.is_held_out(r)]
-    featured_row, plain_row = free_rows[0], free_rows[1]
-    questions = [question("q1", held_row), question("q2", featured_row, example=True),
-                 question("q3 near-duplicate of q2", featured_row), question("q4", plain_row)]
-    training, held = data.training_split(questions)
-    assert [q.question for q in training] == ["q4"]
-    assert [q.question for q in held] == ["q1"]
+def test_training_split_is_the_question_split():
+    """`data.training_split` is `questions.split_questions`; the split itself is tested in test_questions."""
+    items = [data.KBQuestion(f"who wrote book {i}", f"A{i}", "B", f"A{i}", i, i == 3) for i in range(50)]
+    training, held = data.training_split(items)
+    split = split_questions(items)
+    assert (training, held) == (list(split.training), list(split.held_out))
+    assert held and training and items[3] not in training
 
 
 def test_tuning_pulls_training_questions_to_their_gold_passages(tiny_setup):
@@ -134,18 +124,6 @@ def test_tuned_encoder_is_built_once_and_loads_for_questions_only(tmp_path, tiny
     assert data.tuned_encoder_path(config, cache=cache) != folder  # and the recipe
 
 
-def test_eval_questions_are_the_held_out_ones(tmp_path):
-    rows = list(range(30))
-    kb = tmp_path / "kb"
-    kb.mkdir()
-    with (kb / data.QUESTIONS_FILE).open("w") as handle:
-        for r in rows:
-            handle.write(json.dumps({"question": f"q{r}", "answer": "A", "swapped_answer": "B",
-                                     "passage_answer": "A", "gold_id": r}) + "\n")
-    evals = data.load_eval_questions(kb)
-    assert [e.gold_id for e in evals] == [r for r in rows if data.is_held_out(r)] and evals
-
-
 def tiny_causal_folder(folder: Path) -> Path:
     """A random tiny Llama and its tokenizer, saved as the converted default generator is."""
     tokenizer = tiny.bart_tokenizer(folder / "tokenizer")
@@ -171,14 +149,24 @@ def test_prepare_fine_tunes_the_default_models_once_and_then_loads_nothing(offli
     assert prepared.question_encoder_path == data.tuned_encoder_path(config, cache=cache)
     assert data.marker_problem(prepared.question_encoder_path, data.tuned_encoder_key(config)) is None
     assert prepared.generator_path == generator
-    assert prepared.tuned_generator_path == prepared.generator_to_load == data.tuned_generator_path(cache=cache)
-    marker = json.loads((prepared.tuned_generator_path / data.MARKER).read_text())
+    adapter = prepared.reader_adapter_path
+    assert adapter == data.tuned_generator_path(cache=cache)
+    marker = json.loads((adapter / data.MARKER).read_text())
     assert marker["info"]["training_questions"] > 0
-    reloaded = load_generator(GeneratorConfig(), path=str(prepared.tuned_generator_path))
-    assert reloaded.weights == prepared.tuned_generator_path.name
+    assert sum(f.stat().st_size for f in adapter.iterdir()) < 1_000_000  # an adapter, not a copy of the model
+    reloaded = load_generator(GeneratorConfig(), path=str(generator), adapter=adapter)
+    assert reloaded.weights == adapter.name and reloaded.has_adapter
     original = load_generator(GeneratorConfig(), path=str(generator))
-    changed = [n for n, p in reloaded.model.named_parameters() if not torch.equal(p, dict(original.model.named_parameters())[n])]
-    assert changed and not any("embed" in n for n in changed)
+    base = dict(original.model.named_parameters())
+    own = dict(reloaded.model.named_parameters())
+    assert all(torch.equal(p, own[n]) for n, p in base.items())  # the base weights are untouched
+    assert any(n.endswith("lora_up") and p.abs().sum() > 0 for n, p in own.items())
+    ids = torch.tensor([[1, 5, 9, 12]])
+    with torch.no_grad():
+        reading, plain = reloaded.model(ids).logits, original.model(ids).logits
+        with reloaded.base_weights():
+            switched_off = reloaded.model(ids).logits
+    assert not torch.allclose(reading, plain) and torch.equal(switched_off, plain)
 
     def no_loading(*args, **kwargs):
         raise AssertionError("a warm prepare loaded a model")
@@ -189,15 +177,15 @@ def test_prepare_fine_tunes_the_default_models_once_and_then_loads_nothing(offli
     untuned = data.prepare(cache=cache, encoder_config=EncoderConfig(model=folder, max_length=32, tuned=False),
                            generator_config=GeneratorConfig(tuned=False))
     assert untuned.question_encoder_path is None and untuned.kb_paths == prepared.kb_paths
-    assert untuned.tuned_generator_path is None and untuned.generator_to_load == generator
+    assert untuned.reader_adapter_path is None and untuned.generator_path == generator
     # what an engine without prepared data (own KBs, another generator) looks up
     assert data.cached_tuned_encoder(config, cache=cache) == prepared.question_encoder_path
     assert data.cached_tuned_encoder(EncoderConfig(model=folder, max_length=32, tuned=False), cache=cache) is None
-    assert data.cached_tuned_generator(cache=cache) == prepared.tuned_generator_path
+    assert data.cached_tuned_generator(cache=cache) == prepared.reader_adapter_path
     assert data.cached_tuned_generator(GeneratorConfig(model="other/model"), cache=cache) is None
     warm_own = data.prepare(cache=cache, encoder_config=config, build_kbs=False)
-    assert (warm_own.question_encoder_path, warm_own.tuned_generator_path) == (prepared.question_encoder_path,
-                                                                              prepared.tuned_generator_path)
+    assert (warm_own.question_encoder_path, warm_own.reader_adapter_path) == (prepared.question_encoder_path,
+                                                                             prepared.reader_adapter_path)
 
 
 # -- the generator as a reader ------------------------------------------------------------------------
@@ -250,23 +238,41 @@ def test_reading_loss_with_the_shared_block_cached_equals_plain_full_forwards(re
     assert tuning.mean_answer_loss(generator.model, shared, examples, batch_size=4) == pytest.approx(got, rel=1e-5)
 
 
-def test_reader_tuning_learns_the_answers_and_leaves_the_embeddings(reader):
+def test_reader_adapter_learns_the_answers_and_switches_off_to_the_base_model(reader):
+    generator, examples = reader
+    model = generator.model
+    shared = tuning.shared_prefix(examples)
+    base = {name: p.detach().clone() for name, p in model.named_parameters()}
+    before = tuning.mean_answer_loss(model, shared, examples)
+    steps = []
+    returned = tuning.tune_reader(model, shared, examples * 4, config=ReaderTuningConfig(learning_rate=3e-2, batch_size=4, epochs=2),
+                                  progress=lambda done, total: steps.append((done, total)))
+    after = tuning.mean_answer_loss(model, shared, examples)
+    assert returned is model and not model.training
+    assert after < before - 2, (before, after)  # nats per answer token
+    params = dict(model.named_parameters())
+    assert all(torch.equal(params[name], value) for name, value in base.items())
+    assert set(params) - set(base) == set(adapter_parameters(model))
+    with generator.base_weights():
+        assert tuning.mean_answer_loss(model, shared, examples) == pytest.approx(before, rel=1e-6)
+    assert not any(p.requires_grad for p in model.parameters())
+    assert steps[-1] == (12, 12)
+
+
+def test_full_reader_tuning_learns_the_answers_and_leaves_the_embeddings(reader):
     generator, examples = reader
     model = generator.model
     shared = tuning.shared_prefix(examples)
     embeddings = model.get_input_embeddings().weight.detach().clone()
     layer = next(model.base_model.layers[0].parameters()).detach().clone()
     before = tuning.mean_answer_loss(model, shared, examples)
-    steps = []
-    returned = tuning.tune_reader(model, shared, examples * 8, config=ReaderTuningConfig(learning_rate=3e-2, batch_size=4),
-                                  progress=lambda done, total: steps.append((done, total)))
-    after = tuning.mean_answer_loss(model, shared, examples)
-    assert returned is model and not model.training
-    assert after < before - 2, (before, after)  # nats per answer token
+    tuning.tune_reader(model, shared, examples * 8, config=ReaderTuningConfig(method="full", learning_rate=3e-2, batch_size=4))
+    assert tuning.mean_answer_loss(model, shared, examples) < before - 2
     assert torch.equal(model.get_input_embeddings().weight, embeddings)
     assert not torch.equal(next(model.base_model.layers[0].parameters()), layer)
-    assert not any(p.requires_grad for p in model.parameters())
-    assert steps[-1] == (12, 12)
+    assert not adapter_parameters(model)
+    with pytest.raises(ValueError, match="unknown reader tuning method"):
+        tuning.tune_reader(model, shared, examples, config=ReaderTuningConfig(method="half"))
 
 
 def test_reader_tuning_refuses_prompts_without_the_shared_block(reader):
@@ -294,10 +300,11 @@ def test_reading_questions_train_on_both_kbs_and_check_on_held_out_ones(tmp_path
     paths = {"nq-wiki": wiki, "nq-counterfactual": swapped}
     training, check = data.reading_questions(paths, ReaderTuningConfig(examples=100, counterfactual_share=0.5))
     assert len(training) == 100 and len({q.question for _, q in training}) == 100
-    assert not any(data.is_held_out(q.gold_id) or q.gold_id == 7 for _, q in training)
+    held_ids = {q.gold_id for q in split_questions(data.load_questions(wiki)).held_out}
+    assert not any(q.gold_id in held_ids or q.gold_id == 7 for _, q in training)
     assert {kb for kb, _ in training} == {"nq-wiki", "nq-counterfactual"}
     assert all(q.passage_answer == (f"B{q.gold_id}" if kb == "nq-counterfactual" else f"A{q.gold_id}") for kb, q in training)
-    assert check and all(data.is_held_out(q.gold_id) for _, q in check)
+    assert check and all(q.gold_id in held_ids for _, q in check)
     assert training == data.reading_questions(paths, ReaderTuningConfig(examples=100, counterfactual_share=0.5))[0]
     only_wiki, _ = data.reading_questions(paths, ReaderTuningConfig(examples=50, counterfactual_share=0.0))
     assert {kb for kb, _ in only_wiki} == {"nq-wiki"}

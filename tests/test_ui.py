@@ -372,12 +372,15 @@ def test_ask_json_shape(actions):
 def test_demo_builds_with_named_endpoints_and_one_engine_lane(ui_engine):
     demo = ui.build_demo(ui_engine)
     endpoints = demo.get_api_info()["named_endpoints"]
-    for name in ("/ask", "/ask_json", "/swap", "/score", "/index_reports", "/build_kb", "/edit_passage", "/ask_mine"):
+    for name in ("/ask", "/ask_json", "/swap", "/score", "/index_reports", "/build_kb", "/edit_passage", "/ask_mine",
+                 "/compare", "/compare_json"):
         assert name in endpoints
     assert [p["parameter_name"] for p in endpoints["/ask_json"]["parameters"]] == ["question", "variant", "k", "index", "kb",
                                                                                  "retriever", "extractive"]
+    assert [p["parameter_name"] for p in endpoints["/compare_json"]["parameters"]] == ["question", "kb", "k"]
     engine_fns = [fn for fn in demo.fns.values() if fn.concurrency_id == ui.ENGINE_GROUP]
-    assert len(engine_fns) >= 8 and all(fn.concurrency_limit == 1 for fn in engine_fns)
+    assert len(engine_fns) >= 10 and all(fn.concurrency_limit == 1 for fn in engine_fns)
+    assert {fn.api_name for fn in engine_fns} >= {"compare", "compare_json"}
 
 
 # ---- Your knowledge ------------------------------------------------------------------------
@@ -540,7 +543,9 @@ def test_background_engine_reports_progress_then_serves(ui_engine):
     assert rest[0]["value"] == engine.default_kb and (KB_NAMES[0], KB_NAMES[0]) in rest[0]["choices"]
     assert rest[2]["value"] == KB_NAMES[1]  # the swap tab's right side starts on the other knowledge base
     assert rest[5].raw_samples == [[q] for q in QUESTIONS]  # the engine's example questions
-    assert rest[7] == {"__type__": "update", "value": "dense", "visible": False}  # a dense-only engine: no retriever choice
+    # an engine without a lexical weight: dense and BM25 to choose from, once it is ready
+    assert rest[7] == {"__type__": "update", "choices": [("Dense (the paper)", "dense"), ("BM25", "bm25")], "value": "dense",
+                       "visible": True}
     assert ask(actions)[0] == ""
     assert all(is_skip(v) for v in actions.poll(True)[3:])
 
@@ -610,9 +615,12 @@ def hybrid_actions(ui_engine):
     return ui.DemoActions(engine)
 
 
-def test_retriever_radio_shows_only_for_an_engine_with_a_lexical_weight(actions, hybrid_actions):
-    assert actions.retriever_options() == {"value": "dense", "visible": False}
-    assert hybrid_actions.retriever_options() == {"value": "hybrid", "visible": True}
+def test_retriever_radio_offers_hybrid_only_for_an_engine_with_a_lexical_weight(actions, hybrid_actions):
+    assert actions.retriever_options() == {"choices": [("Dense (the paper)", "dense"), ("BM25", "bm25")], "value": "dense",
+                                           "visible": True}
+    assert hybrid_actions.retriever_options() == {
+        "choices": [("Dense (the paper)", "dense"), ("BM25", "bm25"), ("Dense + BM25", "hybrid")], "value": "hybrid",
+        "visible": True}
     assert ui.DemoActions(ui.BackgroundEngine(lambda progress: None)).retriever_options()["visible"] is False  # not started
 
 
@@ -640,8 +648,9 @@ def test_retriever_choice_errors_are_messages(actions, hybrid_actions):
     assert "unknown retriever" in ask(hybrid_actions, retriever="<b>sparse</b>")[0]
     assert hybrid_actions.ask_json(QUESTION, "token", 2, "flat", "", "dense")["retriever"] == "dense"
     assert hybrid_actions.ask_json(QUESTION, "token", 2)["retriever"] == "hybrid"
+    assert actions.ask_json(QUESTION, "token", 2, "flat", "", "bm25")["retriever"] == "bm25"  # no lexical weight needed
     with pytest.raises(gr.Error, match="unknown retriever"):
-        hybrid_actions.ask_json(QUESTION, "token", 2, "flat", "", "bm25")
+        hybrid_actions.ask_json(QUESTION, "token", 2, "flat", "", "sparse")
 
 
 @pytest.mark.parametrize("beams", [1, 2])
@@ -671,9 +680,113 @@ def test_score_tab_takes_the_last_question_only_when_its_box_is_empty():
 
 def test_hybrid_passage_list_says_what_orders_it():
     passages = evil_result().passages
-    assert "ranked by p(z|x)" in ui.format_passages_html(passages, hybrid=True)
-    assert "ranked by" not in ui.format_passages_html(passages, hybrid=False)  # dense: the score gives the order
-    assert "ranked by" not in ui.format_passages_html(passages[:1], hybrid=True)
+    assert "ranked by p(z|x)" in ui.format_passages_html(passages, retriever="hybrid")
+    assert "ranked by" not in ui.format_passages_html(passages, retriever="dense")  # dense: the score gives the order
+    assert "ranked by" not in ui.format_passages_html(passages, retriever="bm25")  # bm25: so does its score
+    assert "ranked by" not in ui.format_passages_html(passages[:1], retriever="hybrid")
+
+
+@pytest.mark.parametrize("retriever, names", [("dense", ["score 0.900"]), ("bm25", ["bm25 7.25"]),
+                                              ("hybrid", ["score 0.900", "bm25 7.25"])])
+def test_passage_cards_name_the_scores_their_retriever_used(retriever, names):
+    from dataclasses import replace
+
+    passages = [replace(evil_result().passages[0], lexical=7.25)]
+    html = ui.format_passages_html(passages, retriever=retriever)
+    shown_names = re.findall(r"(score [0-9.]+|bm25 [0-9.]+)", html)
+    assert shown_names == names
+
+
+def test_bm25_ask_shows_bm25_its_scale_and_no_index(actions):
+    from rag_demo.config import BM25_SCALE
+
+    status, answer, passages, prob_fig, *_, last = ask(actions, k=3, index="hnsw", retriever="bm25")
+    result = ui.unwrap(last)
+    assert status == "" and (result.retriever, result.scale) == ("bm25", BM25_SCALE)
+    assert [f"bm25 {p.lexical:.2f}" in passages for p in result.passages] == [True] * 3 and "score " not in passages
+    assert "exact search · no index" in answer and ">BM25</span>" in answer and "index hnsw" not in answer
+    assert "was not used" in answer  # the notice says the chosen index did nothing
+    assert f"softmax({BM25_SCALE:g}·bm25)" in prob_fig["value"].layout.title.text
+    prior = softmax([BM25_SCALE * p.lexical for p in result.passages])
+    assert prior == pytest.approx([p.prob for p in result.passages], abs=1e-6)
+    learn = ui.format_learn_html(result, 0)
+    assert f"λ = {BM25_SCALE:g}" in learn and "BM25 word matching alone" in learn and "<th>bm25 b(z)</th>" in learn
+    assert f"<b>{prior[0]:.4f}</b>" in learn and "β" not in learn
+    data = actions.ask_json(QUESTION, "token", 3, "flat", "", "bm25")
+    assert data["scale"] == BM25_SCALE and [p["logit"] for p in data["passages"]] == pytest.approx(
+        [BM25_SCALE * p["score"] for p in data["passages"]], abs=1e-6)
+
+
+def _comparison(gold_ids=(0,)):
+    """A hand-made comparison with hostile strings: dense finds passage 0 first, bm25 only passage 1."""
+    from dataclasses import replace
+
+    from rag_demo.results import RetrieverComparison, RetrieverRanking
+
+    first, second = evil_result().passages
+    bm25_passage = replace(second, rank=1, prob=1.0, score=3.5, lexical=3.5, logit=0.7)
+    rankings = (RetrieverRanking("dense", (first, second), 1.0, gold_rank=1 if 0 in gold_ids else None),
+                RetrieverRanking("bm25", (bm25_passage,), 0.2, notices=("<img src=x onerror=alert(5)>",)))
+    return RetrieverComparison(question="<script>q</script>?", kb="<kb>", k=2, rankings=rankings, gold_ids=tuple(gold_ids),
+                               timings_ms={"dense": 1.0, "bm25": 0.5, "total": 1.5}, notices=("<b>x</b>",))
+
+
+def test_comparison_html_escapes_everything_and_marks_the_gold_passage():
+    html = ui.format_comparison_html(_comparison())
+    assert_no_raw_html(html)
+    assert "&lt;script&gt;q&lt;/script&gt;?" in html and "&lt;kb&gt;" in html
+    assert "&lt;img src=x onerror=alert(5)&gt;" in html and "&lt;b&gt;x&lt;/b&gt;" in html  # both kinds of notice
+    columns = html.split('class="rag-compare-col"')[1:]
+    assert len(columns) == 2 and "Dense (the paper)" in columns[0] and "BM25" in columns[1]
+    assert html.count('class="rag-gold"') == 2  # in the summary, and on passage 0 in the dense column
+    assert 'rag-passage rag-passage-gold' in columns[0] and "rag-passage-gold" not in columns[1]
+    assert "Dense (the paper) <b>rank 1</b> · BM25 <b>not in the top 2</b>" in html
+    assert "softmax(1·score)" in columns[0] and "softmax(0.2·bm25)" in columns[1] and "bm25 3.50" in columns[1]
+    unknown = ui.format_comparison_html(_comparison(gold_ids=()))
+    assert "No gold passage is known" in unknown and 'class="rag-gold"' not in unknown and "gold:" not in unknown
+
+
+@pytest.fixture(scope="module")
+def gold_actions(ui_engine, tmp_path_factory):
+    """The UI over nq-wiki stored with a questions.jsonl, as the default KBs are: the first question's gold is row 0."""
+    from rag_demo.corpus import load_kb, save_kb
+    from rag_demo.data import QUESTIONS_FILE
+    from rag_demo.engine import RagEngine
+
+    folder = save_kb(ui_engine.kbs[KB_NAMES[0]], tmp_path_factory.mktemp("gold") / KB_NAMES[0])
+    row = {"question": QUESTIONS[0], "answer": "Paris", "swapped_answer": "Lyon", "passage_answer": "Paris", "gold_id": 0}
+    (folder / QUESTIONS_FILE).write_text(json.dumps(row) + "\n")
+    kbs = {KB_NAMES[0]: load_kb(folder, name=KB_NAMES[0])}
+    return ui.DemoActions(RagEngine(encoder=ui_engine.encoder, generator=ui_engine.generator, kbs=kbs, config=ui_engine.config))
+
+
+def test_compare_event_and_api_show_what_the_engine_compared(gold_actions):
+    engine = gold_actions.engine
+    status, html = gold_actions.compare(QUESTION, KB_NAMES[0], 3, None)
+    expected = engine.compare_retrievers(QUESTION, kb=KB_NAMES[0], k=3)
+    assert status == "" and expected.gold_ids == (0,)
+    columns = html.split('class="rag-compare-col"')[1:]
+    assert len(columns) == len(expected.rankings) == 2
+    for column, ranking in zip(columns, expected.rankings):
+        assert re.findall(r"p\(z\|x\) <b>([0-9.]+)</b>", column) == [f"{p.prob:.3f}" for p in ranking.passages]
+        assert ("rag-passage-gold" in column) == (ranking.gold_rank is not None)
+    data = gold_actions.compare_json(QUESTION.upper(), "", 3)  # another case: the same question
+    json.dumps(data)
+    assert list(data["gold_ids"]) == [0] and data["kb"] == KB_NAMES[0] and data["k"] == 3
+    assert [r["retriever"] for r in data["rankings"]] == ["dense", "bm25"]
+    for got, want in zip(data["rankings"], expected.rankings):
+        assert [p["id"] for p in got["passages"]] == [p.id for p in want.passages]
+        assert [p["prob"] for p in got["passages"]] == pytest.approx([p.prob for p in want.passages], abs=1e-6)
+        assert got["gold_rank"] == want.gold_rank and got["scale"] == want.scale
+
+
+def test_compare_errors_are_messages(actions):
+    assert "Type a question" in actions.compare("  ", KB_NAMES[0], 3, None)[0]
+    assert "Build your knowledge base first" in actions.compare(QUESTION, ui.PRIVATE_KB, 3, None)[0]
+    with pytest.raises(gr.Error, match="unknown knowledge base"):
+        actions.compare_json(QUESTION, "<b>nope</b>", 3)
+    with pytest.raises(gr.Error, match="k must be between"):
+        actions.compare_json(QUESTION, "", 0)
 
 
 def test_importing_the_page_module_loads_no_model_library():

@@ -1,0 +1,225 @@
+"""The default KBs' questions: their records, and the split into training and held-out questions.
+
+A held-out question must be unseen: no question trained on may be a rewording of it. NQ holds
+many near-duplicates ("who plays the queen in star wars episode 1?" and "who plays the queen in
+episode 1 star wars?"), and they do not always share a gold passage. So questions are linked
+when they share a gold passage, or share a normalized answer and at least half their question
+words (Jaccard ≥ `NEAR_DUPLICATE_JACCARD`), and every connected group of linked questions falls
+on one side of the split. Groups are held out in the order of a hash of their text until about
+one question in `HELD_OUT_ONE_IN` is; the order depends on the questions only, so the same
+question falls on the same side in nq-wiki and nq-counterfactual.
+
+Importing this module loads nothing heavy; nothing here reads a model.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import string
+from collections import defaultdict
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Sequence
+
+from .errors import KnowledgeBaseError
+
+QUESTIONS_FILE = "questions.jsonl"
+HELD_OUT_ONE_IN = 5  # about one question in five is held out of training: those are the evaluation's
+NEAR_DUPLICATE_JACCARD = 0.5  # same answer and at least this share of question words: the same question
+SPLIT_VERSION = f"groups:jaccard{NEAR_DUPLICATE_JACCARD}:one-in{HELD_OUT_ONE_IN}"  # in the fine-tuned models' cache keys
+
+_ARTICLES = re.compile(r"\b(a|an|the)\b")
+_PUNCTUATION = set(string.punctuation)
+_WORD = re.compile(r"\w+")
+
+
+def normalize_answer(text: str) -> str:
+    """SQuAD's normalization: lower case, drop punctuation and articles, squeeze spaces.
+
+    >>> normalize_answer("The  Eiffel-Tower!")
+    'eiffeltower'
+    """
+    text = "".join(ch for ch in text.lower() if ch not in _PUNCTUATION)
+    return " ".join(_ARTICLES.sub(" ", text).split())
+
+
+def question_words(question: str) -> frozenset[str]:
+    """The lower-cased words of a question, as a set.
+
+    >>> sorted(question_words("Who plays the Queen in episode 1?"))
+    ['1', 'episode', 'in', 'plays', 'queen', 'the', 'who']
+    """
+    return frozenset(_WORD.findall(question.lower()))
+
+
+def jaccard(a: frozenset[str], b: frozenset[str]) -> float:
+    """|a ∩ b| / |a ∪ b| (0 for two empty sets).
+
+    >>> jaccard(frozenset("ab"), frozenset("bc"))
+    0.3333333333333333
+    """
+    union = len(a | b)
+    return len(a & b) / union if union else 0.0
+
+
+@dataclass(frozen=True)
+class KBQuestion:
+    """A question of a default KB, as stored in its questions.jsonl."""
+
+    question: str
+    answer: str  # real world
+    swapped_answer: str
+    passage_answer: str  # what this KB's gold passage says
+    gold_id: int  # row of the gold passage in this KB
+    example: bool = False  # offered in the UI as an example question
+
+
+@dataclass(frozen=True)
+class EvalQuestion:
+    question: str
+    answer: str  # what the KB's gold passage says
+    original_answer: str  # the real-world answer (differs on the counterfactual KB)
+    gold_id: int  # row of the gold passage in the KB
+
+
+@dataclass(frozen=True)
+class QuestionSplit:
+    training: tuple[KBQuestion, ...]  # may be trained on: no example question and no near-duplicate of a held-out one
+    held_out: tuple[KBQuestion, ...]  # never trained on; the only questions `eval` asks
+
+
+def load_questions(kb_path: str | Path) -> list[KBQuestion]:
+    """The questions stored beside a default KB."""
+    path = Path(kb_path) / QUESTIONS_FILE
+    if not path.is_file():
+        raise KnowledgeBaseError(f"{Path(kb_path)} has no {QUESTIONS_FILE}; only the default KBs come with questions")
+    questions = []
+    with path.open(encoding="utf-8") as handle:
+        for number, line in enumerate(handle, start=1):
+            try:
+                row = json.loads(line)
+                questions.append(KBQuestion(
+                    str(row["question"]), str(row["answer"]), str(row["swapped_answer"]), str(row["passage_answer"]),
+                    int(row["gold_id"]), bool(row.get("example", False)),
+                ))
+            except (ValueError, KeyError, TypeError):
+                raise KnowledgeBaseError(f"{path} line {number} is malformed; delete {Path(kb_path)} to rebuild it") from None
+    return questions
+
+
+def has_questions(kb_path: str | Path | None) -> bool:
+    return kb_path is not None and (Path(kb_path) / QUESTIONS_FILE).is_file()
+
+
+def example_questions(kb_path: str | Path | None) -> list[KBQuestion]:
+    """The example questions the page offers for a default KB; [] for a KB without questions."""
+    return [q for q in load_questions(kb_path) if q.example] if has_questions(kb_path) else []
+
+
+def gold_rows_by_question(kb_path: str | Path | None) -> dict[str, tuple[int, ...]]:
+    """{normalized question: rows of its gold passage} for a KB stored with questions (the default KBs);
+    {} for any other. Questions are matched after SQuAD normalization (case, punctuation, articles), so
+    "Who wrote Hamlet?" finds "who wrote hamlet"; a question asked of several passages keeps them all."""
+    if not has_questions(kb_path):
+        return {}
+    rows: dict[str, tuple[int, ...]] = {}
+    for question in load_questions(kb_path):
+        key = normalize_answer(question.question)
+        if question.gold_id not in rows.get(key, ()):
+            rows[key] = rows.get(key, ()) + (question.gold_id,)
+    return rows
+
+
+def question_groups(questions: Sequence[KBQuestion]) -> list[int]:
+    """For each question, the id of its group: questions linked by a shared gold passage, or by a
+    shared normalized answer with question-word Jaccard ≥ NEAR_DUPLICATE_JACCARD, transitively.
+
+    >>> q = lambda text, answer, gold: KBQuestion(text, answer, "", answer, gold)
+    >>> question_groups([q("who wrote it", "Ann", 0), q("who wrote it first", "ann", 1), q("who sang", "Bo", 1),
+    ...                  q("when was it", "1990", 2)])
+    [0, 0, 0, 3]
+    """
+    parent = list(range(len(questions)))
+
+    def root(i: int) -> int:
+        while parent[i] != i:
+            parent[i] = parent[parent[i]]
+            i = parent[i]
+        return i
+
+    def link(i: int, j: int) -> None:
+        a, b = root(i), root(j)
+        if a != b:
+            parent[max(a, b)] = min(a, b)
+
+    by_passage: dict[int, list[int]] = defaultdict(list)
+    by_answer: dict[str, list[int]] = defaultdict(list)
+    for i, q in enumerate(questions):
+        by_passage[q.gold_id].append(i)
+        answer = normalize_answer(q.answer)
+        if answer:
+            by_answer[answer].append(i)
+    for members in by_passage.values():
+        for other in members[1:]:
+            link(members[0], other)
+    words = [question_words(q.question) for q in questions]
+    for members in by_answer.values():
+        for a, i in enumerate(members):
+            for j in members[a + 1:]:
+                if jaccard(words[i], words[j]) >= NEAR_DUPLICATE_JACCARD:
+                    link(i, j)
+    return [root(i) for i in range(len(questions))]
+
+
+def _group_order_key(texts: Sequence[str]) -> bytes:
+    return hashlib.sha256(("held out? " + min(texts)).encode()).digest()
+
+
+def split_questions(questions: Sequence[KBQuestion]) -> QuestionSplit:
+    """Training and held-out questions, whole groups (`question_groups`) on one side.
+
+    Groups are taken in the order of a hash of their alphabetically first question and held
+    out until the held-out side has about len(questions) / HELD_OUT_ONE_IN questions. Groups that
+    hold a page example are never trained on (they may still be held out).
+    """
+    groups: dict[int, list[int]] = defaultdict(list)
+    for i, group in enumerate(question_groups(questions)):
+        groups[group].append(i)
+    order = sorted(groups.values(), key=lambda members: _group_order_key([questions[i].question for i in members]))
+    target = len(questions) / HELD_OUT_ONE_IN
+    held: set[int] = set()
+    for members in order:
+        if len(held) + len(members) / 2 > target:  # a group is taken while that brings the count closer to the target
+            continue
+        held.update(members)
+    with_examples = {i for members in groups.values() if any(questions[m].example for m in members) for i in members}
+    return QuestionSplit(
+        training=tuple(q for i, q in enumerate(questions) if i not in held and i not in with_examples),
+        held_out=tuple(q for i, q in enumerate(questions) if i in held),
+    )
+
+
+@lru_cache(maxsize=8)
+def _held_out_of(path: str, size: int, modified: int) -> tuple[KBQuestion, ...]:
+    return split_questions(load_questions(path)).held_out
+
+
+def held_out_questions(kb_path: str | Path) -> tuple[KBQuestion, ...]:
+    """The held-out questions of a default KB (computed once per questions file)."""
+    stat = (Path(kb_path) / QUESTIONS_FILE).stat()
+    return _held_out_of(str(Path(kb_path)), stat.st_size, stat.st_mtime_ns)
+
+
+def load_eval_questions(kb_path: str | Path | None) -> list[EvalQuestion]:
+    """The held-out questions of a default KB as `EvalQuestion`s; [] for a KB without questions (a user's own).
+
+    Only questions never used to fine-tune the question encoder or the reader are evaluated.
+    """
+    if not has_questions(kb_path):
+        return []
+    # A question whose answer the kept swap cut into has no clear answer in that KB: not scored.
+    return [EvalQuestion(q.question, q.passage_answer, q.answer, q.gold_id) for q in held_out_questions(kb_path)
+            if q.passage_answer]

@@ -1,0 +1,107 @@
+"""The held-out split: whole groups of linked questions on one side, about one in five held out."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+from rag_demo import questions as qs
+from rag_demo.questions import KBQuestion
+
+
+def _q(text: str, answer: str, gold: int, example: bool = False) -> KBQuestion:
+    return KBQuestion(text, answer, "swapped " + answer, answer, gold, example)
+
+
+def _synthetic(n: int = 2000, seed: int = 0) -> list[KBQuestion]:
+    """Questions on n // 2 passages; about a third come with a reworded twin on another passage."""
+    rng = random.Random(seed)
+    words = [f"w{i}" for i in range(300)]
+    out = []
+    for i in range(n):
+        text = " ".join(rng.sample(words, 6))
+        out.append(_q(f"who {text}", f"answer {i % 700}", rng.randrange(n // 2)))
+        if i % 3 == 0:  # the same words reordered, the same answer, another passage
+            twin = text.split()
+            rng.shuffle(twin)
+            out.append(_q(f"who {' '.join(twin)}", f"answer {i % 700}", rng.randrange(n // 2)))
+    return out
+
+
+def _leaks(split: qs.QuestionSplit) -> list[tuple[str, str]]:
+    """Held-out questions with a training question of the same normalized answer and Jaccard ≥ 0.5 (brute force)."""
+    found = []
+    for held in split.held_out:
+        for trained in split.training:
+            if (qs.normalize_answer(held.answer) == qs.normalize_answer(trained.answer)
+                    and qs.jaccard(qs.question_words(held.question), qs.question_words(trained.question)) >= 0.5):
+                found.append((held.question, trained.question))
+    return found
+
+
+def test_groups_link_shared_passages_and_near_duplicates_transitively():
+    items = [
+        _q("who plays the queen in star wars episode 1", "Natalie Portman", 0),
+        _q("who plays the queen in episode 1 star wars", "natalie portman!", 5),  # reworded, another passage
+        _q("what did the queen in star wars wear", "a gown", 5),  # shares passage 5
+        _q("who plays the queen in star wars episode 1", "Keira Knightley", 9),  # same words, another answer
+        _q("who sang it", "Natalie Portman", 7),  # same answer, other words
+    ]
+    groups = qs.question_groups(items)
+    assert groups[0] == groups[1] == groups[2]
+    assert len({groups[0], groups[3], groups[4]}) == 3
+
+
+def test_split_holds_out_about_one_in_five_with_no_near_duplicate_on_the_training_side():
+    items = _synthetic()
+    split = qs.split_questions(items)
+    assert 0.18 < len(split.held_out) / len(items) < 0.22
+    assert len(split.training) + len(split.held_out) == len(items)
+    assert not {id(q) for q in split.training} & {id(q) for q in split.held_out}
+    assert _leaks(split) == []
+    trained_passages = {q.gold_id for q in split.training}
+    assert not any(q.gold_id in trained_passages for q in split.held_out)
+
+
+def test_a_split_by_passage_alone_would_leak_so_the_check_can_fail():
+    items = _synthetic()
+    by_passage = qs.QuestionSplit(training=tuple(q for q in items if q.gold_id % 5),
+                                  held_out=tuple(q for q in items if q.gold_id % 5 == 0))
+    assert _leaks(by_passage)
+
+
+def test_split_is_stable_and_independent_of_the_order_and_the_kb():
+    items = _synthetic()
+    first = qs.split_questions(items)
+    shuffled = items[:]
+    random.Random(1).shuffle(shuffled)
+    assert {q.question for q in qs.split_questions(shuffled).held_out} == {q.question for q in first.held_out}
+    # nq-counterfactual stores other passage answers for the same questions and passages
+    counterfactual = [KBQuestion(q.question, q.answer, q.swapped_answer, q.swapped_answer, q.gold_id) for q in items]
+    assert [q.question for q in qs.split_questions(counterfactual).held_out] == [q.question for q in first.held_out]
+
+
+def test_example_questions_and_their_group_never_train():
+    items = _synthetic(400)
+    target = items[10]
+    items[10] = _q(target.question, target.answer, target.gold_id, example=True)
+    split = qs.split_questions(items)
+    group = qs.question_groups(items)
+    mates = {items[i].question for i, g in enumerate(group) if g == group[10]}
+    assert not mates & {q.question for q in split.training}
+
+
+def test_eval_questions_are_the_held_out_ones_with_a_passage_answer(tmp_path: Path):
+    items = _synthetic(300)
+    kb = tmp_path / "kb"
+    kb.mkdir()
+    with (kb / qs.QUESTIONS_FILE).open("w") as handle:
+        for i, q in enumerate(items):
+            handle.write(json.dumps({"question": q.question, "answer": q.answer, "swapped_answer": q.swapped_answer,
+                                     "passage_answer": "" if i % 7 == 0 else q.passage_answer, "gold_id": q.gold_id}) + "\n")
+    evals = qs.load_eval_questions(kb)
+    held = {q.question for q in qs.split_questions(qs.load_questions(kb)).held_out}
+    assert evals and {e.question for e in evals} <= held
+    assert all(e.answer for e in evals) and len(evals) < len(held)
+    assert qs.load_eval_questions(tmp_path) == [] and qs.load_eval_questions(None) == []
