@@ -1105,6 +1105,20 @@ def _plot_update(figure: Any) -> dict:
 # ---------------------------------------------------------------------------------------------
 
 
+def _api_json(endpoint: str, call) -> dict:
+    """`call()`'s result as JSON for an API endpoint; a user's error comes back as its message, anything
+    else as a short message for the caller with the details in the server log."""
+    try:
+        result = call()
+    except RagDemoError as err:
+        raise gr.Error(str(err), print_exception=False) from None
+    except Exception as err:  # the API boundary
+        log.exception("unexpected error in %s", endpoint, exc_info=err)
+        raise gr.Error(f"Something went wrong inside the demo ({type(err).__name__}); the server log has the details.",
+                       print_exception=False) from None
+    return result.to_json()
+
+
 class DemoActions:
     """One method per page event. Each parses its inputs, makes one engine call and formats the result."""
 
@@ -1204,17 +1218,10 @@ class DemoActions:
     def ask_json(self, question: str, variant: str = "both", k: int = 5, index: str = "flat", kb: str = "",
                  retriever: str = "", extractive: bool = False) -> dict:
         """The API: the AskResult as JSON. Errors come back as a gradio error with the message."""
-        try:
-            result = self.engine.ask(require_question(question), kb=self.known_kb(kb) if kb else self.engine.default_kb,
-                                     k=parse_k(k), index=index or "flat", variants=parse_variants(variant),
-                                     retriever=parse_retriever(retriever), extractive=bool(extractive))
-        except RagDemoError as err:
-            raise gr.Error(str(err), print_exception=False) from None
-        except Exception as err:  # the API boundary: a message for the caller, the details in the server log
-            log.exception("unexpected error in /ask_json", exc_info=err)
-            raise gr.Error(f"Something went wrong inside the demo ({type(err).__name__}); the server log has the details.",
-                           print_exception=False) from None
-        return result.to_json()
+        return _api_json("/ask_json", lambda: self.engine.ask(
+            require_question(question), kb=self.known_kb(kb) if kb else self.engine.default_kb, k=parse_k(k),
+            index=index or "flat", variants=parse_variants(variant), retriever=parse_retriever(retriever),
+            extractive=bool(extractive)))
 
     # ---- Compare retrievers ---------------------------------------------------------------------
     def compare(self, question: str, kb_choice: str | None, k: float, mine: Held | KnowledgeBase | None) -> tuple[str, str]:
@@ -1228,16 +1235,8 @@ class DemoActions:
 
     def compare_json(self, question: str, kb: str = "", k: int = 5) -> dict:
         """The API: the RetrieverComparison as JSON. Errors come back as a gradio error with the message."""
-        try:
-            comparison = self.engine.compare_retrievers(require_question(question),
-                                                        kb=self.known_kb(kb) if kb else self.engine.default_kb, k=parse_k(k))
-        except RagDemoError as err:
-            raise gr.Error(str(err), print_exception=False) from None
-        except Exception as err:  # the API boundary: a message for the caller, the details in the server log
-            log.exception("unexpected error in /compare_json", exc_info=err)
-            raise gr.Error(f"Something went wrong inside the demo ({type(err).__name__}); the server log has the details.",
-                           print_exception=False) from None
-        return comparison.to_json()
+        return _api_json("/compare_json", lambda: self.engine.compare_retrievers(
+            require_question(question), kb=self.known_kb(kb) if kb else self.engine.default_kb, k=parse_k(k)))
 
     # ---- Swap the index -----------------------------------------------------------------------
     def swap(self, question: str, left: str | None, right: str | None, variant: str, k: float,
