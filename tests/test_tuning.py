@@ -8,6 +8,7 @@ side learns. A tiny random Llama with a byte-level BPE stands in for the default
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -186,6 +187,14 @@ def test_prepare_fine_tunes_the_default_models_once_and_then_loads_nothing(offli
     warm_own = data.prepare(cache=cache, encoder_config=config, build_kbs=False)
     assert (warm_own.question_encoder_path, warm_own.reader_adapter_path) == (prepared.question_encoder_path,
                                                                              prepared.reader_adapter_path)
+    # a cache travels: copied or mounted elsewhere, it loads as it is, nothing rebuilt
+    moved = tmp_path / "mounted" / "cache"
+    moved.parent.mkdir()
+    shutil.move(str(cache), str(moved))
+    travelled = data.prepare(cache=moved, encoder_config=config)
+    assert travelled.reader_adapter_path == moved / prepared.reader_adapter_path.relative_to(cache)
+    assert travelled.question_encoder_path == moved / prepared.question_encoder_path.relative_to(cache)
+    assert travelled.kb_paths == {name: moved / path.relative_to(cache) for name, path in prepared.kb_paths.items()}
 
 
 # -- the generator as a reader ------------------------------------------------------------------------
