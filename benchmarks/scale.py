@@ -1,10 +1,10 @@
 """Knowledge bases far larger than the demo's: build, size, memory, latency and recall per index.
 
-    python benchmarks/scale.py [--sizes 10k,100k,1m] [--kinds flat,hnsw,ivfpq] [--data DIR] [--json FILE]
+    python -m benchmarks.scale [--sizes 10k,100k,1m] [--kinds flat,hnsw,ivfpq] [--data DIR] [--json FILE]
 
 For each size N a synthetic KB of N passages is written the way a large KB is kept (titles and
 texts as a `datasets` folder, 384-dim float16 vectors in a memory-mapped embeddings.npy); the
-vectors are drawn around topic centres (`rag_demo.bench.synthetic_vectors`) so that recall
+vectors are drawn around topic centres (`benchmarks.synthetic.synthetic_vectors`) so that recall
 against exact search means something. Then, per index variant, two child processes:
 
 - build: builds the index over the memory-mapped vectors and caches it beside the KB
@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import os
 import statistics
 import subprocess
 import sys
@@ -34,8 +33,7 @@ import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+ROOT = Path(__file__).resolve().parents[1]  # children run `-m benchmarks.scale` from here
 
 log = logging.getLogger("scale")
 
@@ -86,7 +84,7 @@ def memory_mb() -> dict:
 # -- data ------------------------------------------------------------------------------------------
 def ensure_kb(folder: Path, n: int, plan: Plan) -> Path:
     """A synthetic KB of n passages at folder (written once, then reused)."""
-    from rag_demo.bench import synthetic_vectors
+    from benchmarks.synthetic import synthetic_vectors
     from rag_demo.corpus import KB_META, write_kb
 
     meta = folder / KB_META
@@ -105,7 +103,7 @@ def ensure_queries(path: Path, n: int, plan: Plan) -> Path:
     """Questions drawn around the same topic centres as the KB of n passages (another seed)."""
     import numpy as np
 
-    from rag_demo.bench import synthetic_vectors
+    from benchmarks.synthetic import synthetic_vectors
 
     if not path.is_file():
         np.save(path, synthetic_vectors(plan.queries, plan.dim, topics(n, plan), seed=1))
@@ -156,9 +154,8 @@ def child_serve(spec: dict) -> dict:
 
 def run_child(role: str, spec: dict, timeout: float) -> dict:
     """Run one child (`role` build or serve) in a fresh interpreter; its last stdout line is JSON."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    out = subprocess.run([sys.executable, __file__, "--child", role, json.dumps(spec)], capture_output=True, text=True,
-                         env=env, timeout=timeout)
+    out = subprocess.run([sys.executable, "-m", "benchmarks.scale", "--child", role, json.dumps(spec)], capture_output=True,
+                         text=True, cwd=ROOT, timeout=timeout)
     if out.returncode != 0:
         raise RuntimeError(f"{role} {spec['kind']} failed:\n{out.stderr[-2000:]}")
     return json.loads(out.stdout.strip().splitlines()[-1])
@@ -214,7 +211,7 @@ def run(sizes: list[int], kinds: list[str], data: Path, plan: Plan, *, timeout: 
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.scale", description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="10k,100k,1m", help="comma-separated KB sizes (10k, 100k, 1m, or plain numbers)")
     parser.add_argument("--kinds", default=",".join(KINDS), help="index variants (default flat,hnsw,ivfpq)")
     parser.add_argument("--data", default=None, help="folder for the synthetic KBs and indexes (default: a temporary one)")

@@ -57,7 +57,7 @@ def use_few_rows_head_module(layer: torch.nn.Linear) -> None:
 def stock_head(model):
     """Within the block `model`'s output projection is a plain nn.Linear again.
 
-    The bench times transformers' own generate on the module our engine also runs; this keeps the
+    `benchmarks.speed` times transformers' own generate on the module our engine also runs; this keeps the
     fast path above on our side only, so their time is that of the code they ship."""
     head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
     if type(head) is not FewRowsLinear:

@@ -1,4 +1,4 @@
-"""The speed bench runs end to end on tiny models, and its identity checks hold."""
+"""The speed benchmarks run end to end on tiny models, and their identity checks hold."""
 
 from __future__ import annotations
 
@@ -8,10 +8,10 @@ import torch
 
 
 def test_quick_bench_runs_and_outputs_are_identical(tmp_path, capsys):
-    from rag_demo import bench
+    from benchmarks import speed
 
     out = tmp_path / "bench.json"
-    assert bench.main(["--quick", "--skip", "memory", "--json", str(out)]) == 0
+    assert speed.main(["--quick", "--skip", "memory", "--json", str(out)]) == 0
     report = json.loads(out.read_text())
     assert report["mismatches"] == []
     for section in ("stages", "indexes", "kb_build", "vs_transformers", "vs_plain_loop"):
@@ -28,40 +28,30 @@ def test_quick_bench_runs_and_outputs_are_identical(tmp_path, capsys):
 
 
 def test_plain_loop_stops_at_the_stop_tokens(tmp_path):
-    from rag_demo import bench
+    from benchmarks import speed
+    from benchmarks.synthetic import QUICK_QUESTIONS, quick_engine
+    from rag_demo.corpus import Passage
 
-    engine = bench.quick_engine(tmp_path, torch.device("cpu"))
-    retrieval = engine.retrieve(bench.QUICK_QUESTIONS[0], k=2)
-    texts = [engine.generator.format_input(retrieval.generator_question, bench.Passage(p.title, p.text)) for p in retrieval.passages]
-    answer = bench.plain_rag_token(engine.generator, texts, retrieval.doc_lp, max_new_tokens=5)
+    engine = quick_engine(tmp_path, torch.device("cpu"))
+    retrieval = engine.retrieve(QUICK_QUESTIONS[0], k=2)
+    texts = [engine.generator.format_input(retrieval.generator_question, Passage(p.title, p.text)) for p in retrieval.passages]
+    answer = speed.plain_rag_token(engine.generator, texts, retrieval.doc_lp, max_new_tokens=5)
     assert 1 <= len(answer) <= 5
     assert all(t not in engine.generator.stop_ids for t in answer[:-1])
-    assert answer == list(engine.ask(bench.QUICK_QUESTIONS[0], k=2, variants=("token",), max_new_tokens=5,
+    assert answer == list(engine.ask(QUICK_QUESTIONS[0], k=2, variants=("token",), max_new_tokens=5,
                                      closed_book=False).variants["token"].token_ids)
 
 
 def test_table_formats_numbers():
-    from rag_demo.bench import table
+    from benchmarks.speed import table
 
     text = table([{"a": 0.000123, "b": 12345.6, "c": float("nan")}], ["a", "b", "c"])
     assert text.splitlines()[-1] == "| 0.000123 | 12,346 | - |"
 
 
-def _load_gpu_bench():
-    import importlib.util
-    import sys
-    from pathlib import Path
-
-    path = Path(__file__).resolve().parents[1] / "scripts" / "gpu_bench.py"
-    spec = importlib.util.spec_from_file_location("gpu_bench", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["gpu_bench"] = module  # dataclasses look their module up while the file runs
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_gpu_bench_imports_and_searches_without_faiss():
-    """The GPU machine has torch and transformers only: nothing on the script's path may need faiss or datasets."""
+    """The GPU machine has the repository tree, torch and transformers only: nothing `python -m benchmarks.gpu`
+    imports may need faiss or datasets."""
     import subprocess
     import sys
     from pathlib import Path
@@ -69,7 +59,7 @@ def test_gpu_bench_imports_and_searches_without_faiss():
     root = Path(__file__).resolve().parents[1]
     code = (
         "import sys; sys.modules['faiss'] = None; sys.modules['datasets'] = None\n"
-        f"sys.path.insert(0, {str(root / 'scripts')!r}); import gpu_bench\n"
+        "import benchmarks.gpu\n"
         "import numpy as np\n"
         "from rag_demo.config import IndexConfig\n"
         "from rag_demo.index import build_index, has_faiss\n"
@@ -84,13 +74,14 @@ def test_gpu_bench_imports_and_searches_without_faiss():
 
 
 def test_gpu_bench_tiny_runs_on_cpu(tmp_path):
-    gpu_bench = _load_gpu_bench()
+    from benchmarks import gpu
+
     out = tmp_path / "gpu.json"
-    assert gpu_bench.main(["--tiny", "--device", "cpu", "--json", str(out)]) == 0
+    assert gpu.main(["--tiny", "--device", "cpu", "--json", str(out)]) == 0
     report = json.loads(out.read_text())
     assert report["mismatches"] == [] and report["vs_transformers"][0]["identical"] == "2/2"
     assert [row["batch"] for row in report["search"]] == [1, 32]
-    assert report["question"][0]["new_tokens"] == gpu_bench.TINY.new_tokens
+    assert report["question"][0]["new_tokens"] == gpu.TINY.new_tokens
 
 
 def test_chunked_exact_search_equals_one_matmul():
@@ -109,7 +100,7 @@ def test_synthetic_queries_have_near_neighbours():
     and recall against flat measures an index, not noise."""
     import numpy as np
 
-    from rag_demo.bench import synthetic_vectors
+    from benchmarks.synthetic import synthetic_vectors
 
     xb = synthetic_vectors(4000, 96, 32, seed=0)
     xq = synthetic_vectors(50, 96, 32, seed=1)

@@ -594,7 +594,7 @@ def test_load_script_drives_the_page_and_reports(server):
     import os
     from urllib.parse import urlparse
 
-    from rag_demo import load
+    from benchmarks import load
 
     options = {"variant": "token", "k": 2, "index": "flat", "kb": "tiny"}
     report = load.run_load(server.url, visitors=3, duration_s=30, max_asks=9, options=options, pid=os.getpid(),
@@ -613,7 +613,7 @@ def test_listening_process_is_found_when_another_descriptor_closes_during_the_sc
     import os
     import socket
 
-    from rag_demo import load
+    from benchmarks import load
 
     with socket.socket() as listener:
         listener.bind(("127.0.0.1", 0))

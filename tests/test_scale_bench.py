@@ -2,22 +2,14 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import pytest
-
-ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
 def scale():
-    spec = importlib.util.spec_from_file_location("scale_bench", ROOT / "benchmarks" / "scale.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["scale_bench"] = module  # dataclasses look their module up while the file runs
-    spec.loader.exec_module(module)
-    return module
+    from benchmarks import scale
+
+    return scale
 
 
 def test_sizes_and_parameters(scale):
@@ -42,3 +34,12 @@ def test_toy_run_of_every_step(scale, tmp_path):
     assert all(r["ms_per_question"] > 0 and r["VmHWM"] >= r["VmRSS"] > 0 for r in rows)
     text = scale.table(rows + [{"n": 5_000_000, "kind": "hnsw", "skipped": "not built"}])
     assert text.count("\n") == 6 and "| 2,000 | flat (fp16 memmap, chunks) | — | 64,000 |" in text and "not built" in text
+
+
+def test_a_child_runs_as_its_own_process(scale, tmp_path):
+    """The real run starts each step as `python -m benchmarks.scale --child`, from the repository root."""
+    plan = scale.Plan(dim=16, queries=3, block=500, per_topic=50)
+    spec = {"kb": str(scale.ensure_kb(tmp_path / "kb", 500, plan)), "kind": "flat", "rerank": 0,
+            "queries": str(scale.ensure_queries(tmp_path / "q.npy", 500, plan)), "exact": str(tmp_path / "exact.npy")}
+    served = scale.run_child("serve", spec, timeout=300)
+    assert served["recall_at_10"] == 1.0 and served["shown"] == 10

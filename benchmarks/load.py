@@ -1,7 +1,7 @@
 """Load test: N simulated visitors ask the running demo at once, over loopback, through its web API.
 
-    python -m rag_demo.load --visitors 16 --duration 300                      # starts `python app.py` itself
-    python -m rag_demo.load --url http://127.0.0.1:7860/ --visitors 16 --duration 300 --json load.json
+    python -m benchmarks.load --visitors 16 --duration 300                      # starts `python app.py` itself
+    python -m benchmarks.load --url http://127.0.0.1:7860/ --visitors 16 --duration 300 --json load.json
 
 Each visitor is its own `gradio_client.Client` (its own session) and asks distinct questions
 carrying a visitor/ask marker; an answer whose `question` is not the one that visitor sent
@@ -28,7 +28,7 @@ from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from .heap import status_mb
+from rag_demo.heap import status_mb
 
 log = logging.getLogger(__name__)
 
@@ -392,7 +392,7 @@ def _interrupt(signum, frame) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m rag_demo.load", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.load", description=__doc__.splitlines()[0])
     parser.add_argument("--url", default=None, help="the running app (default: start `python app.py` on a free port)")
     parser.add_argument("--visitors", type=int, default=16)
     parser.add_argument("--duration", type=float, default=300.0, help="seconds during which new questions are sent")
@@ -414,7 +414,7 @@ def main(argv: list[str] | None = None) -> int:
     for name in ("httpx", "gradio_client"):
         logging.getLogger(name).setLevel(logging.WARNING)
     if args.visitors < 1 or args.duration <= 0:
-        print("rag_demo.load: --visitors must be at least 1 and --duration positive", file=sys.stderr)
+        print("benchmarks.load: --visitors must be at least 1 and --duration positive", file=sys.stderr)
         return 2
     options = {"variant": args.variant, "k": args.k, "index": args.index, "kb": args.kb}
     signal.signal(signal.SIGTERM, _interrupt)  # before the run starts, SIGTERM stops like Ctrl-C (the app is closed)

@@ -1,12 +1,12 @@
 """GPU speed check in one run: bandwidth, exact search at Wikipedia scale, a full-scale question,
 and our RAG-Token against transformers' on the same BART-large-shaped model.
 
-    python scripts/gpu_bench.py [--json FILE]            # on the GPU machine (one H200)
-    python scripts/gpu_bench.py --tiny --device cpu      # the same logic at toy sizes (tests)
+    python -m benchmarks.gpu [--json FILE]               # on the GPU machine (one H200), from the repository root
+    python -m benchmarks.gpu --tiny --device cpu         # the same logic at toy sizes (tests)
 
-Needs only torch and transformers (no faiss, no Hub, nothing downloaded): every model is
-random-init from its config with the real shapes, tokenizers are trained on generated text,
-the index is random fp16 vectors.
+Needs only the repository tree, torch and transformers (no faiss, no Hub, nothing downloaded,
+nothing installed): every model is random-init from its config with the real shapes, tokenizers
+are trained on generated text, the index is random fp16 vectors.
 
 Sections:
 - copy: device-to-device copy bandwidth (bytes read + written per second);
@@ -31,15 +31,15 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from rag_demo import bench, decoding  # noqa: E402
-from rag_demo.config import GeneratorConfig  # noqa: E402
-from rag_demo.corpus import Passage  # noqa: E402
-from rag_demo.encoders import encoder_from_modules  # noqa: E402
-from rag_demo.generator import Seq2SeqGenerator  # noqa: E402
-from rag_demo.flat import search_tensor  # noqa: E402
-from rag_demo.marginalize import doc_logprobs  # noqa: E402
+from benchmarks import speed
+from benchmarks.synthetic import bpe_tokenizer, rag_parts, wordpiece_tokenizer
+from rag_demo import decoding
+from rag_demo.config import GeneratorConfig
+from rag_demo.corpus import Passage
+from rag_demo.encoders import encoder_from_modules
+from rag_demo.flat import search_tensor
+from rag_demo.generator import Seq2SeqGenerator
+from rag_demo.marginalize import doc_logprobs
 
 
 @dataclass(frozen=True)
@@ -126,9 +126,9 @@ def full_question(xb: torch.Tensor, sizes: GpuSizes, device: torch.device, folde
     """Encode -> search -> RAG-Token greedy, per question, with fp16 weights of the paper's shapes."""
     passages = synthetic_passages(256, sizes.passage_words, seed=1)
     texts = [p.title + " " + p.text for p in passages]
-    gen_tok = bench.bpe_tokenizer(texts, folder / "bart", 50265 if sizes.shape != "tiny" else 300)
-    q_tok = bench.wordpiece_tokenizer(texts, folder / "dpr", 30522 if sizes.shape != "tiny" else 300)
-    q_enc, bart = bench.rag_parts(sizes.shape, len(gen_tok), q_tok.vocab_size)
+    gen_tok = bpe_tokenizer(texts, folder / "bart", 50265 if sizes.shape != "tiny" else 300)
+    q_tok = wordpiece_tokenizer(texts, folder / "dpr", 30522 if sizes.shape != "tiny" else 300)
+    q_enc, bart = rag_parts(sizes.shape, len(gen_tok), q_tok.vocab_size)
     dtype = torch.float16 if device.type == "cuda" else torch.float32
     q_enc, bart = q_enc.to(device, dtype), bart.to(device, dtype)
     encoder = encoder_from_modules("dpr-question-encoder", q_enc, q_tok, kind="dpr")
@@ -171,11 +171,11 @@ def full_question(xb: torch.Tensor, sizes: GpuSizes, device: torch.device, folde
 
 
 def vs_transformers(sizes: GpuSizes, device: torch.device, mismatches: list[str]) -> list[dict]:
-    bench_sizes = replace(bench.Sizes(), hf_shape=sizes.shape, hf_k=sizes.k, hf_new_tokens=sizes.new_tokens,
+    speed_sizes = replace(speed.Sizes(), hf_shape=sizes.shape, hf_k=sizes.k, hf_new_tokens=sizes.new_tokens,
                           hf_questions=sizes.questions, hf_passages=max(200, sizes.k))
-    passages = synthetic_passages(bench_sizes.hf_passages, sizes.passage_words, seed=3)
+    passages = synthetic_passages(speed_sizes.hf_passages, sizes.passage_words, seed=3)
     questions = [" ".join(p.text.split()[:8]) + "?" for p in synthetic_passages(sizes.questions, 12, seed=4)]
-    rows = bench.vs_transformers(bench_sizes, questions, passages, device, mismatches)
+    rows = speed.vs_transformers(speed_sizes, questions, passages, device, mismatches)
     return [row for row in rows if row["variant"].startswith("RAG-Token")]
 
 
@@ -188,7 +188,7 @@ COLUMNS = {
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.gpu", description=__doc__.split("\n\n")[0])
     parser.add_argument("--tiny", action="store_true", help="toy sizes (runs on a CPU in seconds)")
     parser.add_argument("--device", default="cuda", choices=("cuda", "cpu"))
     parser.add_argument("--json", metavar="FILE")
@@ -200,12 +200,12 @@ def main(argv: list[str] | None = None) -> int:
     sizes = TINY if args.tiny else GpuSizes()
     if args.index_rows:
         sizes = replace(sizes, index_rows=args.index_rows)
-    report: dict = {"machine": bench.machine(), "sizes": asdict(sizes), "mismatches": []}
+    report: dict = {"machine": speed.machine(), "sizes": asdict(sizes), "mismatches": []}
     print(f"machine: {json.dumps(report['machine'])}", flush=True)
 
     def section(name, rows):
         report[name] = rows
-        print(f"\n## {name}\n\n{bench.table(rows, COLUMNS[name])}", flush=True)
+        print(f"\n## {name}\n\n{speed.table(rows, COLUMNS[name])}", flush=True)
 
     section("copy", [copy_bandwidth(device, sizes.copy_bytes, sizes.repeats)])
     xb = random_index(sizes.index_rows, sizes.dim, device)
@@ -217,7 +217,7 @@ def main(argv: list[str] | None = None) -> int:
         torch.cuda.empty_cache()
         report["peak_gpu_GB"] = torch.cuda.max_memory_allocated(device) / 1e9
     section("vs_transformers", vs_transformers(sizes, device, report["mismatches"]))
-    return bench.finish(report, args.json)
+    return speed.finish(report, args.json)
 
 
 if __name__ == "__main__":
