@@ -119,3 +119,46 @@ def test_wilson_intervals_hold_the_estimate_and_narrow_with_n():
     out = tally.report(variant="token")
     assert out["exact_match"] == 0.75 and out["intervals"]["exact_match"] == pytest.approx(wilson_interval(3, 4))
     assert out["original_match"] == 0.0 and out["most_common_answer"] == "x" and out["most_common_share"] == 0.75
+
+
+def test_eval_asks_every_held_out_question_stored_beside_the_kb_and_nothing_else(tiny_engine, tiny_kb, tmp_path, monkeypatch):
+    """eval reads the KB's questions.jsonl and asks its held-out questions only: no training question and
+    no example question the split keeps out of training; exact match is scored after SQuAD normalization."""
+    import json
+    from dataclasses import replace
+
+    from rag_demo.questions import QUESTIONS_FILE, load_questions, split_questions
+
+    def store(records):
+        with (tmp_path / QUESTIONS_FILE).open("w", encoding="utf-8") as handle:
+            handle.writelines(json.dumps(r) + "\n" for r in records)
+        return split_questions(load_questions(tmp_path))
+
+    # three questions per passage: each passage's three are one group (they share their gold passage)
+    records = [{"question": f"{word} question about passage {row}", "answer": f"{word} answer {row}", "swapped_answer": "",
+                "passage_answer": "zzz", "gold_id": row} for row in range(len(tiny_kb)) for word in ("first", "second", "third")]
+    split = store(records)
+    held = {q.question for q in split.held_out}
+    assert len(held) == 3 and len(split.training) == 15  # one group held out: about 18 / 5 questions
+    kb = replace(tiny_kb, path=tmp_path)
+    first, second, third = sorted(held)
+    answer = tiny_engine.ask(first, kb=kb, k=1, variants=("token",), max_new_tokens=16, closed_book=False).variants["token"].answer
+    assert normalize_answer(answer)  # something to match
+    example = next(r for r in records if r["question"] not in held)
+    example["example"] = True  # its group leaves training and is not held out either
+    for r in records:
+        if r["question"] == first:
+            r["passage_answer"] = f"The {answer}!"  # the same answer once normalized
+        elif r["question"] == third:
+            r["passage_answer"] = ""  # no clear answer in this KB: not scored
+    split = store(records)
+    assert {q.question for q in split.held_out} == held and example["question"] not in {q.question for q in split.training}
+
+    monkeypatch.setitem(tiny_engine.kbs, "tiny-with-questions", kb)
+    asked = []
+    ask = tiny_engine.ask
+    monkeypatch.setattr(tiny_engine, "ask", lambda question, **options: asked.append(question) or ask(question, **options))
+    report = evaluate(tiny_engine, kb="tiny-with-questions", variant="token", n=100, seed=0, k=1)
+    assert sorted(asked) == [first, second] and report["n"] == 2
+    found = [ask(q, kb=kb, k=1, closed_book=False).passages[0].id == int(q.split()[-1]) for q in (first, second)]
+    assert report["exact_match"] == 0.5 and report["retrieval_recall"] == sum(found) / 2
