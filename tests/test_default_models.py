@@ -61,20 +61,27 @@ def test_score_gives_asked_answers_the_probability_ask_showed(engine, kb):
 
 
 def test_eval_asks_held_out_questions_and_counts_what_it_saw(engine, monkeypatch):
-    from rag_demo.evaluate import evaluate, exact_match
-    from rag_demo.questions import load_questions, split_questions
+    from rag_demo.evaluate import evaluate, exact_match, f1_score, sample_questions
+    from rag_demo.questions import load_eval_questions, load_questions, split_questions
 
     asked = []
     ask = engine.ask
     monkeypatch.setattr(engine, "ask", lambda question, **options: asked.append(question) or ask(question, **options))
     report = evaluate(engine, kb="nq-wiki", variant="token", n=4, seed=1, k=3, max_new_tokens=10)
-    split = split_questions(load_questions(engine.kbs["nq-wiki"].path))
-    held, trained = {q.question: q for q in split.held_out}, {q.question for q in split.training}
+    path = engine.kbs["nq-wiki"].path
+    split = split_questions(load_questions(path))
+    held, trained = {q.question for q in split.held_out}, {q.question for q in split.training}
     assert report["n"] == len(asked) == 4 and all(q in held and q not in trained for q in asked)
+    items = sample_questions(load_eval_questions(path), 4, 1)  # the records eval drew, gold rows included
+    assert [item.question for item in items] == asked
     monkeypatch.undo()
-    hits = sum(exact_match(engine.ask(q, kb="nq-wiki", k=3, variants=("token",), max_new_tokens=10,
-                                      closed_book=False).variants["token"].answer, held[q].passage_answer) for q in asked)
-    assert report["exact_match"] == hits / 4
+    # each question asked again as eval asked it: the report's numbers are these answers' scores
+    results = [engine.ask(item.question, kb="nq-wiki", k=3, variants=("token",), max_new_tokens=10, num_beams=1,
+                          extractive=False, closed_book=False) for item in items]
+    answers = [r.variants["token"].answer for r in results]
+    assert report["exact_match"] == sum(exact_match(a, item.answer) for a, item in zip(answers, items)) / 4
+    assert report["f1"] == pytest.approx(sum(f1_score(a, item.answer) for a, item in zip(answers, items)) / 4)
+    assert report["retrieval_recall"] == sum(any(p.id == item.gold_id for p in r.passages) for r, item in zip(results, items)) / 4
 
 
 def test_closed_book_is_the_base_generators_memory(engine):
