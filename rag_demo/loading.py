@@ -124,10 +124,10 @@ def engine_from_config(config: EngineConfig = EngineConfig(), *, kb_paths: dict[
     needs_default_data = kb_paths is None or uses_default_generator
     prepared = None
     if needs_default_data:
-        from . import data
+        from .offline.prepare import prepare
 
-        prepared = data.prepare(progress=progress, build_kbs=kb_paths is None, encoder_config=config.encoder,
-                                generator_config=config.generator)
+        prepared = prepare(progress=progress, build_kbs=kb_paths is None, encoder_config=config.encoder,
+                           generator_config=config.generator)
     if kb_paths is None:
         kb_paths = {name: str(path) for name, path in prepared.kb_paths.items()}
     kbs = load_kbs(kb_paths, index_files)
@@ -136,7 +136,7 @@ def engine_from_config(config: EngineConfig = EngineConfig(), *, kb_paths: dict[
     if prepared is not None:
         question_path = prepared.question_encoder_path
     else:  # own KBs and another generator: nothing is prepared, but a cached fine-tuned side still serves
-        from .data import cached_tuned_encoder
+        from .offline.tuned import cached_tuned_encoder
 
         question_path = cached_tuned_encoder(config.encoder)
     encoder = load_encoder(config.encoder, device=device, question_path=question_path)
