@@ -13,6 +13,7 @@ from .corpus import KnowledgeBase, load_kb
 from .encoders import encoder_from_modules, load_encoder, load_pretrained
 from .errors import InputError, ModelLoadError
 from .generator import generator_from_model, load_generator
+from .questions import examples_by_kb
 
 log = logging.getLogger(__name__)
 
@@ -25,12 +26,6 @@ def pick_device(name: str) -> torch.device:
     if name not in ("cpu", "cuda"):
         raise InputError(f"unknown device {name!r}; use auto, cpu or cuda")
     return torch.device(name)
-
-
-def _examples_for(kb: KnowledgeBase) -> list[str]:
-    from .questions import example_questions
-
-    return [q.question for q in example_questions(kb.path)]
 
 
 def rag_engine_from_modules(*, question_encoder, question_tokenizer, generator_model, generator_tokenizer,
@@ -143,6 +138,7 @@ def engine_from_config(config: EngineConfig = EngineConfig(), *, kb_paths: dict[
     generator_path = str(prepared.generator_path) if uses_default_generator else None
     adapter = prepared.reader_adapter_path if uses_default_generator else None
     generator = load_generator(config.generator, path=generator_path, device=device, adapter=adapter)
-    examples = {name: _examples_for(kb) for name, kb in kbs.items()}
+    examples = {name: [q.question for q in items]
+                for name, items in examples_by_kb({name: kb.path for name, kb in kbs.items()}).items()}
     return RagEngine(encoder=encoder, generator=generator, kbs=kbs, config=config,
                      index_cache=cache_root() / "indexes", examples=examples)
