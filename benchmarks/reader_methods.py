@@ -16,11 +16,12 @@ import logging
 import time
 from dataclasses import replace
 
-from rag_demo import data
 from rag_demo.config import GeneratorConfig, ReaderTuningConfig
 from rag_demo.engine import RagEngine
 from rag_demo.evaluate import evaluate_table
 from rag_demo.generator import load_generator
+from rag_demo.offline.prepare import prepare
+from rag_demo.offline.tuned import train_reader
 
 FULL_RECIPE = ReaderTuningConfig(method="full", learning_rate=2e-5)
 
@@ -39,7 +40,7 @@ def main(argv=None) -> int:
     parser.add_argument("--k", type=int, default=None, help="retrieve k passages instead of reading the gold one")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
-    prepared = data.prepare()
+    prepared = prepare()
     engine = RagEngine.from_config()
     gold = args.k is None
     variants = ("token",) if gold else ("token", "sequence")
@@ -56,7 +57,7 @@ def main(argv=None) -> int:
     engine.generator = load_generator(replace(GeneratorConfig(), tuned=False), path=str(prepared.generator_path))
     rows += measure("converted generator, no fine-tuning")
     started = time.perf_counter()
-    info = data.train_reader(engine.generator, prepared.kb_paths, tuning=FULL_RECIPE)
+    info = train_reader(engine.generator, prepared.kb_paths, tuning=FULL_RECIPE)
     logging.info("full fine-tune: %.0f s, answer loss %.3f -> %.3f", time.perf_counter() - started,
                  info["answer_loss_before"], info["answer_loss_after"])
     rows += measure("full fine-tune (every weight but the embeddings)")

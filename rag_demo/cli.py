@@ -323,9 +323,9 @@ def cmd_build_kb(args) -> int:
 
 
 def cmd_prepare(args) -> int:
-    from . import data
+    from .offline.prepare import prepare
 
-    prepared = data.prepare(progress=_progress())
+    prepared = prepare(progress=_progress())
     from .engine import RagEngine
     from .featured import feature_checked_examples
 

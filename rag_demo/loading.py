@@ -13,6 +13,7 @@ from .corpus import KnowledgeBase, load_kb
 from .encoders import encoder_from_modules, load_encoder, load_pretrained
 from .errors import InputError, ModelLoadError
 from .generator import generator_from_model, load_generator
+from .questions import examples_by_kb
 
 log = logging.getLogger(__name__)
 
@@ -25,12 +26,6 @@ def pick_device(name: str) -> torch.device:
     if name not in ("cpu", "cuda"):
         raise InputError(f"unknown device {name!r}; use auto, cpu or cuda")
     return torch.device(name)
-
-
-def _examples_for(kb: KnowledgeBase) -> list[str]:
-    from .questions import example_questions
-
-    return [q.question for q in example_questions(kb.path)]
 
 
 def rag_engine_from_modules(*, question_encoder, question_tokenizer, generator_model, generator_tokenizer,
@@ -124,10 +119,10 @@ def engine_from_config(config: EngineConfig = EngineConfig(), *, kb_paths: dict[
     needs_default_data = kb_paths is None or uses_default_generator
     prepared = None
     if needs_default_data:
-        from . import data
+        from .offline.prepare import prepare
 
-        prepared = data.prepare(progress=progress, build_kbs=kb_paths is None, encoder_config=config.encoder,
-                                generator_config=config.generator)
+        prepared = prepare(progress=progress, build_kbs=kb_paths is None, encoder_config=config.encoder,
+                           generator_config=config.generator)
     if kb_paths is None:
         kb_paths = {name: str(path) for name, path in prepared.kb_paths.items()}
     kbs = load_kbs(kb_paths, index_files)
@@ -136,13 +131,14 @@ def engine_from_config(config: EngineConfig = EngineConfig(), *, kb_paths: dict[
     if prepared is not None:
         question_path = prepared.question_encoder_path
     else:  # own KBs and another generator: nothing is prepared, but a cached fine-tuned side still serves
-        from .data import cached_tuned_encoder
+        from .offline.tuned import cached_tuned_encoder
 
         question_path = cached_tuned_encoder(config.encoder)
     encoder = load_encoder(config.encoder, device=device, question_path=question_path)
     generator_path = str(prepared.generator_path) if uses_default_generator else None
     adapter = prepared.reader_adapter_path if uses_default_generator else None
     generator = load_generator(config.generator, path=generator_path, device=device, adapter=adapter)
-    examples = {name: _examples_for(kb) for name, kb in kbs.items()}
+    examples = {name: [q.question for q in items]
+                for name, items in examples_by_kb({name: kb.path for name, kb in kbs.items()}).items()}
     return RagEngine(encoder=encoder, generator=generator, kbs=kbs, config=config,
                      index_cache=cache_root() / "indexes", examples=examples)

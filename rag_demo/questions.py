@@ -19,10 +19,10 @@ import json
 import re
 import string
 from collections import defaultdict
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Sequence
 
 from .errors import KnowledgeBaseError
 
@@ -117,6 +117,12 @@ def has_questions(kb_path: str | Path | None) -> bool:
 def example_questions(kb_path: str | Path | None) -> list[KBQuestion]:
     """The example questions the page offers for a default KB; [] for a KB without questions."""
     return [q for q in load_questions(kb_path) if q.example] if has_questions(kb_path) else []
+
+
+def examples_by_kb(kb_paths: Mapping[str, str | Path | None]) -> dict[str, list[KBQuestion]]:
+    """{KB name: its example questions} for the KBs stored with some (the default KBs); the others are left out."""
+    found = {name: example_questions(path) for name, path in kb_paths.items()}
+    return {name: items for name, items in found.items() if items}
 
 
 def gold_rows_by_question(kb_path: str | Path | None) -> dict[str, tuple[int, ...]]:

@@ -12,7 +12,7 @@ the retriever's own logits over every passage of the KB,
 
 BM25 is a fixed term, so the encoder learns what the hybrid score still gets wrong.
 
-Questions are split by gold passage (`data.is_held_out`): a question whose passage is held out
+Questions are split by gold passage (`questions.split_questions`): a question whose passage is held out
 is never trained on, and only those questions are evaluated; near-duplicate questions share a
 passage, so they fall on the same side. The UI's example questions are left out of training too.
 """

@@ -79,3 +79,19 @@ def one_torch_thread():
         yield
     finally:
         torch.set_num_threads(before)
+
+
+@pytest.fixture
+def offline_source(tmp_path, monkeypatch):
+    """(cache, task.json bytes): a cache whose bigbench sdist was 'downloaded by hand'; pip would fail if called."""
+    import hashlib
+
+    from rag_demo.offline import source
+    from tests.offline_fakes import failing_pip, make_sdist, task_json
+
+    cache = tmp_path / "cache"
+    payload = task_json()
+    make_sdist(source.manual_sdist_path(cache), payload)
+    monkeypatch.setattr(source, "SOURCE_SHA256", hashlib.sha256(payload).hexdigest())
+    monkeypatch.setattr(source, "_pip_download_command", failing_pip)
+    return cache, payload

@@ -94,7 +94,7 @@ def test_compare_end_to_end(saved, tmp_path):
     import shutil
 
     from rag_demo.config import BM25_SCALE
-    from rag_demo.data import QUESTIONS_FILE
+    from rag_demo.questions import QUESTIONS_FILE
 
     kb = shutil.copytree(saved / "kb", tmp_path / "kb")  # stored with its questions, as the default KBs are
     row = {"question": "Who wrote A Farewell to Arms?", "answer": "Hemingway", "swapped_answer": "x",

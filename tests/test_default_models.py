@@ -92,7 +92,7 @@ def test_closed_book_is_the_base_generators_memory(engine):
     from collections import Counter
 
     from rag_demo.config import GeneratorConfig
-    from rag_demo.data import prepare
+    from rag_demo.offline.prepare import prepare
     from rag_demo.evaluate import normalize_answer
     from rag_demo.generator import load_generator
     from rag_demo.questions import load_eval_questions

@@ -7,8 +7,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from rag_demo.data import KBQuestion
 from rag_demo.featured import VARIANTS, order_examples
+from rag_demo.questions import KBQuestion
 from tests.ui_engine import KB_NAMES, QUESTIONS
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -63,7 +63,7 @@ def test_an_unwritable_or_broken_cache_only_costs_a_check(ui_engine, tmp_path):
 
 def test_feature_checked_examples_reorders_the_engine_examples_of_kbs_with_questions(ui_engine, tmp_path):
     from rag_demo.corpus import load_kb, save_kb
-    from rag_demo.data import QUESTIONS_FILE
+    from rag_demo.questions import QUESTIONS_FILE
     from rag_demo.engine import RagEngine
     from rag_demo.featured import feature_checked_examples
 

@@ -21,7 +21,7 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from rag_demo import cli, data, ui
+from rag_demo import cli, ui
 from rag_demo.errors import CacheError, RagDemoError
 from rag_demo.loading import rag_engine_from_modules
 
@@ -221,7 +221,7 @@ def test_cli_exits_0_or_2_with_one_line(cli_world, monkeypatch, capsys, args):
 
     monkeypatch.setattr(cli, "make_engine", lambda parsed: cli_world["engine"])
     monkeypatch.setattr(encoders, "load_encoder", lambda config, **options: cli_world["encoder"])
-    monkeypatch.setattr(data, "prepare", no_download)
+    monkeypatch.setattr("rag_demo.offline.prepare.prepare", no_download)
     args = [str(cli_world["source"]) if a == "SOURCE" else a for a in args]
     if args[0] == "build-kb" and len(args) >= 3:
         args[2] = str(cli_world["out"] / ui.safe_file_name(args[2]))  # write only inside the test's folder

