@@ -32,6 +32,7 @@ from .adapters import AdapterShape, adapter_parameters, adapter_switch, add_adap
 from .config import ReaderTuningConfig, TuningConfig
 from .encoders import Encoder, mean_pooled
 from .lexical import LexicalIndex
+from .precision import build_autocast
 
 log = logging.getLogger(__name__)
 
@@ -57,7 +58,7 @@ def _encode(model: torch.nn.Module, tokenizer, questions: Sequence[str], max_len
     """(B, D) unit question vectors, with gradients when grad mode is on."""
     device = next(model.parameters()).device
     batch = tokenizer(list(questions), padding=True, truncation=True, max_length=max_length, return_tensors="pt").to(device)
-    hidden = model(**batch).last_hidden_state  # (B, L, D)
+    hidden = model(**batch).last_hidden_state.float()  # (B, L, D); pooled in float32 under autocast too
     return mean_pooled(hidden, batch["attention_mask"])
 
 
@@ -87,11 +88,15 @@ def tune_question_encoder(
     lexical_weight: float,
     config: TuningConfig = TuningConfig(),
     progress: Callable[[int, int], None] | None = None,
+    autocast: bool = False,
 ) -> torch.nn.Module:
     """A fine-tuned copy of `encoder.question_model`; the encoder itself is left as it was.
 
     passage_vectors (N, D) are the KB's fixed unit embeddings; `lexical` indexes the same N
-    passages. `progress(done, total)` is called after every step.
+    passages. `progress(done, total)` is called after every step. `autocast` runs the encoder's
+    forward pass in bfloat16 where that is native (`rag_demo.precision`); the logits over the
+    KB and the loss stay float32, since neighbouring passages' cosines differ by less than
+    bfloat16 resolves.
     """
     if not questions:
         raise ValueError("no training questions")
@@ -110,7 +115,9 @@ def tune_question_encoder(
         for start in range(0, len(order), config.batch_size):
             batch = [questions[i] for i in order[start:start + config.batch_size]]
             lexical_scores = torch.from_numpy(np.stack([lexical.scores(q.question) for q in batch])).to(device)  # (B, N)
-            vectors = _encode(model, encoder.tokenizer, [q.question for q in batch], encoder.max_length)  # (B, D)
+            with build_autocast(device, enabled=autocast):
+                vectors = _encode(model, encoder.tokenizer, [q.question for q in batch], encoder.max_length)  # (B, D)
+            vectors = vectors.float()
             logits = encoder.scale * vectors @ passages.T + lexical_weight * lexical_scores  # (B, N)
             loss = torch.nn.functional.cross_entropy(logits, torch.tensor([q.gold_id for q in batch], device=device))
             optimizer.zero_grad(set_to_none=True)
@@ -201,6 +208,7 @@ def tune_reader(
     *,
     config: ReaderTuningConfig = ReaderTuningConfig(),
     progress: Callable[[int, int], None] | None = None,
+    autocast: bool = False,
 ) -> torch.nn.Module:
     """Fine-tune a causal LM `model` in place on `examples` (`config.epochs` passes) and return it in eval mode.
 
@@ -208,6 +216,8 @@ def tune_reader(
     has none), so the base weights stay as they were and serve closed-book answers. "full" trains
     every weight but the token embeddings (tied to the output head in Gemma): they are most of the
     parameters, and the vocabulary needs no new meaning. `progress(done, total)` after every step.
+    `autocast` runs forward and backward in bfloat16 where that is native (`rag_demo.precision`):
+    weights, optimizer state and the answer log-softmax stay float32.
     """
     if not examples:
         raise ValueError("no reading examples")
@@ -233,6 +243,7 @@ def tune_reader(
     for parameter in model.parameters():
         parameter.requires_grad_(id(parameter) in trained_ids)
     model.train()
+    device = next(model.parameters()).device
     optimizer = torch.optim.AdamW(trained, lr=config.learning_rate, weight_decay=0.0)
     total = -(-len(order) // config.batch_size)
     warmup = max(1, total // 10)
@@ -241,7 +252,8 @@ def tune_reader(
     try:
         for step in range(total):
             batch = [examples[i] for i in order[step * config.batch_size:(step + 1) * config.batch_size]]
-            loss = reading_loss(model, shared_ids, batch)
+            with build_autocast(device, enabled=autocast):
+                loss = reading_loss(model, shared_ids, batch)
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(trained, 1.0)
