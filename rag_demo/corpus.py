@@ -180,8 +180,29 @@ class KnowledgeBase:
     def dim(self) -> int:
         return int(self.embeddings.shape[1])
 
+    @property
+    def has_vectors(self) -> bool:
+        """False for a KB whose dense vectors are not built yet (`text_only_kb`): BM25 retrieves from it alone."""
+        return self.dim > 0
+
     def passage(self, row: int) -> Passage:
         return Passage(title=self.titles[row], text=self.texts[row])
+
+
+def text_only_kb(name: str, passages: list[Passage]) -> KnowledgeBase:
+    """A KB of passages whose dense vectors are still to come: its embeddings are (N, 0).
+
+    A first start serves one of these with BM25 while the encoder embeds the passages; the
+    fingerprint hashes the texts, so nothing cached for the dense KB can be taken for it.
+    """
+    if len(passages) == 0:
+        raise KnowledgeBaseError("a knowledge base needs at least one passage")
+    digest = hashlib.sha256(b"text-only")
+    for passage in passages:
+        digest.update(f"{passage.title}\0{passage.text}\0".encode())
+    return KnowledgeBase(name=name, titles=tuple(p.title for p in passages), texts=tuple(p.text for p in passages),
+                         embeddings=np.zeros((len(passages), 0), dtype=np.float32), encoder="", normalized=True,
+                         fingerprint=digest.hexdigest()[:16])
 
 
 def make_kb(

@@ -17,6 +17,8 @@ import tempfile
 import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..config import cache_root
@@ -186,12 +188,80 @@ def publish(staging: Path, dest: Path, key: str, info: Mapping | None = None) ->
             raise
 
 
+@dataclass
+class Timeline:
+    """The steps of one build as they ran: (what, began after s, took s), seconds from its start."""
+
+    started: float = field(default_factory=lambda: time.perf_counter())
+    steps: list[tuple[str, float, float]] = field(default_factory=list)
+
+    def table(self) -> str:
+        """The steps one per line, then the total.
+
+        >>> line = Timeline(started=0.0, steps=[("embedding", 1.0, 2.5)]).table().splitlines()[1]
+        >>> line.split()
+        ['1.0', '2.5', 'embedding']
+        """
+        lines = [f"{'began':>8} {'took':>8}  step (seconds)"]
+        lines += [f"{began:8.1f} {took:8.1f}  {what}" for what, began, took in self.steps]
+        lines.append(f"{'':>8} {time.perf_counter() - self.started:8.1f}  in all")
+        return "\n".join(lines)
+
+
+_TIMELINE: ContextVar[Timeline | None] = ContextVar("rag_demo_build_timeline", default=None)
+
+
+@contextmanager
+def recording_timeline() -> Iterator[Timeline]:
+    """Collect every `timed` step run inside the block (in this thread) into one `Timeline`."""
+    timeline = Timeline()
+    token = _TIMELINE.set(timeline)
+    try:
+        yield timeline
+    finally:
+        _TIMELINE.reset(token)
+
+
 @contextmanager
 def timed(what: str) -> Iterator[None]:
-    """Log how long the block took, so a slow first start shows which step the time went to."""
+    """Log how long the block took, so a slow first start shows which step the time went to; the
+    step also joins the timeline being recorded, if any."""
     started = time.perf_counter()
     yield
-    log.info("%s took %.1f s", what, time.perf_counter() - started)
+    took = time.perf_counter() - started
+    log.info("%s took %.1f s", what, took)
+    timeline = _TIMELINE.get()
+    if timeline is not None:
+        timeline.steps.append((what, started - timeline.started, took))
+
+
+@contextmanager
+def build_lock(root: Path, progress: Progress | None = None) -> Iterator[None]:
+    """One build at a time per cache folder, across processes.
+
+    A second process (a CLI command run while the app's first start is building, say) waits here
+    and then finds the parts built, instead of building its own copy alongside. Where the
+    platform has no `fcntl` (Windows), builds are not serialized; publishing stays atomic anyway.
+    """
+    try:
+        import fcntl
+    except ImportError:
+        yield
+        return
+    with writing(root):
+        root.mkdir(parents=True, exist_ok=True)
+        handle = (root / ".build.lock").open("a+")
+    try:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            stage = f"waiting for another process that is building the offline default under {root}"
+            log.info("%s", stage)
+            report(progress, stage, 0, 1)
+            fcntl.flock(handle, fcntl.LOCK_EX)
+        yield
+    finally:
+        handle.close()  # closing releases the lock
 
 
 def report(progress: Progress | None, stage: str, done: int, total: int) -> None:

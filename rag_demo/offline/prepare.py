@@ -1,19 +1,30 @@
-"""The offline default in one call: `prepare()` builds whatever is missing and returns where it all is."""
+"""The offline default in one call: `prepare()` builds whatever is missing and returns where it all is.
+
+`prepare_in_stages()` builds the same, but says after each part what can serve already, so a
+first start answers within minutes and improves while it builds:
+
+    1 of 4  BM25 over the passages, and the converted base generator (no embeddings needed)
+    2 of 4  dense retrieval: both KBs embedded with the packaged encoder
+    3 of 4  the fine-tuned question encoder
+    4 of 4  the generator's reading adapter: full quality
+"""
 
 from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..config import EncoderConfig, GeneratorConfig
+from ..config import DEFAULT_KBS, EncoderConfig, GeneratorConfig
+from ..corpus import KnowledgeBase, text_only_kb
 from ..packaged import resolve_encoder_path
 from ..progress import Progress
-from .cache import marker_problem, resolve_root
+from .cache import build_lock, marker_problem, recording_timeline, resolve_root
 from .gguf import ensure_generator
-from .kbs import default_kb_paths, ensure_default_kbs, kb_key
-from .source import ensure_source
+from .kbs import EXAMPLES_PER_KB, default_kb_paths, ensure_default_kbs, kb_key
+from .source import ensure_source, read_default_data
 from .tuned import (
     cached_tuned_encoder,
     cached_tuned_generator,
@@ -37,6 +48,118 @@ class PreparedPaths:
     reader_adapter_path: Path | None = None  # the generator's reading adapter; None: the converted generator reads as it is
 
 
+STAGES = 4  # the parts a first start serves in turn; see the module docstring
+
+
+@dataclass(frozen=True)
+class Readiness:
+    """What of the offline default can serve now, and what is still building.
+
+    `paths.kb_paths` is empty until the KBs are embedded; meanwhile `text_kbs` holds their
+    passages with no vectors (`corpus.text_only_kb`), for BM25. `question_encoder_path` and
+    `reader_adapter_path` are None until those are trained (or when the config wants none).
+    """
+
+    paths: PreparedPaths
+    stage: int  # 1..STAGES; STAGES once everything is built
+    text_kbs: Mapping[str, KnowledgeBase] = field(default_factory=dict)
+    text_examples: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # example questions of `text_kbs`
+
+    @property
+    def complete(self) -> bool:
+        return self.stage == STAGES
+
+    def serving(self) -> str:
+        """Which parts answer now, for the page's banner and each answer's notices."""
+        retrieval = ("dense retrieval with the fine-tuned question encoder" if self.paths.question_encoder_path
+                     else "dense retrieval" if self.paths.kb_paths else "BM25 retrieval")
+        reader = "the reading adapter" if self.paths.reader_adapter_path else "the base generator"
+        return f"{retrieval} and {reader}"
+
+    def building(self) -> str:
+        """What is still being built, e.g. "dense vectors are building (2 of 4)"; "" when complete."""
+        if self.complete:
+            return ""
+        part = {1: "dense vectors are", 2: "the fine-tuned question encoder is", 3: "the reading adapter is"}[self.stage]
+        return f"{part} building ({self.stage + 1} of {STAGES})"
+
+
+def _text_stage(data, generator_path: Path, encoder_path: str) -> Readiness:
+    kbs = {name: text_only_kb(name, data.passages[name]) for name in DEFAULT_KBS}
+    # Example questions before any retrieval check: the held-out candidates, in their seeded order.
+    questions = tuple(data.examples[i].question for i in data.candidates[:EXAMPLES_PER_KB])
+    return Readiness(PreparedPaths(generator_path=generator_path, encoder_path=encoder_path), stage=1,
+                     text_kbs=kbs, text_examples={name: questions for name in kbs})
+
+
+def prepare_in_stages(
+    *,
+    cache: str | Path | None = None,
+    progress: Progress | None = None,
+    build_kbs: bool = True,
+    encoder_config: EncoderConfig = EncoderConfig(),
+    generator_config: GeneratorConfig = GeneratorConfig(),
+) -> Iterator[Readiness]:
+    """Build what is missing of the offline default, yielding a `Readiness` after each part that
+    lets it serve better; the last one yielded is complete. With everything cached it yields
+    once, having only read markers (no torch, no model). One build per cache folder at a time:
+    another process building the same folder is waited for (`cache.build_lock`).
+
+    Without `build_kbs` (own KBs with the default generator) only the generator is converted.
+    """
+    root = resolve_root(cache)
+    started = time.perf_counter()
+    with build_lock(root, progress), recording_timeline() as timeline:
+        generator_path = ensure_generator(cache=root, progress=progress)
+        encoder_path = resolve_encoder_path(encoder_config.model)
+        tunes = wants_tuned_encoder(encoder_config)
+        question_path = cached_tuned_encoder(encoder_config, cache=root)
+        reads = wants_reading_adapter(generator_config)
+        adapter_path = cached_tuned_generator(generator_config, cache=root)
+        if not build_kbs:
+            if tunes and question_path is None:
+                log.info("no fine-tuned question encoder is cached (it is built with the default KBs); using the packaged one")
+            if reads and adapter_path is None:
+                log.info("no reading adapter is cached (it is built with the default KBs); the converted generator reads")
+            yield Readiness(PreparedPaths(generator_path=generator_path, encoder_path=encoder_path,
+                                          question_encoder_path=question_path, reader_adapter_path=adapter_path), stage=STAGES)
+            return
+        kb_paths = default_kb_paths(encoder_config.model, encoder_config.max_length, cache=root)
+        key = kb_key(encoder_config.model, encoder_config.max_length)
+        kbs_ready = all(marker_problem(path, key) is None for path in kb_paths.values())
+        if kbs_ready and (question_path or not tunes) and (adapter_path or not reads):
+            yield Readiness(PreparedPaths(generator_path=generator_path, encoder_path=encoder_path, kb_paths=kb_paths,
+                                          question_encoder_path=question_path, reader_adapter_path=adapter_path), stage=STAGES)
+            return
+        paths = PreparedPaths(generator_path=generator_path, encoder_path=encoder_path)
+        if not kbs_ready or (tunes and question_path is None):
+            from ..encoders import load_encoder
+
+            data = None
+            if not kbs_ready:
+                data = read_default_data(ensure_source(cache=root, progress=progress))  # before the encoder takes memory
+                yield _text_stage(data, generator_path, encoder_path)
+            encoder = load_encoder(encoder_config)
+            kb_paths = ensure_default_kbs(encoder, cache=root, progress=progress, data=data)
+            paths = PreparedPaths(generator_path=generator_path, encoder_path=encoder_path, kb_paths=kb_paths)
+            if tunes:
+                yield Readiness(paths, stage=2)
+                question_path = ensure_tuned_encoder(encoder, encoder_config, kb_paths["nq-wiki"], cache=root,
+                                                     progress=progress)
+            del encoder
+        paths = PreparedPaths(generator_path=generator_path, encoder_path=encoder_path, kb_paths=kb_paths,
+                              question_encoder_path=question_path)
+        if reads and adapter_path is None:
+            yield Readiness(paths, stage=3)
+            adapter_path = ensure_tuned_generator(generator_path, kb_paths, generator_config=generator_config,
+                                                  cache=root, progress=progress)
+        if timeline.steps:
+            log.info("offline default built under %s:\n%s", root, timeline.table())
+        log.info("offline default ready in %.1f s", time.perf_counter() - started)
+        yield Readiness(PreparedPaths(generator_path=generator_path, encoder_path=encoder_path, kb_paths=kb_paths,
+                                      question_encoder_path=question_path, reader_adapter_path=adapter_path), stage=STAGES)
+
+
 def prepare(
     *,
     cache: str | Path | None = None,
@@ -45,44 +168,14 @@ def prepare(
     encoder_config: EncoderConfig = EncoderConfig(),
     generator_config: GeneratorConfig = GeneratorConfig(),
 ) -> PreparedPaths:
-    """Fetch, convert and embed whatever of the offline default is not cached yet.
+    """Fetch, convert, embed and fine-tune whatever of the offline default is not cached yet.
 
     When everything is cached this only reads markers and imports neither torch nor a model
     (a few ms). The encoder is loaded only to embed missing KBs or to fine-tune its question side,
-    the generator only to fine-tune it.
+    the generator only to fine-tune it. The log ends with a timeline of the steps that ran.
     """
-    root = resolve_root(cache)
-    started = time.perf_counter()
-    generator_path = ensure_generator(cache=root, progress=progress)
-    encoder_path = resolve_encoder_path(encoder_config.model)
-    kb_paths: dict[str, Path] = {}
-    tunes = wants_tuned_encoder(encoder_config)
-    question_path = cached_tuned_encoder(encoder_config, cache=root)
-    reads = wants_reading_adapter(generator_config)
-    tuned_generator = cached_tuned_generator(generator_config, cache=root)
-    if build_kbs:
-        kb_paths = default_kb_paths(encoder_config.model, encoder_config.max_length, cache=root)
-        key = kb_key(encoder_config.model, encoder_config.max_length)
-        kbs_ready = all(marker_problem(path, key) is None for path in kb_paths.values())
-        if not kbs_ready or (tunes and question_path is None):
-            from ..encoders import load_encoder
-
-            if not kbs_ready:
-                ensure_source(cache=root, progress=progress)  # fetch before the encoder takes memory
-            encoder = load_encoder(encoder_config)
-            kb_paths = ensure_default_kbs(encoder, cache=root, progress=progress)
-            if tunes:
-                question_path = ensure_tuned_encoder(encoder, encoder_config, kb_paths["nq-wiki"], cache=root,
-                                                     progress=progress)
-            del encoder
-        if reads and tuned_generator is None:
-            tuned_generator = ensure_tuned_generator(generator_path, kb_paths, generator_config=generator_config,
-                                                     cache=root, progress=progress)
-    else:
-        if tunes and question_path is None:
-            log.info("no fine-tuned question encoder is cached (it is built with the default KBs); using the packaged one")
-        if reads and tuned_generator is None:
-            log.info("no reading adapter is cached (it is built with the default KBs); the converted generator reads")
-    log.info("offline default ready in %.2f s under %s", time.perf_counter() - started, root)
-    return PreparedPaths(generator_path=generator_path, encoder_path=encoder_path, kb_paths=kb_paths,
-                         question_encoder_path=question_path, reader_adapter_path=tuned_generator)
+    readiness = None
+    for readiness in prepare_in_stages(cache=cache, progress=progress, build_kbs=build_kbs,
+                                       encoder_config=encoder_config, generator_config=generator_config):
+        pass
+    return readiness.paths

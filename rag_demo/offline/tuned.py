@@ -97,6 +97,7 @@ def ensure_tuned_encoder(encoder: Encoder, encoder_config: EncoderConfig, wiki_p
 
     from .. import tuning as tuner
     from ..lexical import LexicalIndex
+    from ..precision import build_precision
 
     folder = tuned_encoder_path(encoder_config, tuning, cache=cache)
     key = tuned_encoder_key(encoder_config, tuning)
@@ -114,7 +115,8 @@ def ensure_tuned_encoder(encoder: Encoder, encoder_config: EncoderConfig, wiki_p
     report(progress, stage, 0, 1)
     with timed(stage):
         model = tuner.tune_question_encoder(encoder, kb.embeddings, lexical, training, lexical_weight=DEFAULT_LEXICAL_WEIGHT,
-                                            config=tuning, progress=lambda done, total: report(progress, stage, done, total))
+                                            config=tuning, progress=lambda done, total: report(progress, stage, done, total),
+                                            autocast=True)
     after = tuner.recall_at(model, encoder, passages, lexical, check, lexical_weight=DEFAULT_LEXICAL_WEIGHT)
     log.info("gold passage in the top 1 / 5 / 20 for %d held-out questions: %s before, %s after fine-tuning", len(check),
              " / ".join(f"{100 * before[k]:.1f}%" for k in (1, 5, 20)), " / ".join(f"{100 * after[k]:.1f}%" for k in (1, 5, 20)))
@@ -123,6 +125,7 @@ def ensure_tuned_encoder(encoder: Encoder, encoder_config: EncoderConfig, wiki_p
         publish(staging, folder, key, {
             "training_questions": len(training), "checked_questions": len(check),
             "recall_before": {str(k): v for k, v in before.items()}, "recall_after": {str(k): v for k, v in after.items()},
+            "precision": build_precision(encoder.device),
         })
     return folder
 
@@ -231,10 +234,12 @@ def ensure_tuned_generator(generator_path: Path, kb_paths: Mapping[str, Path], *
 
 
 def train_reader(generator, kb_paths: Mapping[str, Path], *, tuning: ReaderTuningConfig = ReaderTuningConfig(),
-                 progress: Progress | None = None) -> dict:
+                 progress: Progress | None = None, autocast: bool = True) -> dict:
     """Fine-tune `generator` in place as a reader of gold passages (`reading_questions`,
     `tuning.tune_reader`); what it trained on and the answer loss of held-out gold passages
-    before and after, in nats per token."""
+    before and after, in nats per token. `autocast`: train and check in bfloat16 where that is
+    native (`rag_demo.precision`); the record says which precision ran."""
+    from ..precision import build_autocast, build_precision
     from ..tuning import mean_answer_loss, shared_prefix, tune_reader
 
     kbs = {name: load_kb(path, name=name) for name, path in kb_paths.items()}
@@ -242,16 +247,20 @@ def train_reader(generator, kb_paths: Mapping[str, Path], *, tuning: ReaderTunin
     examples = _reading_examples(generator, kbs, training)
     check_examples = _reading_examples(generator, kbs, check)
     shared = shared_prefix(examples + check_examples)
-    before = mean_answer_loss(generator.model, shared, check_examples)
+    device = generator.model.device
+    with build_autocast(device, enabled=autocast):
+        before = mean_answer_loss(generator.model, shared, check_examples)
     stage = f"fine-tuning the generator on {counted(len(examples), 'question')}"
     report(progress, stage, 0, 1)
     with timed(stage):
-        tune_reader(generator.model, shared, examples, config=tuning,
+        tune_reader(generator.model, shared, examples, config=tuning, autocast=autocast,
                     progress=lambda done, total: report(progress, stage, done, total))
-    after = mean_answer_loss(generator.model, shared, check_examples)
+    with build_autocast(device, enabled=autocast):
+        after = mean_answer_loss(generator.model, shared, check_examples)
     log.info("answer loss on %d held-out gold passages: %.3f before, %.3f after fine-tuning", len(check_examples), before, after)
     return {
         "training_questions": len(examples), "counterfactual": sum(name == "nq-counterfactual" for name, _ in training),
         "checked_questions": len(check_examples),
         "answer_loss_before": before if check_examples else None, "answer_loss_after": after if check_examples else None,
+        "precision": build_precision(device, enabled=autocast),
     }
