@@ -32,12 +32,13 @@ from typing import Any, Protocol
 import gradio as gr
 
 from . import heap, plots
-from .config import BM25_SCALE, INDEX_KINDS, MAX_PAGE_BEAMS, MAX_PAGE_K, MAX_QUESTION_CHARS
+from .config import BM25_SCALE, INDEX_KINDS, LIMITS
 from .corpus import SOURCE_SUFFIXES, KnowledgeBase, Passage, read_document_file, split_into_passages
 from .errors import InputError, RagDemoError
 from .evaluate import contains_answer
 from .progress import counted, eta_text
 from .results import AskResult, ClosedBookResult, IndexReport, RetrievedPassage, RetrieverComparison, RetrieverRanking, VariantResult
+from .text import check_length, plain_text
 
 log = logging.getLogger(__name__)
 
@@ -55,7 +56,6 @@ PARAMETRIC_P = 0.5  # closed-book p at or above which a token is marked as comin
 ENGINE_GROUP = "engine"  # concurrency id shared by every event that calls the engine
 TIMING_ORDER = ("encode", "search", "generate", "total")
 STATE_TTL_S = 2 * 3600  # a visitor's knowledge base and last answer are dropped 2 h after their last change
-MAX_TEXT_CHARS = 5_000  # longer questions / answers are refused at the door (the page's boxes stop at 500 and 300)
 
 ProgressFn = Callable[[str, int, int], None]
 
@@ -520,9 +520,10 @@ def format_answer_html(result: AskResult, *, closed_book: bool = True, legend: b
     )
 
 
-# One more than the engine keeps, so a longer paste reaches it and comes back with its "cut to" notice
+# One more than the engine reads, so a longer paste reaches it and comes back with its "cut to" notice
 # instead of being cut silently by the browser.
-QUESTION_BOX_CHARS = MAX_QUESTION_CHARS + 1
+QUESTION_BOX_CHARS = LIMITS.max_question_chars + 1
+ANSWER_BOX_CHARS = LIMITS.max_answer_chars + 1
 NARROW_SCREEN = "(max-width: 980px)"  # below this the sidebar column stacks above the results
 
 
@@ -939,50 +940,42 @@ def parse_retriever(choice: object) -> str | None:
     return choice or None
 
 
-def parse_k(k: object) -> int:
-    try:
-        value = int(float(k))  # sliders may send floats
-    except (TypeError, ValueError, OverflowError):
-        raise InputError(f"k must be a whole number, got {str(k)[:40]!r}") from None
-    if not 1 <= value <= 50:
-        raise InputError("k must be between 1 and 50")
-    return value
+def _whole_number(value: object, *, name: str, most: int) -> int:
+    """A page or API number (sliders send floats) as a whole number from 1 to `most`.
 
-
-def plain_text(text: str) -> str:
-    """Text a tokenizer accepts: unpaired surrogates become '?', control characters spaces.
-
-    >>> plain_text("a\\ud800b\\x00c\\nd")
-    'a?b c\\nd'
+    >>> _whole_number(3.0, name="k", most=20)
+    3
     """
-    text = text.encode("utf-8", "replace").decode("utf-8")
-    return "".join(ch if ch.isprintable() or ch in "\n\t" else " " for ch in text)
+    try:
+        number = int(float(value))
+    except (TypeError, ValueError, OverflowError):
+        raise InputError(f"{name} must be a whole number, got {str(value)[:40]!r}") from None
+    if not 1 <= number <= most:
+        raise InputError(f"{name} must be between 1 and {most}")
+    return number
+
+
+def parse_k(k: object) -> int:
+    return _whole_number(k, name="k", most=LIMITS.max_k)
 
 
 def parse_beams(beams: object) -> int:
-    """The beam slider's value as a whole number (the engine checks its range); empty means 1."""
+    """The beam slider's value; empty means 1 (greedy)."""
     if beams is None or beams == "":
         return 1
-    try:
-        return int(float(beams))
-    except (TypeError, ValueError, OverflowError):
-        raise InputError(f"beams must be a whole number, got {str(beams)[:40]!r}") from None
+    return _whole_number(beams, name="beams", most=LIMITS.max_beams)
 
 
 def require_question(question: str | None) -> str:
     if not isinstance(question, str) or not question.strip():
         raise InputError("Type a question first, or click one of the examples.")
-    if len(question) > MAX_TEXT_CHARS:
-        raise InputError(f"the question has {len(question):,} characters; the limit is {MAX_TEXT_CHARS:,}")
-    return question.strip()
+    return check_length(question, what="question").strip()
 
 
 def require_answer(answer: str | None) -> str:
     if not isinstance(answer, str) or not answer.strip():
         raise InputError("Type an answer to score.")
-    if len(answer) > MAX_TEXT_CHARS:
-        raise InputError(f"the answer has {len(answer):,} characters; the limit is {MAX_TEXT_CHARS:,}")
-    return answer.strip()
+    return check_length(answer, what="answer").strip()
 
 
 def safe_file_name(name: str) -> str:
@@ -1497,7 +1490,7 @@ def build_demo(engine: Engine, *, limits: UploadLimits = UploadLimits(), files: 
         return gr.Dropdown(INDEX_CHOICES, value="flat", label="Index variant", elem_id=elem_id, min_width=150)
 
     def k_slider(elem_id: str) -> gr.Slider:
-        return gr.Slider(1, MAX_PAGE_K, value=5, step=1, label="k passages", elem_id=elem_id, min_width=150,
+        return gr.Slider(1, LIMITS.max_k, value=5, step=1, label="k passages", elem_id=elem_id, min_width=150,
                          info="more passages: slower answers")
 
     with gr.Blocks(title="RAG provenance explorer", delete_cache=(3600, 3600)) as demo:
@@ -1532,7 +1525,7 @@ def build_demo(engine: Engine, *, limits: UploadLimits = UploadLimits(), files: 
                                               visible=bool(samples))
                         with gr.Row():
                             k = k_slider("k")
-                            beams = gr.Slider(1, MAX_PAGE_BEAMS, value=1, step=1, label="Beams", elem_id="beams",
+                            beams = gr.Slider(1, LIMITS.max_beams, value=1, step=1, label="Beams", elem_id="beams",
                                               min_width=140)
                         decoding = gr.Radio(DECODING_CHOICES, value="thorough", label="RAG-Sequence decoding",
                                             elem_id="seq-decoding")
@@ -1628,7 +1621,8 @@ def build_demo(engine: Engine, *, limits: UploadLimits = UploadLimits(), files: 
                 with gr.Row(equal_height=True):
                     score_question = gr.Textbox(label="Question", elem_id="score-question", scale=4,
                                                 max_length=QUESTION_BOX_CHARS)
-                    score_answer = gr.Textbox(label="Your answer", elem_id="score-answer", scale=3, max_length=300)
+                    score_answer = gr.Textbox(label="Your answer", elem_id="score-answer", scale=3,
+                                              max_length=ANSWER_BOX_CHARS)
                     score_btn = gr.Button("Score", variant="primary", elem_id="score-btn", scale=1, min_width=110)
                 with gr.Row(elem_classes=["rag-options"]):
                     score_kb = kb_dropdown("score-kb", default)

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from rag_demo import ui
-from rag_demo.config import MAX_QUESTION_CHARS
+from rag_demo.config import LIMITS
 from tests.ui_engine import KB_NAMES, QUESTIONS
 
 pytestmark = [pytest.mark.browser, pytest.mark.usefixtures("one_torch_thread")]
@@ -220,9 +220,9 @@ def test_narrow_screen_brings_the_answer_into_view_and_stacks_the_heatmaps(brows
 def test_overlong_question_is_cut_with_a_notice(page):
     long_question = QUESTIONS[1] + " and" * 700  # 2,800+ characters
     field(page, "question").fill(long_question)
-    assert len(field(page, "question").input_value()) > MAX_QUESTION_CHARS  # the box lets the engine see it
+    assert len(field(page, "question").input_value()) > LIMITS.max_question_chars  # the box lets the engine see it
     page.locator("#ask-btn").click()
-    expect(page.locator("#answer")).to_contain_text(f"cut to its first {MAX_QUESTION_CHARS} characters")
+    expect(page.locator("#answer")).to_contain_text(f"cut to its first {LIMITS.max_question_chars} characters")
     assert field(page, "question").input_value().startswith(QUESTIONS[1])  # what the visitor typed stays
 
 
