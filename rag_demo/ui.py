@@ -1001,10 +1001,13 @@ class SessionFiles:
         self.root = Path(root) if root is not None else Path(tempfile.mkdtemp(prefix="rag-demo-sessions-"))
 
     def folder(self, session: str) -> Path:
-        name = re.sub(r"[^A-Za-z0-9_-]", "", str(session))[:64] or "anonymous"
-        path = self.root / name
+        path = self._path(session)
         path.mkdir(mode=0o700, parents=True, exist_ok=True)
         return path
+
+    def _path(self, session: str) -> Path:
+        """The session's folder; gradio makes the id, but it arrives from the browser, so it is cleaned."""
+        return self.root / (re.sub(r"[^A-Za-z0-9_-]", "", str(session))[:64] or "anonymous")
 
     def adopt(self, session: str, files: Sequence[str | Path]) -> list[Path]:
         """Move each uploaded file into the session's folder; a file moved by an earlier build is found there."""
@@ -1025,8 +1028,7 @@ class SessionFiles:
         return adopted
 
     def drop(self, session: str) -> None:
-        name = re.sub(r"[^A-Za-z0-9_-]", "", str(session))[:64] or "anonymous"
-        shutil.rmtree(self.root / name, ignore_errors=True)
+        shutil.rmtree(self._path(session), ignore_errors=True)
 
 
 def _is_binary(path: Path) -> bool:
