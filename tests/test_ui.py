@@ -18,6 +18,7 @@ import pytest
 
 from rag_demo import plots
 from rag_demo.background import BackgroundEngine
+from rag_demo.config import LIMITS
 from rag_demo.corpus import Passage
 from rag_demo.errors import InputError, RagDemoError
 from rag_demo.results import AskResult, ClosedBookResult, IndexReport, RetrievedPassage, VariantResult
@@ -823,7 +824,84 @@ def test_importing_the_page_module_loads_no_model_library():
     import subprocess
     import sys
 
-    code = "import sys, rag_demo.ui; print(sorted(m for m in ('torch', 'transformers', 'faiss') if m in sys.modules))"
+    code = "import sys, rag_demo.ui.page; print(sorted(m for m in ('torch', 'transformers', 'faiss') if m in sys.modules))"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                           cwd=Path(__file__).resolve().parent.parent)
     assert done.stdout.strip() == "[]"
+
+
+def test_only_the_events_and_the_layout_import_gradio():
+    import subprocess
+    import sys
+
+    import rag_demo.ui
+
+    code = ("import sys; sys.modules['gradio'] = None  # any import of gradio now fails\n"
+            "import rag_demo.background, rag_demo.text, rag_demo.ui, rag_demo.ui.html, rag_demo.ui.inputs, rag_demo.ui.learn")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          cwd=Path(__file__).resolve().parent.parent)
+    assert done.returncode == 0, done.stderr
+    assert rag_demo.ui.__all__ == ["build_demo", "launch_options"]
+    assert not hasattr(rag_demo.ui, "DemoActions") and not hasattr(rag_demo.ui, "format_answer_html")
+
+
+# ---- limits ------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def big(ui_engine):
+    """The UI engine's models over one knowledge base with a passage more than the largest k."""
+    from rag_demo.corpus import make_kb
+    from rag_demo.engine import RagEngine
+
+    passages = [Passage(f"Fact {i}", f"The capital of France is Paris, fact number {i} says.") for i in range(LIMITS.max_k + 1)]
+    kb = make_kb("big", passages, ui_engine.encoder.encode_passages(passages), encoder=ui_engine.encoder.name)
+    return RagEngine(encoder=ui_engine.encoder, generator=ui_engine.generator, kbs={"big": kb}, config=ui_engine.config)
+
+
+def test_the_api_takes_the_largest_k_and_refuses_one_more(big):
+    actions = DemoActions(big)
+    assert len(actions.ask_json(QUESTION, "token", LIMITS.max_k, "flat", "big")["passages"]) == LIMITS.max_k
+    assert actions.compare_json(QUESTION, "big", LIMITS.max_k)["k"] == LIMITS.max_k
+    refused = f"k must be between 1 and {LIMITS.max_k}"
+    with pytest.raises(gr.Error, match=refused):
+        actions.ask_json(QUESTION, "token", LIMITS.max_k + 1, "flat", "big")
+    with pytest.raises(gr.Error, match=refused):
+        actions.compare_json(QUESTION, "big", LIMITS.max_k + 1)
+    out = actions.ask(QUESTION, "token", LIMITS.max_k + 1, "flat", "big", 1, "thorough", None)  # the /ask endpoint
+    assert refused in out.status and "rag-status-error" in out.status
+    with pytest.raises(InputError, match=refused):  # the engine's own check, for callers other than the page
+        big.ask(QUESTION, kb="big", k=LIMITS.max_k + 1)
+
+
+def test_the_api_takes_the_most_beams_and_refuses_one_more(big):
+    actions = DemoActions(big)
+    out = actions.ask(QUESTION, "token", 2, "flat", "big", LIMITS.max_beams, "thorough", None)
+    assert out.status == "" and unwrap(out.last).variants["token"].decoding == f"beam {LIMITS.max_beams}"
+    out = actions.ask(QUESTION, "token", 2, "flat", "big", LIMITS.max_beams + 1, "thorough", None)
+    assert f"beams must be between 1 and {LIMITS.max_beams}" in out.status and "rag-status-error" in out.status
+    with pytest.raises(InputError, match=f"num_beams must be between 1 and {LIMITS.max_beams}"):
+        big.ask(QUESTION, kb="big", num_beams=LIMITS.max_beams + 1)
+
+
+def test_the_api_takes_the_longest_question_and_refuses_one_char_more(big):
+    actions = DemoActions(big)
+    longest = ("What is the capital of France? " * LIMITS.max_input_chars)[:LIMITS.max_input_chars - 1] + "?"
+    result = actions.ask_json(longest, "token", 2, "flat", "big")
+    assert f"the question was cut to its first {LIMITS.max_question_chars} characters" in result["notices"]
+    refused = f"the question has {LIMITS.max_input_chars + 1:,} characters; the limit is {LIMITS.max_input_chars:,}"
+    with pytest.raises(gr.Error, match=refused):
+        actions.ask_json(longest + "?", "token", 2, "flat", "big")
+    with pytest.raises(gr.Error, match=refused):
+        actions.compare_json(longest + "?", "big", 2)
+    assert refused in actions.ask(longest + "?", "token", 2, "flat", "big", 1, "thorough", None).status
+
+
+def test_the_page_controls_stop_at_the_limits(ui_engine):
+    by_id = {block.elem_id: block for block in build_demo(ui_engine).blocks.values() if getattr(block, "elem_id", None)}
+    assert [by_id[name].maximum for name in ("k", "swap-k", "score-k")] == [LIMITS.max_k] * 3
+    assert by_id["beams"].maximum == LIMITS.max_beams
+    # one character more than the engine reads, so that a longer paste comes back with the "cut" notice
+    assert [by_id[name].max_length for name in ("question", "swap-question", "mine-question", "score-question")] == [
+        LIMITS.max_question_chars + 1] * 4
+    assert by_id["score-answer"].max_length == LIMITS.max_answer_chars + 1
