@@ -2,9 +2,9 @@
 
 Each event's outputs are a named tuple (`AskView`, `SwapView`, ...). An action returns one filled
 with values; the page builds the same tuple of its components as the event's outputs, so a value
-can only land in the component of its name, and a missing or extra output fails when the page is
-built instead of shifting every output after it. An error becomes a message in the event's status
-box and leaves the other outputs as they were (`changed`).
+can only land in the component of its name. Leaving an output out, or naming one the view lacks, is
+a TypeError instead of a silent shift of every output after it. An error becomes a message in the
+event's status box and leaves the other outputs as they were (`changed`).
 """
 
 from __future__ import annotations
