@@ -14,12 +14,14 @@ import os
 from collections.abc import Callable, Mapping
 
 from rag_demo import heap
-from rag_demo.ui import BackgroundEngine, Engine, ProgressFn, build_demo, launch_options
+from rag_demo.background import BackgroundEngine, Engine
+from rag_demo.progress import Progress
+from rag_demo.ui import build_demo, launch_options
 
 log = logging.getLogger("rag_demo.app")
 
 
-def default_engine(progress: ProgressFn) -> Engine:
+def default_engine(progress: Progress) -> Engine:
     """The real engine with the default config (heavy imports happen here, not at import time)."""
     from rag_demo.config import EngineConfig
     from rag_demo.engine import RagEngine
@@ -46,12 +48,12 @@ def server_options(environ: Mapping[str, str]) -> dict:
     return {"server_name": environ.get("GRADIO_SERVER_NAME") or "127.0.0.1", "server_port": int(port) if port else None}
 
 
-def create_demo(factory: Callable[[ProgressFn], Engine] = default_engine):
+def create_demo(factory: Callable[[Progress], Engine] = default_engine):
     """Start building the engine in the background and return the page that waits for it."""
     return build_demo(BackgroundEngine(factory).start())
 
 
-def main(factory: Callable[[ProgressFn], Engine] = default_engine) -> None:
+def main(factory: Callable[[Progress], Engine] = default_engine) -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     # before the server starts its worker threads, so that they share two malloc arenas (rag_demo.heap)
     heap.limit_arenas(2)

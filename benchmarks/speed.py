@@ -39,7 +39,7 @@ import numpy as np
 import torch
 
 from benchmarks.synthetic import QUICK_QUESTIONS, bpe_tokenizer, quick_engine, rag_parts, synthetic_vectors, wordpiece_tokenizer
-from rag_demo.config import INDEX_KINDS, MAX_PAGE_BEAMS, MAX_PAGE_K, EngineConfig, IndexConfig
+from rag_demo.config import INDEX_KINDS, LIMITS, EngineConfig, IndexConfig
 from rag_demo.corpus import Passage, make_kb
 from rag_demo.heap import status_mb
 from rag_demo.kernels import stock_head
@@ -401,7 +401,7 @@ def memory_probe(quick: bool, device: torch.device, kb_paths: dict[str, str] | N
     heap.release_free_memory()
     import gradio  # noqa: F401  (the page's weight in the process)
 
-    from rag_demo import ui  # noqa: F401
+    import rag_demo.ui.page  # noqa: F401
 
     for name in engine.kb_names:
         question = (engine.example_questions(name, 1) or QUICK_QUESTIONS[:1])[0]
@@ -410,7 +410,7 @@ def memory_probe(quick: bool, device: torch.device, kb_paths: dict[str, str] | N
             heap.release_free_memory()
     default_peak = peak_rss_mb()
     # the largest ask the page allows: 20 passages, 6 beams, both variants and closed-book
-    engine.ask(question, kb=name, k=min(MAX_PAGE_K, len(engine.resolve_kb(name))), num_beams=MAX_PAGE_BEAMS)
+    engine.ask(question, kb=name, k=min(LIMITS.max_k, len(engine.resolve_kb(name))), num_beams=LIMITS.max_beams)
     return {"kbs": list(engine.kb_names), "load_s": loaded, "after_load_mb": loaded_mb, "peak_mb": default_peak,
             "largest_ask_peak_mb": peak_rss_mb()}
 

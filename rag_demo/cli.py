@@ -19,6 +19,7 @@ from .config import (
     DECODINGS,
     DEFAULT_LEXICAL_WEIGHT,
     INDEX_KINDS,
+    LIMITS,
     RETRIEVERS,
     DecodingConfig,
     EncoderConfig,
@@ -28,6 +29,7 @@ from .config import (
 from .corpus import VECTOR_DTYPES
 from .errors import RagDemoError
 from .plots import logit_formula
+from .text import check_length, one_line
 
 log = logging.getLogger(__name__)
 
@@ -41,12 +43,19 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(f"{message} (see `python -m {self.prog} --help`)")
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    return value
+def _count(most: int | None = None):
+    """An argparse type: a whole number from 1 to `most` (unbounded when None); argparse names the flag."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+        if value < 1 or (most is not None and value > most):
+            raise argparse.ArgumentTypeError("must be at least 1" if most is None else f"must be between 1 and {most}")
+        return value
+
+    return parse
 
 
 def _model_options(parser: argparse.ArgumentParser, *, one_retriever: bool = True) -> None:
@@ -54,7 +63,8 @@ def _model_options(parser: argparse.ArgumentParser, *, one_retriever: bool = Tru
     parser.add_argument("--kb", default=None, help="knowledge base name or folder (default: the first one); a folder "
                         "saved by `datasets` with title, text, embeddings, and a faiss file beside it named after it, "
                         "is transformers' custom KB format")
-    parser.add_argument("--k", type=_positive_int, default=5, help="passages to retrieve (default 5)")
+    parser.add_argument("--k", type=_count(LIMITS.max_k), default=5,
+                        help=f"passages to retrieve (default 5, at most {LIMITS.max_k})")
     if one_retriever:
         parser.add_argument("--index", default="flat", choices=INDEX_KINDS,
                             help="index variant (default flat; bm25 retrieval is always exact and uses none)")
@@ -87,8 +97,8 @@ def build_parser() -> argparse.ArgumentParser:
     ask = commands.add_parser("ask", help="answer a question with RAG-Token and/or RAG-Sequence")
     ask.add_argument("question")
     ask.add_argument("--variant", default="both", choices=("token", "sequence", "both"))
-    ask.add_argument("--num-beams", type=_positive_int, default=1)
-    ask.add_argument("--max-new-tokens", type=_positive_int, default=16)
+    ask.add_argument("--num-beams", type=_count(LIMITS.max_beams), default=1)
+    ask.add_argument("--max-new-tokens", type=_count(LIMITS.max_new_tokens), default=16)
     ask.add_argument("--decoding", default="thorough", choices=DECODINGS, help="RAG-Sequence decoding (default thorough)")
     ask.add_argument("--no-closed-book", action="store_true", help="skip the generator-only answer")
     ask.add_argument("--extractive", action="store_true", help="answers copy a run of a retrieved passage (causal generators)")
@@ -108,7 +118,7 @@ def build_parser() -> argparse.ArgumentParser:
     build.add_argument("source")
     build.add_argument("out")
     build.add_argument("--encoder", default=EncoderConfig().model, help="passage encoder id or folder")
-    build.add_argument("--words", type=_positive_int, default=100, help="words per passage (default 100, as DPR)")
+    build.add_argument("--words", type=_count(), default=100, help="words per passage (default 100, as DPR)")
     build.add_argument("--vectors", default="arrow", choices=("arrow",) + VECTOR_DTYPES,
                        help="arrow: an embeddings column (transformers' layout, default); float16/float32: a "
                             "memory-mapped embeddings.npy beside the passages, for large KBs")
@@ -119,10 +129,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     evaluate = commands.add_parser("eval", help="exact match / F1 / recall on sampled KB questions")
     evaluate.add_argument("--variant", default="token", choices=("token", "sequence", "closed-book"))
-    evaluate.add_argument("--n", type=_positive_int, default=100)
+    evaluate.add_argument("--n", type=_count(), default=100)
     evaluate.add_argument("--seed", type=int, default=0)
-    evaluate.add_argument("--num-beams", type=_positive_int, default=1)
-    evaluate.add_argument("--max-new-tokens", type=_positive_int, default=16)
+    evaluate.add_argument("--num-beams", type=_count(LIMITS.max_beams), default=1)
+    evaluate.add_argument("--max-new-tokens", type=_count(LIMITS.max_new_tokens), default=16)
     evaluate.add_argument("--decoding", default="thorough", choices=DECODINGS)
     evaluate.add_argument("--extractive", action="store_true", help="answers copy a run of a retrieved passage")
     evaluate.add_argument("--table", action="store_true",
@@ -130,7 +140,7 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--ks", type=_k_list, default=(1, 5, 10), help="comma-separated k values for --table")
     evaluate.add_argument("--gold-passage", action="store_true",
                           help="read each question's gold passage alone instead of retrieving (the reading ceiling)")
-    evaluate.add_argument("--kb-sample", type=_positive_int, default=None, metavar="N",
+    evaluate.add_argument("--kb-sample", type=_count(), default=None, metavar="N",
                           help="ask over N passages of the KB drawn with --seed (and the questions they answer)")
     _model_options(evaluate)
     return parser
@@ -255,15 +265,11 @@ def print_comparison(comparison, out=sys.stdout) -> None:
 
 
 def _check_cheap_options(args) -> None:
-    """Refuse what needs no model before spending seconds on loading one."""
-    if args.k < 1:
-        raise UsageError("--k must be at least 1")
-    for name in ("num_beams", "max_new_tokens"):
-        if getattr(args, name, 1) < 1:
-            raise UsageError(f"--{name.replace('_', '-')} must be at least 1")
+    """Refuse what needs no model before spending seconds on loading one (argparse has checked the numbers)."""
     for text, what in ((getattr(args, "question", "x"), "question"), (getattr(args, "answer", "x"), "answer")):
         if not text.strip():
             raise UsageError(f"the {what} is empty; give a non-blank {what}")
+        check_length(text, what=what)
 
 
 def cmd_ask(args) -> int:
@@ -353,8 +359,8 @@ def _k_list(text: str) -> tuple[int, ...]:
         ks = tuple(int(part) for part in text.split(","))
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected comma-separated whole numbers, got {text!r}") from None
-    if not ks or min(ks) < 1:
-        raise argparse.ArgumentTypeError("every k must be at least 1")
+    if not ks or min(ks) < 1 or max(ks) > LIMITS.max_k:
+        raise argparse.ArgumentTypeError(f"every k must be between 1 and {LIMITS.max_k}")
     return ks
 
 
@@ -383,15 +389,6 @@ def cmd_eval(args) -> int:
     else:
         print_report(report)
     return 0
-
-
-def one_line(text: str) -> str:
-    """A message as one printable line: control characters (which a question may carry) are shown escaped.
-
-    >>> one_line("unrecognized arguments: \\r\\x1b[31m")
-    'unrecognized arguments: \\\\r\\\\x1b[31m'
-    """
-    return "".join(ch if ch.isprintable() else ascii(ch)[1:-1] for ch in text)
 
 
 COMMANDS = {"ask": cmd_ask, "score": cmd_score, "compare": cmd_compare, "build-kb": cmd_build_kb, "prepare": cmd_prepare,

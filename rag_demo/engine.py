@@ -18,7 +18,7 @@ from pathlib import Path
 import torch
 
 from . import decoding
-from .config import (BM25_SCALE, DECODINGS, DEFAULT_ENCODER, DEFAULT_LEXICAL_WEIGHT, INDEX_KINDS, MAX_QUESTION_CHARS, RETRIEVERS,
+from .config import (BM25_SCALE, DECODINGS, DEFAULT_ENCODER, DEFAULT_LEXICAL_WEIGHT, INDEX_KINDS, LIMITS, RETRIEVERS,
                      VARIANTS, EngineConfig)
 from .corpus import KnowledgeBase, Passage, load_kb, make_kb
 from .encoders import Encoder
@@ -40,11 +40,10 @@ from .progress import Progress, counted
 from .results import (AskResult, ClosedBookResult, IndexReport, RetrievedPassage, RetrieverComparison, RetrieverRanking,
                       VariantResult)
 from .store import gather_rows
+from .text import clean_text
 
 log = logging.getLogger(__name__)
 
-MAX_NEW_TOKENS_LIMIT = 64
-MAX_BEAMS = 8
 PRIVATE_INDEX_SLOTS = 16  # indexes of visitors' own KBs kept in memory, least recently used dropped
 OOM_NOTICE = "the GPU ran out of memory, so this answer was computed on the CPU (and later ones will be too)"
 
@@ -89,19 +88,6 @@ class _Steps:
         if self.progress is not None:
             self.progress(stage, min(self.done, self.total - 1), self.total)
         self.done += 1
-
-
-def clean_text(text: str, *, what: str, limit: int = MAX_QUESTION_CHARS) -> tuple[str, tuple[str, ...]]:
-    """Strip control characters and surrounding space; refuse empty text; cut very long text."""
-    if not isinstance(text, str):
-        raise InputError(f"the {what} must be text")
-    cleaned = "".join(ch if ch.isprintable() or ch in "\n\t" else " " for ch in text)
-    cleaned = " ".join(cleaned.split())
-    if not cleaned:
-        raise InputError(f"the {what} is empty; type a {what}")
-    if len(cleaned) > limit:
-        return cleaned[:limit], (f"the {what} was cut to its first {limit} characters",)
-    return cleaned, ()
 
 
 class RagEngine:
@@ -345,6 +331,8 @@ class RagEngine:
             raise InputError("k must be a whole number of at least 1")
         if k > len(knowledge):
             raise InputError(f"k={k} is larger than the knowledge base ({len(knowledge)} passages); choose k <= {len(knowledge)}")
+        if k > LIMITS.max_k:
+            raise InputError(f"k must be between 1 and {LIMITS.max_k}")
         if index not in INDEX_KINDS:
             raise InputError(f"unknown index {index!r}; choose one of {', '.join(INDEX_KINDS)}")
         timings = {} if timings is None else timings
@@ -575,10 +563,10 @@ class RagEngine:
         unknown = [v for v in variants if v not in VARIANTS]
         if unknown or not variants:
             raise InputError(f"unknown variant {unknown[0] if unknown else ''!r}; choose token, sequence or both")
-        if not isinstance(num_beams, int) or not 1 <= num_beams <= MAX_BEAMS:
-            raise InputError(f"num_beams must be between 1 and {MAX_BEAMS}")
-        if not isinstance(max_new_tokens, int) or not 1 <= max_new_tokens <= MAX_NEW_TOKENS_LIMIT:
-            raise InputError(f"max_new_tokens must be between 1 and {MAX_NEW_TOKENS_LIMIT}")
+        if not isinstance(num_beams, int) or not 1 <= num_beams <= LIMITS.max_beams:
+            raise InputError(f"num_beams must be between 1 and {LIMITS.max_beams}")
+        if not isinstance(max_new_tokens, int) or not 1 <= max_new_tokens <= LIMITS.max_new_tokens:
+            raise InputError(f"max_new_tokens must be between 1 and {LIMITS.max_new_tokens}")
         if sequence_decoding not in DECODINGS:
             raise InputError(f"unknown decoding {sequence_decoding!r}; choose thorough or fast")
         return variants
@@ -690,7 +678,7 @@ class RagEngine:
         wrote scores as it did when asked."""
         variants = self._check_options(variants, 1, 1, "thorough")
         question, notices = clean_text(question, what="question")
-        answer, answer_notices = clean_text(answer, what="answer", limit=500)
+        answer, answer_notices = clean_text(answer, what="answer", limit=LIMITS.max_answer_chars)
         step = _Steps(progress, 4)
         total_started = time.perf_counter()
         timings: dict[str, float] = {}

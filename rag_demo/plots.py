@@ -88,19 +88,6 @@ def _layout(fig, *, title: str, height: int) -> None:
     )
 
 
-def empty_figure(message: str, *, title: str = "", height: int = 260):
-    """A blank figure that says why it is blank."""
-    import plotly.graph_objects as go
-
-    fig = go.Figure()
-    fig.add_annotation(text=html.escape(message), showarrow=False, x=0.5, y=0.5, xref="paper", yref="paper",
-                       font=dict(size=14, color="#6b7280"))
-    fig.update_xaxes(visible=False)
-    fig.update_yaxes(visible=False)
-    _layout(fig, title=html.escape(title), height=height)
-    return fig
-
-
 def logit_formula(result: AskResult | RetrieverRanking) -> str:
     """The softmax's input as a formula: "20·score" (dense), "0.2·bm25" (bm25) or "20·score + 0.2·bm25" (hybrid)."""
     if result.retriever == "hybrid":

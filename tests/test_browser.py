@@ -14,8 +14,12 @@ from pathlib import Path
 
 import pytest
 
-from rag_demo import ui
-from rag_demo.config import MAX_QUESTION_CHARS
+from rag_demo.background import BackgroundEngine
+from rag_demo.config import LIMITS
+from rag_demo.ui import build_demo, launch_options
+from rag_demo.ui.actions import PRIVATE_LABEL
+from rag_demo.ui.html import esc, fmt_log, fmt_prob, swap_verdict
+from rag_demo.ui.learn import GLOSSARY
 from tests.ui_engine import KB_NAMES, QUESTIONS
 
 pytestmark = [pytest.mark.browser, pytest.mark.usefixtures("one_torch_thread")]
@@ -33,13 +37,13 @@ EVIL_TEXT = ("Zorblax is the capital of Plutonia. <script>window.__pwned=2</scri
 
 def launch(demo):
     _, url, _ = demo.launch(server_name="127.0.0.1", server_port=None, prevent_thread_lock=True, quiet=True,
-                            ssr_mode=False, **ui.launch_options())
+                            ssr_mode=False, **launch_options())
     return url
 
 
 @pytest.fixture(scope="module")
 def server(ui_engine):
-    demo = ui.build_demo(ui_engine)
+    demo = build_demo(ui_engine)
     try:
         yield launch(demo)
     finally:
@@ -168,7 +172,7 @@ def test_ask_shows_answer_passages_heatmaps_and_tooltips(page, ui_engine):
     expect(tip).to_be_visible()
     expect(tip).to_contain_text("closed-book")
     first = result.variants["token"]
-    expect(tip).to_contain_text(f"p = {ui.fmt_prob(math.exp(first.token_logprobs[0]))} with passages")
+    expect(tip).to_contain_text(f"p = {fmt_prob(math.exp(first.token_logprobs[0]))} with passages")
     shot(page, "ask_tooltip")
 
 
@@ -220,9 +224,9 @@ def test_narrow_screen_brings_the_answer_into_view_and_stacks_the_heatmaps(brows
 def test_overlong_question_is_cut_with_a_notice(page):
     long_question = QUESTIONS[1] + " and" * 700  # 2,800+ characters
     field(page, "question").fill(long_question)
-    assert len(field(page, "question").input_value()) > MAX_QUESTION_CHARS  # the box lets the engine see it
+    assert len(field(page, "question").input_value()) > LIMITS.max_question_chars  # the box lets the engine see it
     page.locator("#ask-btn").click()
-    expect(page.locator("#answer")).to_contain_text(f"cut to its first {MAX_QUESTION_CHARS} characters")
+    expect(page.locator("#answer")).to_contain_text(f"cut to its first {LIMITS.max_question_chars} characters")
     assert field(page, "question").input_value().startswith(QUESTIONS[1])  # what the visitor typed stays
 
 
@@ -248,7 +252,7 @@ def test_swap_the_index_changes_the_answer(page, ui_engine):
     for result, got in zip(results, (shown_left, shown_right)):
         assert got == shown(result.variants["token"].tokens)
         expect(page.locator("#swap-summary")).to_contain_text(f"“{result.variants['token'].answer}”")
-    expect(page.locator("#swap-summary")).to_contain_text(ui.swap_verdict(*results))
+    expect(page.locator("#swap-summary")).to_contain_text(swap_verdict(*results))
     shot(page, "swap")
 
 
@@ -275,7 +279,7 @@ def test_html_in_passages_shows_as_text(page):
     # the private knowledge base is offered in the Ask tab too, and its figures escape titles
     open_tab(page, "Ask")
     page.locator("#kb input").click()
-    page.get_by_role("option", name=ui.PRIVATE_LABEL, exact=False).click()
+    page.get_by_role("option", name=PRIVATE_LABEL, exact=False).click()
     field(page, "question").fill("What is the capital of Plutonia?")
     page.locator("#ask-btn").click()
     expect(page.locator("#passages")).to_contain_text("<script>window.__pwned=2</script>")
@@ -335,7 +339,7 @@ def test_score_index_and_learn_tabs(page, ui_engine):
     expect(page.locator("#learn-out table")).to_have_count(3)
     first_row = page.locator("#learn-out table").first.locator("tbody tr").first
     expect(first_row).to_contain_text(f"{result.passages[0].prob:.4f}")
-    expect(page.locator("#learn-out")).to_contain_text(f"(engine: {ui.fmt_log(result.variants['token'].logprob)})")
+    expect(page.locator("#learn-out")).to_contain_text(f"(engine: {fmt_log(result.variants['token'].logprob)})")
     shot(page, "learn")
 
     open_tab(page, "Score your answer")
@@ -344,7 +348,7 @@ def test_score_index_and_learn_tabs(page, ui_engine):
     page.locator("#score-btn").click()
     expect(page.locator("#score-out")).to_contain_text("closed-book log p")
     scored = ui_engine.score(question, "Germany", kb=KB_NAMES[0], k=5)
-    expect(page.locator("#score-out")).to_contain_text(f"log {ui.fmt_log(scored.variants['token'].logprob)}")
+    expect(page.locator("#score-out")).to_contain_text(f"log {fmt_log(scored.variants['token'].logprob)}")
     expect(page.locator("#score-heat-token .main-svg").first).to_be_visible()
     page.wait_for_timeout(300)
     shot(page, "score")
@@ -361,7 +365,7 @@ def test_score_index_and_learn_tabs(page, ui_engine):
     glossary = page.locator("#glossary")
     expect(glossary.locator("dt")).to_have_count(0)  # folded until asked for
     glossary.get_by_text("Words used on this page").click()
-    expect(glossary.locator("dt")).to_have_count(len(ui.GLOSSARY))
+    expect(glossary.locator("dt")).to_have_count(len(GLOSSARY))
     expect(glossary).to_contain_text("e ≈ 2.7 times as likely")
 
 
@@ -401,8 +405,8 @@ def test_api_names_a_kb_of_a_page_built_before_the_engine_was_ready(ui_engine):
     from gradio_client import Client
 
     release = threading.Event()
-    engine = ui.BackgroundEngine(lambda progress: (release.wait(30), ui_engine)[1]).start()
-    demo = ui.build_demo(engine)  # built while the engine starts: no KB names yet
+    engine = BackgroundEngine(lambda progress: (release.wait(30), ui_engine)[1]).start()
+    demo = build_demo(engine)  # built while the engine starts: no KB names yet
     release.set()
     assert engine.wait(30)
     try:
@@ -411,7 +415,7 @@ def test_api_names_a_kb_of_a_page_built_before_the_engine_was_ready(ui_engine):
         status, answer, *_ = client.predict(QUESTIONS[0], "token", 3, "flat", kb, 1, "thorough", api_name="/ask")
         direct = ui_engine.ask(QUESTIONS[0], kb=kb, k=3, variants=("token",))  # the engine's default retriever
         assert status == "" and f"knowledge base <b>{kb}</b>" in answer
-        assert ui.esc(direct.passages[0].title) in client.predict(QUESTIONS[0], "token", 3, "flat", kb, 1, "thorough",
+        assert esc(direct.passages[0].title) in client.predict(QUESTIONS[0], "token", 3, "flat", kb, 1, "thorough",
                                                                    api_name="/ask")[2]
         status, cards, *_ = client.predict(QUESTIONS[0], "Paris", kb, 3, "flat", api_name="/score")
         assert status == "" and "Paris" in cards
@@ -433,8 +437,8 @@ def test_first_start_shows_progress_then_the_page_works(browser, ui_engine):
         release.wait(30)
         return ui_engine
 
-    engine = ui.BackgroundEngine(factory).start()
-    demo = ui.build_demo(engine)
+    engine = BackgroundEngine(factory).start()
+    demo = build_demo(engine)
     context = browser.new_context(viewport=VIEWPORT)
     try:
         url = launch(demo)

@@ -124,10 +124,10 @@ def test_compare_end_to_end(saved, tmp_path):
     "args, message",
     [
         (["ask", "  "], "question is empty"),
-        (["ask", "q", "--k", "0"], "--k must be at least 1"),
+        (["ask", "q", "--k", "0"], "argument --k: must be between 1 and 20"),
         (["ask", "q", "--index", "lsh"], "invalid choice"),
         (["ask", "q", "--variant", "beam"], "invalid choice"),
-        (["ask", "q", "--k", "50"], "larger than the knowledge base"),
+        (["ask", "q", "--k", "15"], "larger than the knowledge base"),
         (["ask", "q", "--kb", "nope"], "unknown knowledge base"),
         (["ask", "q", "--kb-path", "x=/does/not/exist"], "does not exist"),
         (["ask", "q", "--generator", "/no/such/model"], "does not exist"),
@@ -175,6 +175,21 @@ def test_eval_table_end_to_end_and_bad_ks(saved):
               "--kb-path", f"tiny={saved / 'kb'}", "--max-new-tokens", "4")
     # the tiny KB has no questions.jsonl: a one-line message, not a table or a traceback
     assert out.returncode == 2 and "no evaluation questions" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_numbers_over_the_limits_are_refused_before_loading_a_model(capsys):
+    from rag_demo.cli import build_parser, main
+    from rag_demo.config import LIMITS
+
+    over = [("--k", LIMITS.max_k), ("--num-beams", LIMITS.max_beams), ("--max-new-tokens", LIMITS.max_new_tokens)]
+    for flag, most in over:
+        assert getattr(build_parser().parse_args(["ask", "q", flag, str(most)]), flag[2:].replace("-", "_")) == most
+        assert main(["ask", "q", flag, str(most + 1)]) == 2
+        assert f"argument {flag}: must be between 1 and {most}" in capsys.readouterr().err
+    assert main(["eval", "--table", "--ks", f"5,{LIMITS.max_k + 1}"]) == 2
+    assert f"every k must be between 1 and {LIMITS.max_k}" in capsys.readouterr().err
+    assert main(["ask", "x" * (LIMITS.max_input_chars + 1)]) == 2
+    assert f"the limit is {LIMITS.max_input_chars:,}" in capsys.readouterr().err
 
 
 def test_dtype_and_kb_sample_options_reach_the_engine_config():

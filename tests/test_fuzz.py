@@ -21,9 +21,11 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from rag_demo import cli, ui
+from rag_demo import cli
 from rag_demo.errors import CacheError, RagDemoError
 from rag_demo.loading import rag_engine_from_modules
+from rag_demo.ui.actions import PRIVATE_KB, DemoActions, unwrap
+from rag_demo.ui.inputs import SessionFiles, safe_file_name
 
 EXAMPLES = int(os.environ.get("RAG_DEMO_FUZZ_EXAMPLES", "30"))
 FUZZ = settings(max_examples=EXAMPLES, deadline=None, derandomize="RAG_DEMO_FUZZ_EXAMPLES" not in os.environ,
@@ -63,7 +65,7 @@ any_text = st.one_of(
 numberish = st.one_of(st.integers(-10**30, 10**30), st.floats(allow_nan=True, allow_infinity=True),
                       st.sampled_from(["", "3", "2.5", "nan", "1e400", "-1", "x"]), st.none(), st.booleans())
 choice = st.one_of(st.sampled_from(["token", "sequence", "both", "flat", "hnsw", "ivfpq", "thorough", "fast", "tiny",
-                                    ui.PRIVATE_KB, "", "..", "/"]), any_text, st.none(), st.integers())
+                                    PRIVATE_KB, "", "..", "/"]), any_text, st.none(), st.integers())
 
 
 def mostly(valid, invalid):
@@ -93,7 +95,7 @@ def status_is_clear(status: object) -> bool:
        decoding=decoding_opt)
 def test_ask_event_answers_or_explains(engine, question, variant, k, index, kb, beams, decoding):
     TRIED["ask event"] += 1
-    out = ui.DemoActions(engine).ask(question, variant, k, index, kb, beams, decoding, None)
+    out = DemoActions(engine).ask(question, variant, k, index, kb, beams, decoding, None)
     assert len(out) == 8 and status_is_clear(out[0]), out[0]
     if out[0] == "":
         assert "<script" not in out[1] and "<script" not in out[2]
@@ -106,7 +108,7 @@ def test_ask_json_answers_or_raises_a_message(engine, question, variant, k, inde
 
     TRIED["/ask_json"] += 1
     try:
-        result = ui.DemoActions(engine).ask_json(question, variant, k, index, kb)
+        result = DemoActions(engine).ask_json(question, variant, k, index, kb)
     except gr.Error as err:
         assert UNEXPECTED not in str(err) and "Traceback" not in str(err)
         return
@@ -118,7 +120,7 @@ def test_ask_json_answers_or_raises_a_message(engine, question, variant, k, inde
 @given(question=question_opt, answer=any_text, kb=kb_opt, k=k_opt, index=index_opt)
 def test_score_event_answers_or_explains(engine, question, answer, kb, k, index):
     TRIED["score event"] += 1
-    out = ui.DemoActions(engine).score(question, answer, kb, k, index, None)
+    out = DemoActions(engine).score(question, answer, kb, k, index, None)
     assert len(out) == 5 and status_is_clear(out[0]), out[0]
 
 
@@ -137,15 +139,15 @@ def test_build_my_kb_from_any_files(engine, tmp_path_factory, files, title, past
     folder = tmp_path_factory.mktemp("uploads")
     paths = []
     for number, (name, body) in enumerate(files):
-        safe = ui.safe_file_name(name)
+        safe = safe_file_name(name)
         path = folder / f"{number}-{safe}"
         path.write_bytes(body)
         paths.append(str(path))
-    actions = ui.DemoActions(engine, files=ui.SessionFiles(folder / "sessions"))
+    actions = DemoActions(engine, files=SessionFiles(folder / "sessions"))
     out = actions.build_mine(paths, title, paste, None)
     assert status_is_clear(out[0]) and out[0] != "", out[0]
     if "rag-status-ok" in out[0]:
-        kb = ui.unwrap(out[1])
+        kb = unwrap(out[1])
         assert len(kb) >= 1 and kb.embeddings.shape[0] == len(kb)
 
 
@@ -224,7 +226,7 @@ def test_cli_exits_0_or_2_with_one_line(cli_world, monkeypatch, capsys, args):
     monkeypatch.setattr("rag_demo.offline.prepare.prepare", no_download)
     args = [str(cli_world["source"]) if a == "SOURCE" else a for a in args]
     if args[0] == "build-kb" and len(args) >= 3:
-        args[2] = str(cli_world["out"] / ui.safe_file_name(args[2]))  # write only inside the test's folder
+        args[2] = str(cli_world["out"] / safe_file_name(args[2]))  # write only inside the test's folder
     try:
         code = cli.main(args)
     except SystemExit as exit_:  # argparse's --help

@@ -16,10 +16,34 @@ from pathlib import Path
 import gradio as gr
 import pytest
 
-from rag_demo import plots, ui
+from rag_demo import plots
+from rag_demo.background import BackgroundEngine
+from rag_demo.config import LIMITS
 from rag_demo.corpus import Passage
 from rag_demo.errors import InputError, RagDemoError
 from rag_demo.results import AskResult, ClosedBookResult, IndexReport, RetrievedPassage, VariantResult
+from rag_demo.ui import build_demo
+from rag_demo.ui.actions import KB_MENUS, PRIVATE_KB, PRIVATE_LABEL, PRIVATE_NAME, DemoActions, Held, unwrap
+from rag_demo.ui.html import (
+    esc,
+    fmt_log,
+    fmt_prob,
+    fmt_signed,
+    format_answer_html,
+    format_comparison_html,
+    format_index_table,
+    format_passages_html,
+    format_score_html,
+    format_status,
+    format_swap_column,
+    format_swap_summary,
+    format_timings,
+    format_token_spans,
+    swap_verdict,
+)
+from rag_demo.ui.inputs import UploadLimits, passages_from_inputs
+from rag_demo.ui.learn import format_learn_html
+from rag_demo.ui.page import ENGINE_GROUP
 from tests.ui_engine import KB_NAMES, QUESTIONS
 
 EVIL_TITLE = '<img src=x onerror="window.__pwned=1">Evil & co'
@@ -30,7 +54,7 @@ pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 @pytest.fixture()
 def actions(ui_engine):
-    return ui.DemoActions(ui_engine)
+    return DemoActions(ui_engine)
 
 
 def ask(actions, question=QUESTION, variant="both", kb=None, mine=None, k=3, index="flat", beams=1,
@@ -42,7 +66,7 @@ def ask(actions, question=QUESTION, variant="both", kb=None, mine=None, k=3, ind
 
 def shown(token: str) -> str:
     """A token as the answer cards write it."""
-    return "∅" if token == "" else ui.esc(token).replace("\n", "↵")
+    return "∅" if token == "" else esc(token).replace("\n", "↵")
 
 
 def softmax(logits: list[float]) -> list[float]:
@@ -85,17 +109,17 @@ def evil_result() -> AskResult:
 def test_formatters_escape_every_string():
     result = evil_result()
     for markup in (
-        ui.format_answer_html(result),
-        ui.format_passages_html(result.passages),
-        ui.format_swap_column(result),
-        ui.format_swap_summary(result, result),
-        ui.format_score_html(result),
-        ui.format_learn_html(result, 1),
-        ui.format_status("<img src=x onerror=alert(1)>"),
-        ui.format_index_table([IndexReport("<b>flat</b>", 0.1, 10, 1.0, 5, 0.1)], "<kb>"),
+        format_answer_html(result),
+        format_passages_html(result.passages),
+        format_swap_column(result),
+        format_swap_summary(result, result),
+        format_score_html(result),
+        format_learn_html(result, 1),
+        format_status("<img src=x onerror=alert(1)>"),
+        format_index_table([IndexReport("<b>flat</b>", 0.1, 10, 1.0, 5, 0.1)], "<kb>"),
     ):
         assert_no_raw_html(markup)
-    passages_html = ui.format_passages_html(result.passages)
+    passages_html = format_passages_html(result.passages)
     assert "&lt;script&gt;window.__pwned=2&lt;/script&gt;" in passages_html
     assert "&lt;img src=x onerror=&quot;window.__pwned=1&quot;&gt;Evil &amp; co" in passages_html
 
@@ -111,7 +135,7 @@ def test_plot_labels_are_escaped():
 
 def test_token_spans_tint_by_dominant_passage_and_show_closed_book():
     result = evil_result()
-    markup = ui.format_token_spans(result.variants["token"], result.passages)
+    markup = format_token_spans(result.variants["token"], result.passages)
     assert markup.count('tabindex="0"') == 2
     first, second = re.split(r'<span class="rag-tok[ "]', markup)[1:]
     assert plots.rgba(plots.passage_color(1), 0.12 + 0.6 * 0.9) in first  # argmax posterior = passage 1
@@ -130,35 +154,42 @@ def test_the_stop_token_is_marked_and_its_gain_shown_apart():
     )
     scored = replace(result, variants={"token": variant})
     # the words lose 2 nats with the passages, stopping after them gains 2: the total alone hides both
-    assert "<b>+0.00</b> nats: −2.00 for the words, +2.00 for ending the answer there (“↵↵”)" in ui.format_score_html(scored)
-    spans = re.split(r'<span class="rag-tok[ "]', ui.format_token_spans(variant, result.passages))[1:]
+    assert "<b>+0.00</b> nats: −2.00 for the words, +2.00 for ending the answer there (“↵↵”)" in format_score_html(scored)
+    spans = re.split(r'<span class="rag-tok[ "]', format_token_spans(variant, result.passages))[1:]
     assert "it ends the answer" in spans[2] and "rag-special" in spans[2]
     assert not any("ends the answer" in span or "rag-special" in span for span in spans[:2])
     plain = replace(variant, tokens=(" George", " Washington", " Jr"))  # no stop token: nothing to split
-    assert "for the words" not in ui.format_score_html(replace(result, variants={"token": plain}))
+    assert "for the words" not in format_score_html(replace(result, variants={"token": plain}))
 
 
 def test_format_helpers():
     import doctest
 
-    assert ui.fmt_prob(0.5) == "0.500"
-    assert ui.fmt_prob(2.5e-7) == "2.50 × 10⁻⁷" and ui.fmt_prob(0.001) == "0.001"
-    assert doctest.testmod(ui).failed == 0
-    assert ui.fmt_log(float("-inf")) == "−∞"
-    assert ui.format_status("") == ""
-    assert "rag-status-error" in ui.format_status("boom")
-    timings = ui.format_timings({"total": 10.0, "search": 1.0, "encode": 2.0, "generate": 7.0})
+    import rag_demo.text
+    import rag_demo.ui.actions
+    import rag_demo.ui.html
+    import rag_demo.ui.inputs
+    import rag_demo.ui.learn
+
+    assert fmt_prob(0.5) == "0.500"
+    assert fmt_prob(2.5e-7) == "2.50 × 10⁻⁷" and fmt_prob(0.001) == "0.001"
+    for module in (rag_demo.text, rag_demo.ui.actions, rag_demo.ui.html, rag_demo.ui.inputs, rag_demo.ui.learn):
+        assert doctest.testmod(module).failed == 0
+    assert fmt_log(float("-inf")) == "−∞"
+    assert format_status("") == ""
+    assert "rag-status-error" in format_status("boom")
+    timings = format_timings({"total": 10.0, "search": 1.0, "encode": 2.0, "generate": 7.0})
     assert timings.index("encode") < timings.index("search") < timings.index("generate") < timings.index("total")
 
 
 def test_learn_numbers_come_from_the_result(actions):
-    result = ui.unwrap(ask(actions, k=4)[-1])
+    result = unwrap(ask(actions, k=4).last)
     variant = result.variants["token"]
     t = 0
     marginal = sum(p.prob * math.exp(lp) for p, lp in zip(result.passages, variant.doc_token_logprobs[t]))
     assert math.isclose(marginal, math.exp(variant.token_logprobs[t]), rel_tol=1e-3)
-    markup = ui.format_learn_html(result, t)
-    assert ui.fmt_prob(marginal) in markup
+    markup = format_learn_html(result, t)
+    assert fmt_prob(marginal) in markup
     # softmax(scale * score) reproduces the engine's p(z|x)
     prior = softmax([result.scale * p.score for p in result.passages])
     assert [round(x, 4) for x in prior] == pytest.approx([p.prob for p in result.passages], abs=2e-4)
@@ -167,15 +198,15 @@ def test_learn_numbers_come_from_the_result(actions):
     p_seq = sum(p.prob * math.exp(sum(row[j] for row in sequence.doc_token_logprobs))
                 for j, p in enumerate(result.passages))
     assert math.isclose(p_seq, math.exp(sequence.logprob), rel_tol=1e-3)  # thorough decoding: the full sum
-    assert ui.fmt_prob(p_seq) in markup
-    assert "Ask a question" in ui.format_learn_html(None)
+    assert fmt_prob(p_seq) in markup
+    assert "Ask a question" in format_learn_html(None)
 
 
 # ---- figures -------------------------------------------------------------------------------
 
 
 def test_figures_have_titles_axes_and_legends(actions):
-    result = ui.unwrap(ask(actions, k=3)[-1])
+    result = unwrap(ask(actions, k=3).last)
     heat = plots.posterior_heatmap(result.variants["token"], result.passages)
     trace = heat.data[0]
     assert len(trace.z) == 3 and len(trace.z[0]) == len(result.variants["token"].tokens)  # (K, T)
@@ -205,18 +236,18 @@ def test_figures_have_titles_axes_and_legends(actions):
 def test_ask_returns_every_output(actions):
     status, answer, passages, prob_fig, heat_token, heat_seq, gain, last = ask(actions, k=3)
     assert status == ""
-    result = ui.unwrap(last)
-    assert isinstance(last, ui.Held) and isinstance(result, AskResult)
+    result = unwrap(last)
+    assert isinstance(last, Held) and isinstance(result, AskResult)
     assert set(result.variants) == {"token", "sequence"} and result.closed_book is not None
     cards = [*result.variants.values(), result.closed_book]  # in the order the page shows them
     assert re.findall(r'<span class="rag-tok-text">(.*?)</span>', answer) == [shown(t) for c in cards for t in c.tokens]
     for v in result.variants.values():
-        assert v.tokens and f"p(y|x) = <b>{ui.fmt_prob(math.exp(v.logprob))}</b>" in answer
-    assert f"p(y|x) = <b>{ui.fmt_prob(math.exp(result.closed_book.logprob))}</b>" in answer
+        assert v.tokens and f"p(y|x) = <b>{fmt_prob(math.exp(v.logprob))}</b>" in answer
+    assert f"p(y|x) = <b>{fmt_prob(math.exp(result.closed_book.logprob))}</b>" in answer
     assert "Closed-book" in answer and "encode" in answer and "exact search" in answer
     assert passages.count('class="rag-passage"') == 3
     titles = re.findall(r'<span class="rag-passage-title">(.*?)</span>', passages)
-    assert titles == [ui.esc(p.title) for p in result.passages]
+    assert titles == [esc(p.title) for p in result.passages]
     assert [f"p(z|x) <b>{p.prob:.3f}</b>" in passages for p in result.passages] == [True] * 3
     assert heat_token["visible"] and heat_seq["visible"]
     assert list(prob_fig["value"].data[0].x) == pytest.approx([p.prob for p in result.passages])
@@ -225,11 +256,11 @@ def test_ask_returns_every_output(actions):
 
 def test_ask_passes_every_option_to_the_engine(actions, ui_engine):
     out = ask(actions, QUESTIONS[1], variant="both", kb=KB_NAMES[1], k=4, index="hnsw", beams=2, decoding="fast")
-    assert out[0] == ""
-    result = ui.unwrap(out[-1])
+    assert out.status == ""
+    result = unwrap(out.last)
     assert (result.kb, result.k, result.index, len(result.passages)) == (KB_NAMES[1], 4, "hnsw", 4)
     assert result.variants["token"].decoding == "beam 2" and result.variants["sequence"].decoding == "beam 2, fast"
-    assert "recall@4" in out[1]
+    assert "recall@4" in out.answer
     direct = ui_engine.ask(QUESTIONS[1], kb=KB_NAMES[1], k=4, index="hnsw", variants=("token", "sequence"), num_beams=2,
                            sequence_decoding="fast")
     for name in ("token", "sequence"):
@@ -240,8 +271,8 @@ def test_ask_passes_every_option_to_the_engine(actions, ui_engine):
 
 def test_ask_one_variant_hides_the_other_heatmap(actions):
     out = ask(actions, variant="token")
-    assert out[4]["visible"] is True and out[5]["visible"] is False
-    assert set(ui.unwrap(out[-1]).variants) == {"token"}
+    assert out.heat_token["visible"] is True and out.heat_seq["visible"] is False
+    assert set(unwrap(out.last).variants) == {"token"}
 
 
 @pytest.mark.parametrize("question", ["", "   ", None])
@@ -281,8 +312,8 @@ def test_kb_swap_changes_the_answer(actions, ui_engine):
             assert all(f'<span class="rag-tok-text">{shown(t)}</span>' in column for t in v.tokens)
         assert column.count('class="rag-passage"') == 3
     for result in (a, b):
-        assert " / ".join(f"“{ui.esc(v.answer)}”" for v in result.variants.values()) in summary
-    assert ui.esc(ui.swap_verdict(a, b)) in summary
+        assert " / ".join(f"“{esc(v.answer)}”" for v in result.variants.values()) in summary
+    assert esc(swap_verdict(a, b)) in summary
     same = actions.swap(QUESTION, left_kb, left_kb, "token", 5, None)[1]
     assert "read the same knowledge base" in same
 
@@ -304,9 +335,9 @@ def _said(kb: str, answer: str, passage_text: str) -> AskResult:
     (("Paris", "Versailles is a palace."), ("Paris", "Gare du Nord is a station."), "it appears in neither side's passages"),
 ])
 def test_swap_verdict_checks_the_answers_against_each_sides_passages(left, right, verdict):
-    got = ui.swap_verdict(_said("L", *left), _said("R", *right))
+    got = swap_verdict(_said("L", *left), _said("R", *right))
     assert verdict in got
-    assert ui.swap_verdict(_said("L", *left), _said("L", *right)).startswith("Both sides read the same knowledge base")
+    assert swap_verdict(_said("L", *left), _said("L", *right)).startswith("Both sides read the same knowledge base")
 
 
 class HeardProgress:
@@ -323,7 +354,7 @@ def test_examples_follow_the_knowledge_base_and_hide_for_a_visitors_own(actions)
     for name in KB_NAMES:
         update = actions.examples_update(name)
         assert update.visible and update.raw_samples == actions.examples(name) != []
-    hidden = actions.examples_update(ui.PRIVATE_KB)
+    hidden = actions.examples_update(PRIVATE_KB)
     assert hidden.visible is False and hidden.raw_samples == []
 
 
@@ -370,7 +401,7 @@ def test_ask_json_shape(actions):
 
 
 def test_demo_builds_with_named_endpoints_and_one_engine_lane(ui_engine):
-    demo = ui.build_demo(ui_engine)
+    demo = build_demo(ui_engine)
     endpoints = demo.get_api_info()["named_endpoints"]
     for name in ("/ask", "/ask_json", "/swap", "/score", "/index_reports", "/build_kb", "/edit_passage", "/ask_mine",
                  "/compare", "/compare_json"):
@@ -378,7 +409,7 @@ def test_demo_builds_with_named_endpoints_and_one_engine_lane(ui_engine):
     assert [p["parameter_name"] for p in endpoints["/ask_json"]["parameters"]] == ["question", "variant", "k", "index", "kb",
                                                                                  "retriever", "extractive"]
     assert [p["parameter_name"] for p in endpoints["/compare_json"]["parameters"]] == ["question", "kb", "k"]
-    engine_fns = [fn for fn in demo.fns.values() if fn.concurrency_id == ui.ENGINE_GROUP]
+    engine_fns = [fn for fn in demo.fns.values() if fn.concurrency_id == ENGINE_GROUP]
     assert len(engine_fns) >= 10 and all(fn.concurrency_limit == 1 for fn in engine_fns)
     assert {fn.api_name for fn in engine_fns} >= {"compare", "compare_json"}
 
@@ -396,31 +427,31 @@ def test_upload_paste_edit_and_reask(actions, ui_engine, tmp_path):
     files = [write(tmp_path, "notes.txt", "Zorblax is the capital of Plutonia, a city of glass domes."),
              write(tmp_path, "facts.jsonl", json.dumps({"title": "Moons", "text": "Plutonia has three moons."}) + "\n")]
     out = actions.build_mine(files, "Pasted", "Quixel invented the hover bicycle in 2091.", None)
-    status, mine = out[0], out[1]
+    status, mine = out.status, out.mine
     assert "rag-status-ok" in status and "Indexed 3 passages" in status
-    kb = ui.unwrap(mine)
-    assert len(kb) == 3 and kb.name == ui.PRIVATE_NAME
+    kb = unwrap(mine)
+    assert len(kb) == 3 and kb.name == PRIVATE_NAME
     expected = ui_engine.encoder.encode_passages([kb.passage(i) for i in range(3)])
     assert kb.embeddings == pytest.approx(expected, abs=1e-5)  # embedded by the engine's passage encoder
-    assert out[2]["choices"][0][1] == 0 and out[3] == kb.titles[0]
-    for dropdown in out[6:]:
-        assert (ui.PRIVATE_LABEL + ": 3 passages", ui.PRIVATE_KB) in dropdown["choices"]
+    assert out.picker["choices"][0][1] == 0 and out.edit_title == kb.titles[0]
+    for menu in KB_MENUS:  # every tab's knowledge-base dropdown now offers it
+        assert (PRIVATE_LABEL + ": 3 passages", PRIVATE_KB) in getattr(out, menu)["choices"]
 
     status, answer, passages = actions.ask_mine("What is the capital of Plutonia?", mine)
     assert status == "" and "Zorblax" in passages and passages.count('class="rag-passage"') == 3
     assert "RAG-Token" in answer and "RAG-Sequence" in answer
 
-    result = ui.unwrap(ask(actions, question="What is the capital of Plutonia?", kb=ui.PRIVATE_KB, mine=mine)[-1])
-    assert result.kb == ui.PRIVATE_NAME and {p.text for p in result.passages} == set(kb.texts)
+    result = unwrap(ask(actions, question="What is the capital of Plutonia?", kb=PRIVATE_KB, mine=mine).last)
+    assert result.kb == PRIVATE_NAME and {p.text for p in result.passages} == set(kb.texts)
 
     edited = actions.save_passage(0, "notes", "Glimmerton is the capital of Plutonia, a city of glass domes.", mine)
-    assert "Saved passage 1" in edited[0]
-    new = ui.unwrap(edited[1])
+    assert "Saved passage 1" in edited.status
+    new = unwrap(edited.mine)
     assert "Glimmerton" in new.texts[0] and new.texts[1:] == kb.texts[1:]
     assert new.embeddings[0] != pytest.approx(kb.embeddings[0], abs=1e-3)  # re-indexed
     assert new.embeddings[1:] == pytest.approx(kb.embeddings[1:], abs=1e-5)
-    removed = actions.save_passage(2, "", "", edited[1])
-    assert "Removed passage 3" in removed[0] and len(ui.unwrap(removed[1])) == 2
+    removed = actions.save_passage(2, "", "", edited.mine)
+    assert "Removed passage 3" in removed.status and len(unwrap(removed.mine)) == 2
 
 
 @pytest.mark.parametrize(
@@ -435,16 +466,16 @@ def test_upload_paste_edit_and_reask(actions, ui_engine, tmp_path):
     ],
 )
 def test_bad_upload_is_a_message_and_the_session_goes_on(actions, tmp_path, name, data, message):
-    before = ui.Held(None)
+    before = Held(None)
     out = actions.build_mine([write(tmp_path, name, data)], "", "", before)
-    assert message in out[0] and "rag-status-error" in out[0]
-    assert out[1] is before and all(is_skip(v) for v in out[2:])
+    assert message in out.status and "rag-status-error" in out.status
+    assert out.mine is before and all(is_skip(v) for v in out[2:])
     ok = actions.build_mine(None, "", "Some text that is fine to index.", before)
-    assert "rag-status-ok" in ok[0] and len(ui.unwrap(ok[1])) == 1
+    assert "rag-status-ok" in ok.status and len(unwrap(ok.mine)) == 1
 
 
 def test_upload_limits(ui_engine, tmp_path):
-    small = ui.DemoActions(ui_engine, limits=ui.UploadLimits(max_files=2, max_file_bytes=100, max_passages=2,
+    small = DemoActions(ui_engine, limits=UploadLimits(max_files=2, max_file_bytes=100, max_passages=2,
                                                              max_paste_chars=50))
     many = [write(tmp_path, f"{i}.txt", "hello") for i in range(3)]
     assert "the limit is 2" in small.build_mine(many, "", "", None)[0]
@@ -452,26 +483,26 @@ def test_upload_limits(ui_engine, tmp_path):
     assert "per file" in small.build_mine([big], "", "", None)[0]
     assert "characters" in small.build_mine(None, "", "x" * 51, None)[0]
     long_text = " ".join(["w"] * 300)
-    assert "limit" in ui.DemoActions(ui_engine, limits=ui.UploadLimits(max_passages=2)).build_mine(None, "", long_text, None)[0]
+    assert "limit" in DemoActions(ui_engine, limits=UploadLimits(max_passages=2)).build_mine(None, "", long_text, None)[0]
     assert "Nothing to index" in small.build_mine(None, "", "   ", None)[0]
-    assert "limits" not in ui.UploadLimits().describe() and "2 MB" in ui.UploadLimits().describe()
+    assert "limits" not in UploadLimits().describe() and "2 MB" in UploadLimits().describe()
 
 
 def test_evil_passage_is_escaped_end_to_end(actions):
     out = actions.build_mine(None, EVIL_TITLE, EVIL_TEXT, None)
-    assert "rag-status-ok" in out[0]
-    assert_no_raw_html(out[5])  # preview
-    status, answer, passages = actions.ask_mine("Where does the evil passage live?", out[1])
+    assert "rag-status-ok" in out.status
+    assert_no_raw_html(out.preview)
+    status, answer, passages = actions.ask_mine("Where does the evil passage live?", out.mine)
     assert status == ""
     assert_no_raw_html(answer)
     assert_no_raw_html(passages)
     assert "&lt;script&gt;" in passages
-    heat = ask(actions, question="Where does the evil passage live?", kb=ui.PRIVATE_KB, mine=out[1])[4]["value"]
+    heat = ask(actions, question="Where does the evil passage live?", kb=PRIVATE_KB, mine=out.mine).heat_token["value"]
     assert "<img" not in json.dumps(heat.to_plotly_json(), default=str)
 
 
 def test_private_kb_needs_building_first(actions):
-    out = ask(actions, kb=ui.PRIVATE_KB, mine=None)
+    out = ask(actions, kb=PRIVATE_KB, mine=None)
     assert "Build your knowledge base first" in out[0]
     assert "Build your knowledge base first" in actions.ask_mine("q?", None)[0]
     assert "Build your knowledge base first" in actions.save_passage(0, "t", "x", None)[0]
@@ -486,8 +517,8 @@ def test_score_your_answer(actions, ui_engine):
     assert heat_token["visible"] and heat_seq["visible"]
     direct = ui_engine.score(QUESTION, "Paris", kb=ui_engine.default_kb, k=3)
     for v in direct.variants.values():
-        assert f"log {ui.fmt_log(v.logprob)}" in markup
-        assert f"<b>{ui.fmt_signed(v.logprob - sum(v.closed_book_token_logprobs))}</b> nats" in markup
+        assert f"log {fmt_log(v.logprob)}" in markup
+        assert f"<b>{fmt_signed(v.logprob - sum(v.closed_book_token_logprobs))}</b> nats" in markup
     assert "Type an answer" in actions.score(QUESTION, "  ", actions.engine.default_kb, 3, "flat", None)[0]
     assert "Type a question" in actions.score("", "Paris", actions.engine.default_kb, 3, "flat", None)[0]
     assert "Type a question and the answer" in actions.score(" ", "", actions.engine.default_kb, 3, "flat", None)[0]
@@ -504,13 +535,13 @@ def test_index_reports(actions, ui_engine):
 
 
 def test_learn_events(actions):
-    last = ask(actions)[-1]
-    tokens = ui.unwrap(last).variants["token"].tokens
+    last = ask(actions).last
+    tokens = unwrap(last).variants["token"].tokens
     picker, markup = actions.learn_tokens(last)
     assert picker["value"] == 0 and len(picker["choices"]) == len(tokens)
     assert "RAG-Token" in markup and "RAG-Sequence" in markup
     assert f"Token {len(tokens)} of the answer" in actions.learn(last, len(tokens) - 1)
-    token_only = ask(actions, variant="token")[-1]
+    token_only = ask(actions, variant="token").last
     assert "Ask with RAG-Sequence" in actions.learn(token_only, 0)
 
 
@@ -526,26 +557,26 @@ def test_background_engine_reports_progress_then_serves(ui_engine):
             time.sleep(0.01)
         return ui_engine
 
-    engine = ui.BackgroundEngine(factory).start()
-    actions = ui.DemoActions(engine)
+    engine = BackgroundEngine(factory).start()
+    actions = DemoActions(engine)
     time.sleep(0.05)
     assert not engine.ready and "downloading models (1/3" in engine.status_text()
     banner, timer, announced, *rest = actions.poll(False)
     assert "downloading models" in banner and announced is False and all(is_skip(v) for v in rest)
     out = ask(actions, kb=KB_NAMES[0])
     assert "Preparing" in out[0] and "rag-status-wait" in out[0]
-    demo = ui.build_demo(engine)  # builds while not ready
+    demo = build_demo(engine)  # builds while not ready
     assert demo is not None
     gate.append(True)
     assert engine.wait(5)
-    banner, timer, announced, *rest = actions.poll(False)
-    assert banner == "" and announced is True
-    assert rest[0]["value"] == engine.default_kb and (KB_NAMES[0], KB_NAMES[0]) in rest[0]["choices"]
-    assert rest[2]["value"] == KB_NAMES[1]  # the swap tab's right side starts on the other knowledge base
-    assert rest[5].raw_samples == [[q] for q in QUESTIONS]  # the engine's example questions
+    ready = actions.poll(False)
+    assert ready.banner == "" and ready.announced is True
+    assert ready.kb["value"] == engine.default_kb and (KB_NAMES[0], KB_NAMES[0]) in ready.kb["choices"]
+    assert ready.swap_right["value"] == KB_NAMES[1]  # the swap tab's right side starts on the other knowledge base
+    assert ready.examples.raw_samples == [[q] for q in QUESTIONS]  # the engine's example questions
     # an engine without a lexical weight: dense and BM25 to choose from, once it is ready
-    assert rest[7] == {"__type__": "update", "choices": [("Dense (the paper)", "dense"), ("BM25", "bm25")], "value": "dense",
-                       "visible": True}
+    assert ready.retriever == {"__type__": "update", "choices": [("Dense (the paper)", "dense"), ("BM25", "bm25")],
+                               "value": "dense", "visible": True}
     assert ask(actions)[0] == ""
     assert all(is_skip(v) for v in actions.poll(True)[3:])
 
@@ -554,24 +585,24 @@ def test_background_engine_failure_is_shown():
     def factory(progress):
         raise InputError("model folder /nope is missing; set RAG_DEMO_CACHE")
 
-    engine = ui.BackgroundEngine(factory).start()
+    engine = BackgroundEngine(factory).start()
     assert not engine.wait(5) and engine.failed
-    banner = ui.DemoActions(engine).poll(False)[0]
+    banner = DemoActions(engine).poll(False)[0]
     assert "could not start" in banner and "/nope" in banner and "rag-status-error" in banner
     with pytest.raises(RagDemoError):
         engine.ask(QUESTION, kb=KB_NAMES[0])
 
 
 def test_passages_from_inputs_pasted_title_default():
-    passages = ui.passages_from_inputs(None, "", "one two three")
+    passages = passages_from_inputs(None, "", "one two three")
     assert passages == [Passage("Pasted text", "one two three")]
     with pytest.raises(InputError):
-        ui.passages_from_inputs(None, None, None)
+        passages_from_inputs(None, None, None)
 
 
 def test_k_is_fitted_to_a_small_private_kb(actions):
     mine = actions.build_mine(None, "", "Zorblax is the capital of Plutonia.", None)[1]
-    result = ui.unwrap(ask(actions, question="What is the capital of Plutonia?", kb=ui.PRIVATE_KB, mine=mine, k=5)[-1])
+    result = unwrap(ask(actions, question="What is the capital of Plutonia?", kb=PRIVATE_KB, mine=mine, k=5).last)
     assert result.k == 1 and len(result.passages) == 1 and result.passages[0].prob == pytest.approx(1.0)
 
 
@@ -612,7 +643,7 @@ def hybrid_actions(ui_engine):
 
     engine = RagEngine(encoder=ui_engine.encoder, generator=ui_engine.generator, kbs=ui_engine.kbs,
                        config=replace(ui_engine.config, retrieval=RetrievalConfig(lexical_weight=0.5)))
-    return ui.DemoActions(engine)
+    return DemoActions(engine)
 
 
 def test_retriever_radio_offers_hybrid_only_for_an_engine_with_a_lexical_weight(actions, hybrid_actions):
@@ -621,26 +652,26 @@ def test_retriever_radio_offers_hybrid_only_for_an_engine_with_a_lexical_weight(
     assert hybrid_actions.retriever_options() == {
         "choices": [("Dense (the paper)", "dense"), ("BM25", "bm25"), ("Dense + BM25", "hybrid")], "value": "hybrid",
         "visible": True}
-    assert ui.DemoActions(ui.BackgroundEngine(lambda progress: None)).retriever_options()["visible"] is False  # not started
+    assert DemoActions(BackgroundEngine(lambda progress: None)).retriever_options()["visible"] is False  # not started
 
 
 def test_hybrid_ask_shows_bm25_and_its_formula(hybrid_actions):
     status, answer, passages, prob_fig, *_, last = ask(hybrid_actions, k=3, retriever="hybrid")
     assert status == ""
-    result = ui.unwrap(last)
+    result = unwrap(last)
     assert (result.retriever, result.lexical_weight) == ("hybrid", 0.5)
     assert [f"bm25 {p.lexical:.2f}" in passages for p in result.passages] == [True] * 3
     assert "dense + BM25" in answer
     assert "+ 0.5·bm25" in prob_fig["value"].layout.title.text
     prior = softmax([result.scale * p.score + 0.5 * p.lexical for p in result.passages])
     assert prior == pytest.approx([p.prob for p in result.passages], abs=1e-5)
-    learn = ui.format_learn_html(result, 0)
+    learn = format_learn_html(result, 0)
     assert "β = 0.5" in learn and f"<b>{prior[0]:.4f}</b>" in learn and f"<td>{result.passages[0].lexical:.3f}</td>" in learn
 
     status, answer, passages, *_, last = ask(hybrid_actions, k=3, retriever="dense")
-    result = ui.unwrap(last)
+    result = unwrap(last)
     assert status == "" and result.retriever == "dense" and "bm25" not in passages and "dense + BM25" not in answer
-    assert "β" not in ui.format_learn_html(result, 0)
+    assert "β" not in format_learn_html(result, 0)
 
 
 def test_retriever_choice_errors_are_messages(actions, hybrid_actions):
@@ -657,7 +688,7 @@ def test_retriever_choice_errors_are_messages(actions, hybrid_actions):
 def test_extractive_answers_copy_a_run_of_a_retrieved_passage(actions, ui_engine, beams):
     status, answer, *_, last = ask(actions, k=3, beams=beams, extractive=True)
     assert status == ""
-    result = ui.unwrap(last)
+    result = unwrap(last)
     assert result.extractive and "copying" in answer
     gen = ui_engine.generator
     sources = [gen.copy_source(result.question, Passage(p.title, p.text)) for p in result.passages]
@@ -666,24 +697,24 @@ def test_extractive_answers_copy_a_run_of_a_retrieved_passage(actions, ui_engine
         ids = [t for t in variant.token_ids if t not in gen.stop_ids]
         assert ids, variant
         assert any(src[i : i + len(ids)] == ids for src in sources for i in range(len(src)))
-    free = ui.unwrap(ask(actions, k=3, beams=beams)[-1])
+    free = unwrap(ask(actions, k=3, beams=beams).last)
     assert not free.extractive and all("copying" not in v.decoding for v in free.variants.values())
 
 
 def test_score_tab_takes_the_last_question_only_when_its_box_is_empty():
-    result = ui.Held(evil_result())
-    assert ui.DemoActions.carry_question(result, "") == result.value.question
-    assert ui.DemoActions.carry_question(result, "  ") == result.value.question
-    assert is_skip(ui.DemoActions.carry_question(result, "my own question"))  # never overwrite what was typed
-    assert is_skip(ui.DemoActions.carry_question(None, ""))
+    result = Held(evil_result())
+    assert DemoActions.carry_question(result, "") == result.value.question
+    assert DemoActions.carry_question(result, "  ") == result.value.question
+    assert is_skip(DemoActions.carry_question(result, "my own question"))  # never overwrite what was typed
+    assert is_skip(DemoActions.carry_question(None, ""))
 
 
 def test_hybrid_passage_list_says_what_orders_it():
     passages = evil_result().passages
-    assert "ranked by p(z|x)" in ui.format_passages_html(passages, retriever="hybrid")
-    assert "ranked by" not in ui.format_passages_html(passages, retriever="dense")  # dense: the score gives the order
-    assert "ranked by" not in ui.format_passages_html(passages, retriever="bm25")  # bm25: so does its score
-    assert "ranked by" not in ui.format_passages_html(passages[:1], retriever="hybrid")
+    assert "ranked by p(z|x)" in format_passages_html(passages, retriever="hybrid")
+    assert "ranked by" not in format_passages_html(passages, retriever="dense")  # dense: the score gives the order
+    assert "ranked by" not in format_passages_html(passages, retriever="bm25")  # bm25: so does its score
+    assert "ranked by" not in format_passages_html(passages[:1], retriever="hybrid")
 
 
 @pytest.mark.parametrize("retriever, names", [("dense", ["score 0.900"]), ("bm25", ["bm25 7.25"]),
@@ -692,7 +723,7 @@ def test_passage_cards_name_the_scores_their_retriever_used(retriever, names):
     from dataclasses import replace
 
     passages = [replace(evil_result().passages[0], lexical=7.25)]
-    html = ui.format_passages_html(passages, retriever=retriever)
+    html = format_passages_html(passages, retriever=retriever)
     shown_names = re.findall(r"(score [0-9.]+|bm25 [0-9.]+)", html)
     assert shown_names == names
 
@@ -701,7 +732,7 @@ def test_bm25_ask_shows_bm25_its_scale_and_no_index(actions):
     from rag_demo.config import BM25_SCALE
 
     status, answer, passages, prob_fig, *_, last = ask(actions, k=3, index="hnsw", retriever="bm25")
-    result = ui.unwrap(last)
+    result = unwrap(last)
     assert status == "" and (result.retriever, result.scale) == ("bm25", BM25_SCALE)
     assert [f"bm25 {p.lexical:.2f}" in passages for p in result.passages] == [True] * 3 and "score " not in passages
     assert "exact search · no index" in answer and ">BM25</span>" in answer and "index hnsw" not in answer
@@ -709,7 +740,7 @@ def test_bm25_ask_shows_bm25_its_scale_and_no_index(actions):
     assert f"softmax({BM25_SCALE:g}·bm25)" in prob_fig["value"].layout.title.text
     prior = softmax([BM25_SCALE * p.lexical for p in result.passages])
     assert prior == pytest.approx([p.prob for p in result.passages], abs=1e-6)
-    learn = ui.format_learn_html(result, 0)
+    learn = format_learn_html(result, 0)
     assert f"λ = {BM25_SCALE:g}" in learn and "BM25 word matching alone" in learn and "<th>bm25 b(z)</th>" in learn
     assert f"<b>{prior[0]:.4f}</b>" in learn and "β" not in learn
     data = actions.ask_json(QUESTION, "token", 3, "flat", "", "bm25")
@@ -732,7 +763,7 @@ def _comparison(gold_ids=(0,)):
 
 
 def test_comparison_html_escapes_everything_and_marks_the_gold_passage():
-    html = ui.format_comparison_html(_comparison())
+    html = format_comparison_html(_comparison())
     assert_no_raw_html(html)
     assert "&lt;script&gt;q&lt;/script&gt;?" in html and "&lt;kb&gt;" in html
     assert "&lt;img src=x onerror=alert(5)&gt;" in html and "&lt;b&gt;x&lt;/b&gt;" in html  # both kinds of notice
@@ -742,7 +773,7 @@ def test_comparison_html_escapes_everything_and_marks_the_gold_passage():
     assert 'rag-passage rag-passage-gold' in columns[0] and "rag-passage-gold" not in columns[1]
     assert "Dense (the paper) <b>rank 1</b> · BM25 <b>not in the top 2</b>" in html
     assert "softmax(1·score)" in columns[0] and "softmax(0.2·bm25)" in columns[1] and "bm25 3.50" in columns[1]
-    unknown = ui.format_comparison_html(_comparison(gold_ids=()))
+    unknown = format_comparison_html(_comparison(gold_ids=()))
     assert "No gold passage is known" in unknown and 'class="rag-gold"' not in unknown and "gold:" not in unknown
 
 
@@ -757,7 +788,7 @@ def gold_actions(ui_engine, tmp_path_factory):
     row = {"question": QUESTIONS[0], "answer": "Paris", "swapped_answer": "Lyon", "passage_answer": "Paris", "gold_id": 0}
     (folder / QUESTIONS_FILE).write_text(json.dumps(row) + "\n")
     kbs = {KB_NAMES[0]: load_kb(folder, name=KB_NAMES[0])}
-    return ui.DemoActions(RagEngine(encoder=ui_engine.encoder, generator=ui_engine.generator, kbs=kbs, config=ui_engine.config))
+    return DemoActions(RagEngine(encoder=ui_engine.encoder, generator=ui_engine.generator, kbs=kbs, config=ui_engine.config))
 
 
 def test_compare_event_and_api_show_what_the_engine_compared(gold_actions):
@@ -782,7 +813,7 @@ def test_compare_event_and_api_show_what_the_engine_compared(gold_actions):
 
 def test_compare_errors_are_messages(actions):
     assert "Type a question" in actions.compare("  ", KB_NAMES[0], 3, None)[0]
-    assert "Build your knowledge base first" in actions.compare(QUESTION, ui.PRIVATE_KB, 3, None)[0]
+    assert "Build your knowledge base first" in actions.compare(QUESTION, PRIVATE_KB, 3, None)[0]
     with pytest.raises(gr.Error, match="unknown knowledge base"):
         actions.compare_json(QUESTION, "<b>nope</b>", 3)
     with pytest.raises(gr.Error, match="k must be between"):
@@ -793,7 +824,84 @@ def test_importing_the_page_module_loads_no_model_library():
     import subprocess
     import sys
 
-    code = "import sys, rag_demo.ui; print(sorted(m for m in ('torch', 'transformers', 'faiss') if m in sys.modules))"
+    code = "import sys, rag_demo.ui.page; print(sorted(m for m in ('torch', 'transformers', 'faiss') if m in sys.modules))"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                           cwd=Path(__file__).resolve().parent.parent)
     assert done.stdout.strip() == "[]"
+
+
+def test_only_the_events_and_the_layout_import_gradio():
+    import subprocess
+    import sys
+
+    import rag_demo.ui
+
+    code = ("import sys; sys.modules['gradio'] = None  # any import of gradio now fails\n"
+            "import rag_demo.background, rag_demo.text, rag_demo.ui, rag_demo.ui.html, rag_demo.ui.inputs, rag_demo.ui.learn")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          cwd=Path(__file__).resolve().parent.parent)
+    assert done.returncode == 0, done.stderr
+    assert rag_demo.ui.__all__ == ["build_demo", "launch_options"]
+    assert not hasattr(rag_demo.ui, "DemoActions") and not hasattr(rag_demo.ui, "format_answer_html")
+
+
+# ---- limits ------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def big(ui_engine):
+    """The UI engine's models over one knowledge base with a passage more than the largest k."""
+    from rag_demo.corpus import make_kb
+    from rag_demo.engine import RagEngine
+
+    passages = [Passage(f"Fact {i}", f"The capital of France is Paris, fact number {i} says.") for i in range(LIMITS.max_k + 1)]
+    kb = make_kb("big", passages, ui_engine.encoder.encode_passages(passages), encoder=ui_engine.encoder.name)
+    return RagEngine(encoder=ui_engine.encoder, generator=ui_engine.generator, kbs={"big": kb}, config=ui_engine.config)
+
+
+def test_the_api_takes_the_largest_k_and_refuses_one_more(big):
+    actions = DemoActions(big)
+    assert len(actions.ask_json(QUESTION, "token", LIMITS.max_k, "flat", "big")["passages"]) == LIMITS.max_k
+    assert actions.compare_json(QUESTION, "big", LIMITS.max_k)["k"] == LIMITS.max_k
+    refused = f"k must be between 1 and {LIMITS.max_k}"
+    with pytest.raises(gr.Error, match=refused):
+        actions.ask_json(QUESTION, "token", LIMITS.max_k + 1, "flat", "big")
+    with pytest.raises(gr.Error, match=refused):
+        actions.compare_json(QUESTION, "big", LIMITS.max_k + 1)
+    out = actions.ask(QUESTION, "token", LIMITS.max_k + 1, "flat", "big", 1, "thorough", None)  # the /ask endpoint
+    assert refused in out.status and "rag-status-error" in out.status
+    with pytest.raises(InputError, match=refused):  # the engine's own check, for callers other than the page
+        big.ask(QUESTION, kb="big", k=LIMITS.max_k + 1)
+
+
+def test_the_api_takes_the_most_beams_and_refuses_one_more(big):
+    actions = DemoActions(big)
+    out = actions.ask(QUESTION, "token", 2, "flat", "big", LIMITS.max_beams, "thorough", None)
+    assert out.status == "" and unwrap(out.last).variants["token"].decoding == f"beam {LIMITS.max_beams}"
+    out = actions.ask(QUESTION, "token", 2, "flat", "big", LIMITS.max_beams + 1, "thorough", None)
+    assert f"beams must be between 1 and {LIMITS.max_beams}" in out.status and "rag-status-error" in out.status
+    with pytest.raises(InputError, match=f"num_beams must be between 1 and {LIMITS.max_beams}"):
+        big.ask(QUESTION, kb="big", num_beams=LIMITS.max_beams + 1)
+
+
+def test_the_api_takes_the_longest_question_and_refuses_one_char_more(big):
+    actions = DemoActions(big)
+    longest = ("What is the capital of France? " * LIMITS.max_input_chars)[:LIMITS.max_input_chars - 1] + "?"
+    result = actions.ask_json(longest, "token", 2, "flat", "big")
+    assert f"the question was cut to its first {LIMITS.max_question_chars} characters" in result["notices"]
+    refused = f"the question has {LIMITS.max_input_chars + 1:,} characters; the limit is {LIMITS.max_input_chars:,}"
+    with pytest.raises(gr.Error, match=refused):
+        actions.ask_json(longest + "?", "token", 2, "flat", "big")
+    with pytest.raises(gr.Error, match=refused):
+        actions.compare_json(longest + "?", "big", 2)
+    assert refused in actions.ask(longest + "?", "token", 2, "flat", "big", 1, "thorough", None).status
+
+
+def test_the_page_controls_stop_at_the_limits(ui_engine):
+    by_id = {block.elem_id: block for block in build_demo(ui_engine).blocks.values() if getattr(block, "elem_id", None)}
+    assert [by_id[name].maximum for name in ("k", "swap-k", "score-k")] == [LIMITS.max_k] * 3
+    assert by_id["beams"].maximum == LIMITS.max_beams
+    # one character more than the engine reads, so that a longer paste comes back with the "cut" notice
+    assert [by_id[name].max_length for name in ("question", "swap-question", "mine-question", "score-question")] == [
+        LIMITS.max_question_chars + 1] * 4
+    assert by_id["score-answer"].max_length == LIMITS.max_answer_chars + 1

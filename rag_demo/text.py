@@ -1,0 +1,63 @@
+"""Text from visitors, files and the command line, made safe for the models and for a terminal.
+
+One cleaning serves every entry point, so a question reads the same on the page, through the
+API and from the command line.
+"""
+
+from __future__ import annotations
+
+from .config import LIMITS
+from .errors import InputError
+
+
+def plain_text(text: str) -> str:
+    """Text every tokenizer and JSON encoder accepts: control characters and unpaired surrogates
+    become spaces; line breaks and tabs stay.
+
+    >>> plain_text("a\\ud800b\\x00c\\nd")
+    'a b c\\nd'
+    """
+    return "".join(ch if ch.isprintable() or ch in "\n\t" else " " for ch in text)
+
+
+def clean_text(text: str, *, what: str, limit: int = LIMITS.max_question_chars) -> tuple[str, tuple[str, ...]]:
+    """`text` as plain words on one line, and the notices the reader should see.
+
+    Empty text is refused; text longer than `limit` is cut to it, with a notice, so that a pasted
+    paragraph still gets an answer.
+
+    >>> clean_text("  who\\x00wrote\\n it? ", what="question")
+    ('who wrote it?', ())
+    >>> clean_text("abcdef", what="answer", limit=3)
+    ('abc', ('the answer was cut to its first 3 characters',))
+    """
+    if not isinstance(text, str):
+        raise InputError(f"the {what} must be text")
+    cleaned = " ".join(plain_text(text).split())
+    if not cleaned:
+        raise InputError(f"the {what} is empty; type a {what}")
+    if len(cleaned) > limit:
+        return cleaned[:limit], (f"the {what} was cut to its first {limit} characters",)
+    return cleaned, ()
+
+
+def check_length(text: str, *, what: str, limit: int = LIMITS.max_input_chars) -> str:
+    """`text` unchanged, or an InputError when it is longer than anyone should send.
+
+    >>> check_length("x" * 6, what="question", limit=5)
+    Traceback (most recent call last):
+    ...
+    rag_demo.errors.InputError: the question has 6 characters; the limit is 5
+    """
+    if len(text) > limit:
+        raise InputError(f"the {what} has {len(text):,} characters; the limit is {limit:,}")
+    return text
+
+
+def one_line(text: str) -> str:
+    """A message as one printable line: control characters (which a question may carry) are shown escaped.
+
+    >>> one_line("unrecognized arguments: \\r\\x1b[31m")
+    'unrecognized arguments: \\\\r\\\\x1b[31m'
+    """
+    return "".join(ch if ch.isprintable() else ascii(ch)[1:-1] for ch in text)

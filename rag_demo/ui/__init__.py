@@ -1,0 +1,25 @@
+"""The web demo. `build_demo(engine)` makes the page; `launch_options()` holds what gradio takes at launch.
+
+    html.py     results -> HTML (pure; every string from outside is escaped there)
+    learn.py    the Learn tab's worked equations and the glossary
+    inputs.py   page and API inputs -> engine arguments; visitors' uploads -> passages
+    actions.py  one method per page event, each output named
+    page.py     the layout and its events
+
+Only actions.py and page.py import gradio, and importing this package imports neither: the two
+names below load the page when first asked for.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["build_demo", "launch_options"]
+
+
+def __getattr__(name: str) -> Any:
+    if name in __all__:
+        from . import page
+
+        return getattr(page, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

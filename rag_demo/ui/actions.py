@@ -1,0 +1,532 @@
+"""One method per page event: parse the inputs, make one engine call, format, return.
+
+Each event's outputs are a named tuple (`AskView`, `SwapView`, ...). An action returns one filled
+with values; the page builds the same tuple of its components as the event's outputs, so a value
+can only land in the component of its name. Leaving an output out, or naming one the view lacks, is
+a TypeError instead of a silent shift of every output after it. An error becomes a message in the
+event's status box and leaves the other outputs as they were (`changed`).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from typing import Any, NamedTuple, TypeVar
+
+import gradio as gr
+
+from .. import plots
+from ..background import Engine, EngineNotReady, engine_ready
+from ..corpus import KnowledgeBase, Passage
+from ..errors import InputError, RagDemoError
+from ..progress import Progress, counted
+from ..results import AskResult
+from ..text import plain_text
+from .html import (
+    RETRIEVER_NAMES,
+    format_answer_html,
+    format_comparison_html,
+    format_index_table,
+    format_kb_preview,
+    format_passages_html,
+    format_score_html,
+    format_status,
+    format_swap_column,
+    format_swap_summary,
+    passage_choices,
+)
+from .inputs import (
+    SessionFiles,
+    UploadLimits,
+    parse_beams,
+    parse_k,
+    parse_retriever,
+    parse_variants,
+    passages_from_inputs,
+    require_answer,
+    require_question,
+)
+from .learn import format_learn_html, learn_token_choices
+
+log = logging.getLogger(__name__)
+
+PRIVATE_KB = "__mine__"  # the dropdown value that means "this visitor's own knowledge base"
+PRIVATE_LABEL = "my knowledge (this session)"
+PRIVATE_NAME = "my knowledge"  # as the dropdown calls it
+KB_MENUS = ("kb", "swap_left", "swap_right", "score_kb", "idx_kb")  # the knowledge-base dropdowns of every tab
+
+
+class Held:
+    """A `gr.State` payload. Gradio hashes state values to notice changes, and frozen results whose
+    fields are dicts or arrays cannot be hashed; a holder hashes by identity, and every new answer
+    or knowledge base is a new holder."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: Any):
+        self.value = value
+
+    def __repr__(self) -> str:
+        return f"Held({type(self.value).__name__})"
+
+
+def unwrap(value: Any) -> Any:
+    """The value inside a `Held` (plain values pass through, so tests may pass them directly)."""
+    return value.value if isinstance(value, Held) else value
+
+
+# ---- each event's outputs, by name ----------------------------------------------------------------
+
+
+class AskView(NamedTuple):
+    status: Any
+    answer: Any
+    passages: Any
+    doc_prob: Any  # the p(z|x) bars
+    heat_token: Any
+    heat_seq: Any
+    gain: Any
+    last: Any  # Held(AskResult): the answer the Learn and Score tabs work with
+
+
+class CompareView(NamedTuple):
+    status: Any
+    comparison: Any
+
+
+class SwapView(NamedTuple):
+    status: Any
+    summary: Any
+    left: Any
+    right: Any
+
+
+class MineView(NamedTuple):
+    """After building or editing a visitor's own knowledge base: the tab itself, and every tab's
+    knowledge-base dropdown (`KB_MENUS`), which now offers it."""
+
+    status: Any
+    mine: Any  # Held(KnowledgeBase)
+    picker: Any
+    edit_title: Any
+    edit_text: Any
+    preview: Any
+    kb: Any
+    swap_left: Any
+    swap_right: Any
+    score_kb: Any
+    idx_kb: Any
+
+
+class MineAnswerView(NamedTuple):
+    status: Any
+    answer: Any
+    passages: Any
+
+
+class PassageView(NamedTuple):
+    title: Any
+    text: Any
+
+
+class ScoreView(NamedTuple):
+    status: Any
+    cards: Any
+    heat_token: Any
+    heat_seq: Any
+    gain: Any
+
+
+class IndexView(NamedTuple):
+    status: Any
+    table: Any
+    figure: Any
+
+
+class LearnView(NamedTuple):
+    token_picker: Any
+    walkthrough: Any
+
+
+class PollView(NamedTuple):
+    """While the engine starts: the banner and the timer. Once it is ready: the choices the page
+    could not know when it was built."""
+
+    banner: Any
+    timer: Any
+    announced: Any  # gr.State: the choices were sent
+    kb: Any
+    swap_left: Any
+    swap_right: Any
+    score_kb: Any
+    idx_kb: Any
+    examples: Any
+    swap_examples: Any
+    retriever: Any
+
+
+View = TypeVar("View", bound=tuple)
+
+
+def changed(view: type[View], **values: Any) -> View:
+    """A `view` that sets only these outputs; the page keeps what the others show.
+
+    >>> changed(CompareView, status="oops")
+    CompareView(status='oops', comparison={'__type__': 'update'})
+    """
+    unchanged = {name: gr.skip() for name in view._fields if name not in values}
+    return view(**unchanged, **values)
+
+
+def _failure(err: Exception) -> str:
+    """The message box for an exception raised inside an event. Never a traceback."""
+    if isinstance(err, EngineNotReady):
+        return format_status(str(err), "wait")
+    if isinstance(err, RagDemoError):
+        return format_status(str(err))
+    log.exception("unexpected error in a UI event", exc_info=err)
+    return format_status(f"Something went wrong inside the demo ({type(err).__name__}). "
+                         "The server log has the details; try another question or setting.")
+
+
+def _plot_update(figure: Any) -> dict:
+    return gr.update(value=figure, visible=figure is not None)
+
+
+def _api_json(endpoint: str, call: Callable[[], Any]) -> dict:
+    """`call()`'s result as JSON for an API endpoint; a user's error comes back as its message, anything
+    else as a short message for the caller with the details in the server log."""
+    try:
+        result = call()
+    except RagDemoError as err:
+        raise gr.Error(str(err), print_exception=False) from None
+    except Exception as err:  # the API boundary
+        log.exception("unexpected error in %s", endpoint, exc_info=err)
+        raise gr.Error(f"Something went wrong inside the demo ({type(err).__name__}); the server log has the details.",
+                       print_exception=False) from None
+    return result.to_json()
+
+
+def _progress_adapter(progress: gr.Progress | None) -> Progress | None:
+    if progress is None:
+        return None
+
+    def report(stage: str, done: int, total: int) -> None:
+        progress((done, total) if total else None, desc=stage)
+
+    return report
+
+
+def _part_of(report: Progress | None, part: int, parts: int, label: str) -> Progress | None:
+    """`report` for the `part`-th of `parts` equal jobs: one bar across all of them, each stage labelled."""
+    if report is None:
+        return None
+
+    def report_part(stage: str, done: int, total: int) -> None:
+        report(f"{label}: {stage}", part * total + done, parts * total)
+
+    return report_part
+
+
+class DemoActions:
+    """One method per page event. Each parses its inputs, makes one engine call and formats the result."""
+
+    def __init__(self, engine: Engine, *, limits: UploadLimits = UploadLimits(), files: SessionFiles | None = None):
+        self.engine = engine
+        self.limits = limits
+        self.files = files or SessionFiles()
+
+    # ---- helpers -----------------------------------------------------------------------------
+    def kb_names(self) -> tuple[str, ...]:
+        return tuple(self.engine.kb_names) if engine_ready(self.engine) else ()
+
+    def default_kb(self) -> str | None:
+        return self.engine.default_kb if engine_ready(self.engine) else None
+
+    def kb_choices(self, mine: Held | KnowledgeBase | None) -> list[tuple[str, str]]:
+        choices = [(name, name) for name in self.kb_names()]
+        mine = unwrap(mine)
+        if mine is not None:
+            choices.append((f"{PRIVATE_LABEL}: {counted(len(mine), 'passage')}", PRIVATE_KB))
+        return choices
+
+    def resolve_kb(self, choice: str | None, mine: Held | KnowledgeBase | None) -> str | KnowledgeBase:
+        mine = unwrap(mine)
+        if choice == PRIVATE_KB:
+            if mine is None:
+                raise InputError("Build your knowledge base first in the 'Your knowledge' tab.")
+            return mine
+        if not choice:
+            return self.engine.default_kb
+        return self.known_kb(choice)
+
+    def known_kb(self, name: str) -> str:
+        """A knowledge base named by a visitor must be one the page offers: never a folder on the server."""
+        names = tuple(self.engine.kb_names)  # while the engine starts, this says so (EngineNotReady)
+        if not isinstance(name, str) or name not in names:
+            raise InputError(f"unknown knowledge base {str(name)[:80]!r}; choose one of {', '.join(names)}")
+        return name
+
+    @staticmethod
+    def fit_k(k: object, kb: str | KnowledgeBase) -> int:
+        """k from the slider, lowered to the size of a visitor's own (small) knowledge base."""
+        value = parse_k(k)
+        return min(value, len(kb)) if isinstance(kb, KnowledgeBase) else value
+
+    def examples(self, kb_choice: str | None) -> list[list[str]]:
+        if not engine_ready(self.engine) or kb_choice == PRIVATE_KB:
+            return []
+        try:
+            return [[q] for q in self.engine.example_questions(kb_choice or self.engine.default_kb, 8)]
+        except RagDemoError as err:
+            log.warning("no example questions: %s", err)
+            return []
+
+    def examples_update(self, kb_choice: str | None) -> gr.Dataset:
+        """New example questions when the knowledge base changes; none for a visitor's own (the
+        examples ask about the NQ passages, which it does not hold)."""
+        samples = [] if kb_choice == PRIVATE_KB else self.examples(kb_choice)
+        return gr.Dataset(samples=samples, visible=bool(samples))
+
+    # ---- Ask ----------------------------------------------------------------------------------
+    def ask(self, question: str, variant: str, k: float, index: str, kb_choice: str | None, num_beams: float,
+            sequence_decoding: str, mine: Held | KnowledgeBase | None, retriever: str | None = None,
+            extractive: bool = False,
+            progress: gr.Progress = gr.Progress(),  # noqa: B008 (gradio injects a tracker here)
+            ) -> AskView:
+        try:
+            knowledge = self.resolve_kb(kb_choice, mine)
+            result = self.engine.ask(
+                require_question(question),
+                kb=knowledge,
+                k=self.fit_k(k, knowledge),
+                index=index or "flat",
+                variants=parse_variants(variant),
+                num_beams=parse_beams(num_beams),
+                sequence_decoding=sequence_decoding or "thorough",
+                closed_book=True,
+                retriever=parse_retriever(retriever),
+                extractive=bool(extractive),
+                progress=_progress_adapter(progress),
+            )
+        except Exception as err:  # the UI boundary: a message in the page, never a traceback
+            return changed(AskView, status=_failure(err))
+        heat = {name: plots.posterior_heatmap(v, result.passages) for name, v in result.variants.items()}
+        return AskView(
+            status="",
+            answer=format_answer_html(result),
+            passages=format_passages_html(result.passages, retriever=result.retriever),
+            doc_prob=_plot_update(plots.doc_prob_figure(result)),
+            heat_token=_plot_update(heat.get("token")),
+            heat_seq=_plot_update(heat.get("sequence")),
+            gain=_plot_update(plots.retrieval_gain_figure(list(result.variants.values()))),
+            last=Held(result),
+        )
+
+    def ask_json(self, question: str, variant: str = "both", k: int = 5, index: str = "flat", kb: str = "",
+                 retriever: str = "", extractive: bool = False) -> dict:
+        """The API: the AskResult as JSON. Errors come back as a gradio error with the message."""
+        return _api_json("/ask_json", lambda: self.engine.ask(
+            require_question(question), kb=self.known_kb(kb) if kb else self.engine.default_kb, k=parse_k(k),
+            index=index or "flat", variants=parse_variants(variant), retriever=parse_retriever(retriever),
+            extractive=bool(extractive)))
+
+    # ---- Compare retrievers ---------------------------------------------------------------------
+    def compare(self, question: str, kb_choice: str | None, k: float, mine: Held | KnowledgeBase | None) -> CompareView:
+        """The same question, KB and k under each retriever the engine offers."""
+        try:
+            knowledge = self.resolve_kb(kb_choice, mine)
+            comparison = self.engine.compare_retrievers(require_question(question), kb=knowledge, k=self.fit_k(k, knowledge))
+        except Exception as err:  # the UI boundary
+            return changed(CompareView, status=_failure(err))
+        return CompareView(status="", comparison=format_comparison_html(comparison))
+
+    def compare_json(self, question: str, kb: str = "", k: int = 5) -> dict:
+        """The API: the RetrieverComparison as JSON. Errors come back as a gradio error with the message."""
+        return _api_json("/compare_json", lambda: self.engine.compare_retrievers(
+            require_question(question), kb=self.known_kb(kb) if kb else self.engine.default_kb, k=parse_k(k)))
+
+    # ---- Swap the index -----------------------------------------------------------------------
+    def swap(self, question: str, left: str | None, right: str | None, variant: str, k: float,
+             mine: Held | KnowledgeBase | None,
+             progress: gr.Progress = gr.Progress(),  # noqa: B008 (gradio injects a tracker here)
+             ) -> SwapView:
+        """Same question and model, two knowledge bases."""
+        try:
+            question = require_question(question)
+            sides = [self.resolve_kb(left, mine), self.resolve_kb(right, mine)]
+            report = _progress_adapter(progress)
+            a, b = (self.engine.ask(question, kb=kb, k=self.fit_k(k, kb), variants=parse_variants(variant),
+                                    closed_book=False, progress=_part_of(report, side, len(sides), getattr(kb, "name", kb)))
+                    for side, kb in enumerate(sides))
+        except Exception as err:  # the UI boundary
+            return changed(SwapView, status=_failure(err))
+        return SwapView(status="", summary=format_swap_summary(a, b), left=format_swap_column(a), right=format_swap_column(b))
+
+    # ---- Your knowledge -----------------------------------------------------------------------
+    def build_mine(self, files: list[str] | None, paste_title: str, paste_text: str, mine: Held | KnowledgeBase | None,
+                   progress: gr.Progress = gr.Progress(),  # noqa: B008 (gradio injects a tracker here)
+                   request: gr.Request | None = None) -> MineView:
+        started = time.perf_counter()
+        try:
+            if files and len(files) > self.limits.max_files:
+                raise InputError(f"{len(files)} files uploaded; the limit is {self.limits.max_files}. Remove some and build again.")
+            session = getattr(request, "session_hash", None)
+            if files and session:
+                files = self.files.adopt(session, files)
+            passages = passages_from_inputs(files, paste_title, paste_text, limits=self.limits)
+            kb = self.engine.build_kb(PRIVATE_NAME, passages, progress=_progress_adapter(progress))
+        except Exception as err:  # the UI boundary: the session keeps its previous knowledge base
+            return changed(MineView, status=_failure(err), mine=mine)
+        sources = len(files or []) + (1 if (paste_text or "").strip() else 0)
+        status = format_status(
+            f"Indexed {counted(len(kb), 'passage')} from {counted(sources, 'source')} in "
+            f"{time.perf_counter() - started:.1f} s. "
+            f"Ask below, or pick “{PRIVATE_LABEL}” in the other tabs.", "ok")
+        return self._mine_view(status, kb)
+
+    def _mine_view(self, status: str, kb: KnowledgeBase) -> MineView:
+        choices = self.kb_choices(kb)
+        return MineView(status=status, mine=Held(kb), picker=gr.update(choices=passage_choices(kb), value=0),
+                        edit_title=kb.titles[0], edit_text=kb.texts[0], preview=format_kb_preview(kb),
+                        **{menu: gr.update(choices=choices) for menu in KB_MENUS})
+
+    def pick_passage(self, position: int | None, mine: Held | KnowledgeBase | None) -> PassageView:
+        mine = unwrap(mine)
+        if mine is None or position is None or not 0 <= int(position) < len(mine):
+            return PassageView(title="", text="")
+        return PassageView(title=mine.titles[int(position)], text=mine.texts[int(position)])
+
+    def save_passage(self, position: int | None, title: str, text: str, mine: Held | KnowledgeBase | None,
+                     progress: gr.Progress = gr.Progress()) -> MineView:  # noqa: B008 (gradio injects a tracker here)
+        """Replace one passage (empty text removes it) and re-index."""
+        kb_before = unwrap(mine)
+        try:
+            if kb_before is None:
+                raise InputError("Build your knowledge base first, then pick a passage to edit.")
+            if position is None or not 0 <= int(position) < len(kb_before):
+                raise InputError("Pick a passage to edit.")
+            passages = [kb_before.passage(i) for i in range(len(kb_before))]
+            if (text or "").strip():
+                passages[int(position)] = Passage(title=plain_text(title or "").strip(), text=" ".join(plain_text(text).split()))
+                what = f"Saved passage {int(position) + 1}"
+            else:
+                del passages[int(position)]
+                what = f"Removed passage {int(position) + 1}"
+            kb = self.engine.build_kb(PRIVATE_NAME, passages, progress=_progress_adapter(progress))
+        except Exception as err:  # the UI boundary
+            return changed(MineView, status=_failure(err), mine=mine)
+        return self._mine_view(format_status(f"{what} and re-indexed {counted(len(kb), 'passage')}. Ask again.", "ok"), kb)
+
+    def ask_mine(self, question: str, mine: Held | KnowledgeBase | None,
+                 progress: gr.Progress = gr.Progress(),  # noqa: B008 (gradio injects a tracker here)
+                 ) -> MineAnswerView:
+        """Both variants against the visitor's own knowledge base."""
+        kb = unwrap(mine)
+        try:
+            if not isinstance(kb, KnowledgeBase):
+                raise InputError("Build your knowledge base first (upload or paste text above).")
+            result = self.engine.ask(require_question(question), kb=kb, k=min(5, len(kb)),
+                                     variants=("token", "sequence"), progress=_progress_adapter(progress))
+        except Exception as err:  # the UI boundary
+            return changed(MineAnswerView, status=_failure(err))
+        return MineAnswerView(status="", answer=format_answer_html(result),
+                              passages=format_passages_html(result.passages, retriever=result.retriever))
+
+    # ---- Score your answer ----------------------------------------------------------------------
+    def score(self, question: str, answer: str, kb_choice: str | None, k: float, index: str,
+              mine: Held | KnowledgeBase | None,
+              progress: gr.Progress = gr.Progress(),  # noqa: B008 (gradio injects a tracker here)
+              ) -> ScoreView:
+        try:
+            if not any(isinstance(text, str) and text.strip() for text in (question, answer)):
+                raise InputError("Type a question and the answer to score for it.")
+            answer = require_answer(answer)
+            knowledge = self.resolve_kb(kb_choice, mine)
+            result = self.engine.score(require_question(question), answer, kb=knowledge,
+                                       k=self.fit_k(k, knowledge), index=index or "flat", variants=("token", "sequence"),
+                                       progress=_progress_adapter(progress))
+        except Exception as err:  # the UI boundary
+            return changed(ScoreView, status=_failure(err))
+        heat = {name: plots.posterior_heatmap(v, result.passages) for name, v in result.variants.items()}
+        return ScoreView(status="", cards=format_score_html(result), heat_token=_plot_update(heat.get("token")),
+                         heat_seq=_plot_update(heat.get("sequence")),
+                         gain=_plot_update(plots.retrieval_gain_figure(list(result.variants.values()))))
+
+    # ---- Index variants -----------------------------------------------------------------------
+    def index_reports(self, kb_choice: str | None, mine: Held | KnowledgeBase | None) -> IndexView:
+        try:
+            kb = self.resolve_kb(kb_choice, mine)
+            reports = self.engine.index_reports(kb)
+        except Exception as err:  # the UI boundary
+            return changed(IndexView, status=_failure(err))
+        name = kb.name if isinstance(kb, KnowledgeBase) else kb
+        return IndexView(status="", table=format_index_table(reports, name),
+                         figure=_plot_update(plots.index_report_figure(reports)))
+
+    # ---- Learn --------------------------------------------------------------------------------
+    def learn_tokens(self, result: Held | AskResult | None) -> LearnView:
+        """Starts on the first token (Figure 2's interesting one)."""
+        result = unwrap(result)
+        choices = learn_token_choices(result)
+        return LearnView(token_picker=gr.update(choices=choices, value=0 if choices else None),
+                         walkthrough=format_learn_html(result, 0))
+
+    def learn(self, result: Held | AskResult | None, position: int | None) -> str:
+        return format_learn_html(unwrap(result), position)
+
+    @staticmethod
+    def carry_question(result: Held | AskResult | None, typed: str | None):
+        """The Score tab's question: the last asked one, unless the visitor already typed one there."""
+        result = unwrap(result)
+        if result is None or (typed or "").strip():
+            return gr.skip()
+        return result.question
+
+    # ---- the end of a session -------------------------------------------------------------------
+    def end_session(self, request: gr.Request) -> None:
+        """The tab was closed: delete the visitor's uploaded files now."""
+        session = getattr(request, "session_hash", None)
+        if session:
+            self.files.drop(session)
+
+    def release_kb(self, mine: Held | KnowledgeBase | None) -> None:
+        """Gradio dropped the session's knowledge base: let the engine forget its indexes too."""
+        kb = unwrap(mine)
+        release = getattr(self.engine, "release_kb", None)
+        if isinstance(kb, KnowledgeBase) and release is not None and engine_ready(self.engine):
+            release(kb)
+
+    # ---- first start --------------------------------------------------------------------------
+    def retriever_options(self) -> dict:
+        """The retriever radio's choices and value: dense and BM25 always, Dense + BM25 when the engine has a lexical weight."""
+        if not engine_ready(self.engine):  # no value yet: an API call then gets the engine's own default
+            return {"value": None, "visible": False}
+        offered = tuple(self.engine.retrievers)
+        return {"choices": [(RETRIEVER_NAMES.get(r, r), r) for r in offered],
+                "value": "hybrid" if "hybrid" in offered else "dense", "visible": True}
+
+    def poll(self, announced: bool) -> PollView:
+        """The banner while the engine starts; once it is ready, the choices, sent once."""
+        if not engine_ready(self.engine):
+            failed = bool(getattr(self.engine, "failed", False))
+            text = self.engine.status_text() if hasattr(self.engine, "status_text") else "Preparing…"
+            return changed(PollView, banner=format_status(text, "error" if failed else "wait"),
+                           timer=gr.Timer(active=not failed), announced=False)
+        if announced:
+            return changed(PollView, banner="", timer=gr.Timer(active=False), announced=True)
+        names = self.kb_names()
+        default = self.default_kb()
+        right = next((n for n in names if n != default), default)
+        choices = self.kb_choices(None)
+        samples = self.examples(default)
+        return PollView(
+            banner="", timer=gr.Timer(active=False), announced=True,
+            kb=gr.update(choices=choices, value=default), swap_left=gr.update(choices=choices, value=default),
+            swap_right=gr.update(choices=choices, value=right), score_kb=gr.update(choices=choices, value=default),
+            idx_kb=gr.update(choices=choices, value=default),
+            examples=gr.Dataset(samples=samples, visible=bool(samples)),
+            swap_examples=gr.Dataset(samples=samples, visible=bool(samples)),
+            retriever=gr.update(**self.retriever_options()),
+        )

@@ -1,0 +1,464 @@
+"""Results -> HTML for the page. Pure functions, no gradio: every string that did not come from
+this file (questions, passages, tokens, knowledge-base names) is escaped here.
+
+The answer cards tint each token by the passage that dominates its posterior; the passage cards,
+the retriever comparison, the index swap, the scored answer and the index table each have one
+formatter.
+"""
+
+from __future__ import annotations
+
+import html
+import math
+from collections.abc import Collection, Sequence
+
+from .. import plots
+from ..corpus import KnowledgeBase
+from ..evaluate import contains_answer
+from ..progress import counted
+from ..results import AskResult, ClosedBookResult, IndexReport, RetrievedPassage, RetrieverComparison, RetrieverRanking, VariantResult
+
+RETRIEVER_NAMES = {"dense": "Dense (the paper)", "bm25": "BM25", "hybrid": "Dense + BM25"}
+PARAMETRIC_P = 0.5  # closed-book p at or above which a token is marked as coming from parametric memory
+TIMING_ORDER = ("encode", "search", "generate", "total")
+
+
+def esc(text: object) -> str:
+    """HTML-escape any value, quotes included.
+
+    >>> esc('<img src=x onerror="1">')
+    '&lt;img src=x onerror=&quot;1&quot;&gt;'
+    """
+    return html.escape(str(text), quote=True)
+
+
+_SUPERSCRIPTS = str.maketrans("-0123456789", "⁻⁰¹²³⁴⁵⁶⁷⁸⁹")
+
+
+def fmt_prob(p: float) -> str:
+    """A probability for people: 3 decimals; powers of ten, as a blackboard writes them, when tiny.
+
+    >>> fmt_prob(0.73456), fmt_prob(0.0000123), fmt_prob(4.2e-120), fmt_prob(0.0)
+    ('0.735', '1.23 × 10⁻⁵', '4.20 × 10⁻¹²⁰', '0')
+    """
+    if p == 0:
+        return "0"
+    if abs(p) >= 0.001:
+        return f"{p:.3f}"
+    mantissa, exponent = f"{p:.2e}".split("e")
+    return f"{mantissa} × 10{str(int(exponent)).translate(_SUPERSCRIPTS)}"
+
+
+def fmt_signed(x: float, digits: int = 2) -> str:
+    """A signed number with a true minus sign, as `fmt_log` writes them.
+
+    >>> fmt_signed(-2.494), fmt_signed(0.871)
+    ('−2.49', '+0.87')
+    """
+    return f"{x:+.{digits}f}".replace("-", "−")
+
+
+def fmt_log(lp: float) -> str:
+    """A log-probability with a true minus sign.
+
+    >>> fmt_log(-0.3104)
+    '−0.310'
+    """
+    if math.isinf(lp):
+        return "−∞" if lp < 0 else "∞"
+    return f"{lp:.3f}".replace("-", "−")
+
+
+def fmt_ms(ms: float) -> str:
+    """Milliseconds for people, seconds past 1000.
+
+    >>> fmt_ms(0.04), fmt_ms(12.34), fmt_ms(4321)
+    ('0.04 ms', '12.3 ms', '4.32 s')
+    """
+    if ms >= 1000:
+        return f"{ms / 1000:.3g} s"
+    return f"{ms:.3g} ms"
+
+
+def format_status(message: str, kind: str = "error") -> str:
+    """A visible message box; kind is 'error', 'info' or 'ok'. Empty message -> empty HTML."""
+    if not message:
+        return ""
+    role = "alert" if kind == "error" else "status"
+    return f'<div class="rag-status rag-status-{esc(kind)}" role="{role}">{esc(message)}</div>'
+
+
+def _is_special(token: str) -> bool:
+    stripped = token.strip()
+    return len(stripped) > 2 and ((stripped[0] == "<" and stripped[-1] == ">") or (stripped[0] == "[" and stripped[-1] == "]"))
+
+
+def _ends_answer(tokens: Sequence[str], t: int) -> bool:
+    """The last token is a line break or a special token: the generator's stop, not a word."""
+    if t != len(tokens) - 1:
+        return False
+    token = tokens[t]
+    return (token.strip() == "" and "\n" in token) or _is_special(token)
+
+
+def _token_text(token: str) -> str:
+    """Escaped token text as shown inline: newlines visible, special tokens kept short."""
+    if token == "":
+        return "∅"
+    return esc(token).replace("\n", "↵")
+
+
+def swatch(rank: int) -> str:
+    """A small square in the colour of the passage at `rank`, as the charts draw it."""
+    return f'<span class="rag-swatch" style="background:{plots.passage_color(rank)}"></span>'
+
+
+def format_token_spans(variant: VariantResult, passages: Sequence[RetrievedPassage], *, max_tip_rows: int = 6) -> str:
+    """The answer's tokens, each tinted by the passage that dominates its posterior, with a hover tooltip.
+
+    Tint: colour of argmax_z posterior, opacity grows with that posterior. Tooltip: the token's
+    probability with passages, its closed-book probability, and its posterior over passages.
+    """
+    spans = []
+    kind = "running posterior p(z | x, y≤i)" if variant.variant == "sequence" else "posterior p(z | x, yᵢ, y<i)"
+    for t, token in enumerate(variant.tokens):
+        row = variant.posteriors[t] if t < len(variant.posteriors) else ()
+        p_open = math.exp(variant.token_logprobs[t]) if t < len(variant.token_logprobs) else float("nan")
+        p_closed = (math.exp(variant.closed_book_token_logprobs[t])
+                    if t < len(variant.closed_book_token_logprobs) else float("nan"))
+        classes = ["rag-tok"]
+        style = ""
+        best = max(range(len(row)), key=row.__getitem__) if row else None
+        if best is not None and best < len(passages):
+            rank = passages[best].rank
+            style = f' style="background:{plots.rgba(plots.passage_color(rank), 0.12 + 0.6 * row[best])}"'
+        ending = _ends_answer(variant.tokens, t)
+        if _is_special(token) or ending:
+            classes.append("rag-special")
+        if p_closed >= PARAMETRIC_P:
+            classes.append("rag-parametric")
+        order = sorted(range(len(row)), key=lambda j: -row[j])[:max_tip_rows]
+        rows = []
+        for j in order:
+            if j >= len(passages):
+                continue
+            passage = passages[j]
+            width = max(1.0, 100 * row[j])
+            rows.append(
+                f'<div class="rag-tip-row">{swatch(passage.rank)}<span class="rag-tip-title">#{passage.rank} '
+                f'{esc(plots.shorten(plots.passage_name(passage.title, passage.text), 26))}</span><span class="rag-tip-bar">'
+                f'<span style="width:{width:.0f}%;background:{plots.passage_color(passage.rank)}"></span></span>'
+                f'<span class="rag-tip-num">{row[j]:.2f}</span></div>'
+            )
+        hidden = len(row) - len(order)
+        more = f'<div class="rag-tip-more">+{hidden} more below {row[order[-1]]:.2f}</div>' if hidden > 0 and order else ""
+        gain = (variant.token_logprobs[t] - variant.closed_book_token_logprobs[t]
+                if t < min(len(variant.token_logprobs), len(variant.closed_book_token_logprobs)) else float("nan"))
+        closed_known = not math.isnan(p_closed)  # the Swap tab asks without the closed-book model
+        label = f"“{plots.token_label(token)}”: p {fmt_prob(p_open)}" + (
+            f", closed-book p {fmt_prob(p_closed)}" if closed_known else "")
+        if best is not None and best < len(passages):
+            label += f", mostly passage #{passages[best].rank} ({row[best]:.2f})"
+        about = kind
+        if ending:
+            label += "; it ends the answer"
+            about = f"the stop token: it ends the answer, and its probability is part of p(y|x) · {kind}"
+        tip = (
+            f'<span class="rag-tip" role="tooltip"><span class="rag-tip-head">“{esc(plots.token_label(token))}”</span>'
+            f'<span class="rag-tip-probs">p = {fmt_prob(p_open)} with passages'
+            + (f' · <b>{fmt_prob(p_closed)}</b> closed-book · gain {fmt_signed(gain)} nats' if closed_known else "")
+            + f'</span><span class="rag-tip-kind">{esc(about)}</span>{"".join(rows)}{more}</span>'
+        )
+        spans.append(
+            f'<span class="{" ".join(classes)}" tabindex="0" aria-label="{esc(label)}"{style}>'
+            f'<span class="rag-tok-text">{_token_text(token)}</span>{tip}</span>'
+        )
+    return "".join(spans)
+
+
+def format_closed_book_spans(closed: ClosedBookResult) -> str:
+    """Closed-book tokens in grey, darker when the model is surer; the tooltip gives p."""
+    spans = []
+    for t, (token, lp) in enumerate(zip(closed.tokens, closed.token_logprobs)):
+        p = math.exp(lp)
+        classes = "rag-tok rag-closed" + (" rag-special" if _is_special(token) or _ends_answer(closed.tokens, t) else "")
+        spans.append(
+            f'<span class="{classes}" tabindex="0" aria-label="{esc(plots.token_label(token))}: p {fmt_prob(p)}"'
+            f' style="background:rgba(107,114,128,{0.1 + 0.45 * p:.3f})"><span class="rag-tok-text">{_token_text(token)}'
+            f'</span><span class="rag-tip" role="tooltip"><span class="rag-tip-head">“{esc(plots.token_label(token))}”</span>'
+            f'<span class="rag-tip-probs">closed-book p = {fmt_prob(p)} (no passages)</span></span></span>'
+        )
+    return "".join(spans)
+
+
+def format_timings(timings_ms: dict[str, float]) -> str:
+    """'encode 3 ms · search 0.4 ms · ...' with the known stages first."""
+    keys = [k for k in TIMING_ORDER if k in timings_ms] + sorted(k for k in timings_ms if k not in TIMING_ORDER)
+    parts = [f"<span>{esc(k)} <b>{fmt_ms(float(timings_ms[k]))}</b></span>" for k in keys]
+    return f'<div class="rag-timings" title="time spent in each stage">time: {" · ".join(parts)}</div>'
+
+
+RETRIEVER_BADGES = {  # (badge text, what its p(z|x) is)
+    "dense": ("dense", "the dense retriever's scores, as in the paper"),
+    "bm25": ("BM25", "BM25 word matching alone, no vectors"),
+    "hybrid": ("dense + BM25", "the dense retriever's score plus BM25 word matching"),
+}
+
+
+def format_retriever_badge(result: AskResult | RetrieverRanking) -> str:
+    """'dense' / 'BM25' / 'dense + BM25', its p(z|x) formula in the tooltip."""
+    text, what = RETRIEVER_BADGES.get(result.retriever, (result.retriever, "the retriever's scores"))
+    return (f'<span class="rag-badge" title="p(z|x) = softmax({esc(plots.logit_formula(result))}) over the top k: '
+            f'{esc(what)}">{esc(text)}</span>')
+
+
+def format_index_badge(result: AskResult) -> str:
+    if result.retriever == "bm25":  # BM25 reads no vector index: say so, whatever index was chosen
+        return ('<span class="rag-badge" title="BM25 scores every passage; the index variants hold dense vectors">'
+                f"exact search · no index</span>{format_retriever_badge(result)}")
+    if result.index_recall is not None:
+        recall = f"recall@{result.k} {result.index_recall:.2f}"
+    else:
+        recall = "exact search" if result.index == "flat" else f"recall@{result.k} n/a"
+    return (f'<span class="rag-badge" title="recall@k of this index variant against exact (flat) search, '
+            f'for this question">index {esc(result.index)} · {recall}</span>{format_retriever_badge(result)}')
+
+
+def _variant_card(variant: VariantResult, passages: Sequence[RetrievedPassage], *, extra: str = "") -> str:
+    name = plots.VARIANT_NAMES.get(variant.variant, variant.variant)
+    candidates = ""
+    if variant.candidates:
+        seen: set[str] = set()
+        shown = []
+        for text, lp in variant.candidates[:4]:
+            label = f"“{esc(plots.shorten(text, 30))}”" if text.strip() else "(empty answer)"
+            if text in seen:  # one text, two token sequences (another ending or another split into tokens)
+                label += " (same words, other tokens)"
+            seen.add(text)
+            shown.append(f"{label} {fmt_prob(math.exp(lp))}")
+        candidates = f'<div class="rag-cands">hypotheses p(y|x): {", ".join(shown)}</div>'
+    if not variant.answer.strip():
+        candidates = '<div class="rag-cands">(empty answer: the model ended it at once)</div>' + candidates
+    return (
+        f'<div class="rag-card rag-card-{esc(variant.variant)}">'
+        f'<div class="rag-card-head"><span class="rag-kind">{esc(name)}</span>'
+        f'<span class="rag-meta">p(y|x) = <b>{fmt_prob(math.exp(variant.logprob))}</b> · log {fmt_log(variant.logprob)}'
+        f' · {esc(variant.decoding)}</span></div>'
+        f'<div class="rag-answer-text">{format_token_spans(variant, passages)}</div>{candidates}{extra}</div>'
+    )
+
+
+def _closed_card(closed: ClosedBookResult) -> str:
+    return (
+        '<div class="rag-card rag-card-closed">'
+        '<div class="rag-card-head"><span class="rag-kind">Closed-book</span>'
+        f'<span class="rag-meta">same generator, no passages · p(y|x) = <b>{fmt_prob(math.exp(closed.logprob))}</b></span></div>'
+        f'<div class="rag-answer-text">{format_closed_book_spans(closed)}</div></div>'
+    )
+
+
+def format_notices(notices: Sequence[str]) -> str:
+    return "".join(f'<div class="rag-notice">{esc(n)}</div>' for n in notices)
+
+
+def format_answer_html(result: AskResult, *, closed_book: bool = True, legend: bool = True, question: bool = True) -> str:
+    """Answer cards (one per variant, plus closed-book), the index's recall, notices and timings."""
+    cards = [_variant_card(v, result.passages) for v in result.variants.values()]
+    if closed_book and result.closed_book is not None:
+        cards.append(_closed_card(result.closed_book))
+    legend_html = (
+        '<div class="rag-legend">Token colour = the passage that dominates its posterior (stronger = surer); '
+        f'dotted underline = the closed-book model alone gives it p ≥ {PARAMETRIC_P:g} (parametric memory). '
+        "Hover or focus a token for its posterior and closed-book probability.</div>"
+        if legend else ""
+    )
+    head = (f'<div class="rag-question">Q: {esc(result.question)} <span class="rag-kb">knowledge base '
+            f'<b>{esc(result.kb)}</b></span> {format_index_badge(result)}</div>' if question else "")
+    return (
+        f'<div class="rag-answer-block">{head}{format_notices(result.notices)}<div class="rag-cards">{"".join(cards)}</div>'
+        f"{legend_html}{format_timings(result.timings_ms)}</div>"
+    )
+
+
+def _untitled(row: int) -> str:
+    return f'<span class="rag-muted">passage {int(row)}</span>'
+
+
+def _score_names(p: RetrievedPassage, retriever: str) -> str:
+    """The scores a retriever weighed, named: 'score 0.612', 'bm25 7.31' or 'score 0.612 · bm25 7.31'."""
+    if retriever == "bm25":
+        return f"bm25 {p.lexical:.2f}"
+    if retriever == "hybrid":
+        return f"score {p.score:.3f} · bm25 {p.lexical:.2f}"
+    return f"score {p.score:.3f}"
+
+
+GOLD_MARK = '<span class="rag-gold" title="the passage this question was written from">gold</span>'
+
+
+def format_passages_html(passages: Sequence[RetrievedPassage], *, max_chars: int | None = None,
+                         retriever: str = "dense", gold_ids: Collection[int] = ()) -> str:
+    """Passage cards: rank, title, the retriever's scores by name, p(z|x) with a bar, and the text.
+
+    Passages whose row is in `gold_ids` are marked gold."""
+    if not passages:
+        return '<div class="rag-empty">No passages retrieved.</div>'
+    cards = []
+    for p in passages:
+        color = plots.passage_color(p.rank)
+        text = p.text if max_chars is None else plots.shorten(p.text, max_chars)
+        gold = p.id in gold_ids
+        cards.append(
+            f'<div class="rag-passage{" rag-passage-gold" if gold else ""}" style="border-left-color:{color}">'
+            f'<div class="rag-passage-head"><span class="rag-rank" style="background:{color}">#{p.rank}</span>'
+            f'<span class="rag-passage-title">{esc(p.title) if p.title.strip() else _untitled(p.id)}</span>'
+            f'{GOLD_MARK if gold else ""}'
+            f'<span class="rag-passage-nums">{_score_names(p, retriever)} · p(z|x) <b>{p.prob:.3f}</b></span></div>'
+            f'<div class="rag-pbar"><span style="width:{100 * p.prob:.1f}%;background:{color}"></span></div>'
+            f'<div class="rag-passage-text">{esc(text)}</div></div>'
+        )
+    # with hybrid retrieval the dense score alone does not give the order, which surprises readers
+    order = ('<div class="rag-muted rag-order-note">ranked by p(z|x), which adds the BM25 score to the dense '
+             "score: a lower score can rank higher</div>" if retriever == "hybrid" and len(passages) > 1 else "")
+    return f'<div class="rag-passages">{order}{"".join(cards)}</div>'
+
+
+def _gold_found(ranking: RetrieverRanking, k: int) -> str:
+    if ranking.gold_rank is None:
+        return f"not in the top {k}"
+    return f"rank {ranking.gold_rank}"
+
+
+def format_comparison_html(comparison: RetrieverComparison, *, max_chars: int = 160) -> str:
+    """Each retriever's top k in its own column, with p(z|x) per passage; the gold passage marked when the KB knows it."""
+    gold = set(comparison.gold_ids)
+    names = [RETRIEVER_NAMES.get(r.retriever, r.retriever) for r in comparison.rankings]
+    if gold:
+        found = " · ".join(f"{esc(name)} <b>{_gold_found(r, comparison.k)}</b>" for name, r in zip(names, comparison.rankings))
+        summary = f"The gold passage {GOLD_MARK}, the one this question was written from: {found}"
+    else:
+        summary = ("No gold passage is known for this question: only the questions stored with the example "
+                   "knowledge bases have one.")
+    columns = "".join(
+        f'<div class="rag-compare-col"><div class="rag-compare-head"><span class="rag-kind">{esc(name)}</span>'
+        f'<span class="rag-meta">p(z|x) = softmax({esc(plots.logit_formula(r))})'
+        f'{f" · gold: {_gold_found(r, comparison.k)}" if gold else ""}</span></div>'
+        f"{format_notices(r.notices)}"
+        f"{format_passages_html(r.passages, max_chars=max_chars, retriever=r.retriever, gold_ids=gold)}</div>"
+        for name, r in zip(names, comparison.rankings)
+    )
+    return (
+        f'<div class="rag-answer-block"><div class="rag-question">Q: {esc(comparison.question)} <span class="rag-kb">'
+        f"knowledge base <b>{esc(comparison.kb)}</b></span>"
+        f'<span class="rag-badge" title="every retriever scores every passage here; the Index variant setting '
+        f'does not apply">top {comparison.k} · exact search</span></div>'
+        f'{format_notices(comparison.notices)}<div class="rag-compare-summary">{summary}</div>'
+        f'<div class="rag-compare">{columns}</div>{format_timings(comparison.timings_ms)}</div>'
+    )
+
+
+def format_swap_column(result: AskResult) -> str:
+    """One side of the index swap: the answers and the top 3 passages of that knowledge base."""
+    return (
+        f'<div class="rag-swap-col"><div class="rag-swap-head">knowledge base <b>{esc(result.kb)}</b> {format_index_badge(result)}</div>'
+        f"{format_answer_html(result, closed_book=False, legend=False, question=False)}"
+        f"{format_passages_html(result.passages[:3], max_chars=220, retriever=result.retriever)}"
+        f"{_more_passages_note(len(result.passages), 3)}</div>"
+    )
+
+
+def _more_passages_note(total: int, shown: int) -> str:
+    if total <= shown:
+        return ""
+    return f'<div class="rag-muted">the top {shown} of the {total} passages the answers read</div>'
+
+
+def _passages_say(result: AskResult, answer: str) -> bool:
+    """Whether some retrieved passage contains `answer` (SQuAD-normalized words)."""
+    return bool(answer.strip()) and any(contains_answer(f"{p.title} {p.text}", answer) for p in result.passages)
+
+
+def swap_verdict(left: AskResult, right: AskResult) -> str:
+    """One sentence on what the swap showed: whether each side's answer words appear in the passages
+    that side read (all k of them, not only those shown). A mention is not proof: the words may
+    name something else, or come from the question."""
+    if left.kb == right.kb:
+        return "Both sides read the same knowledge base; choose two different ones to see a swap."
+    answers = {side.kb: [v.answer for v in side.variants.values()] for side in (left, right)}
+    said = {side.kb: all(_passages_say(side, a) for a in answers[side.kb]) for side in (left, right)}
+    read = f"the {counted(left.k, 'passage')} it read" if left.k == right.k else "the passages it read"
+    if answers[left.kb] != answers[right.kb]:
+        if said[left.kb] and said[right.kb]:
+            return (f"Same question, same model, different knowledge base: the answer changed, and each side's "
+                    f"answer appears in {read}.")
+        return ("The answer changed with the knowledge base, but not every answer appears in its side's passages: "
+                "some of it came from the model.")
+    if said[left.kb] and said[right.kb]:
+        return f"The same answer on both sides, and it appears in {read} on each side."
+    if said[left.kb] or said[right.kb]:
+        holder = left.kb if said[left.kb] else right.kb
+        return f"The same answer on both sides, but it appears only in {holder}'s passages."
+    return "The same answer on both sides, and it appears in neither side's passages: it comes from the model, not the index."
+
+
+def format_swap_summary(left: AskResult, right: AskResult) -> str:
+    def answers(r: AskResult) -> str:
+        return " / ".join(f"“{esc(v.answer)}”" for v in r.variants.values())
+
+    verdict = esc(swap_verdict(left, right))
+    return (f'<div class="rag-swap-summary"><b>{esc(left.kb)}</b> → {answers(left)} &nbsp;|&nbsp; '
+            f'<b>{esc(right.kb)}</b> → {answers(right)}<div>{verdict}</div></div>')
+
+
+def format_score_html(result: AskResult) -> str:
+    """log p(answer|x) under each variant against the closed-book model, with per-token provenance."""
+    cards = []
+    for v in result.variants.values():
+        closed_lp = sum(v.closed_book_token_logprobs)
+        split = ""
+        last = len(v.tokens) - 1
+        if last > 0 and _ends_answer(v.tokens, last) and last < min(len(v.token_logprobs), len(v.closed_book_token_logprobs)):
+            # the stop token's gain can cancel the words' gain; show them apart
+            end_gain = v.token_logprobs[last] - v.closed_book_token_logprobs[last]
+            words_gain = sum(v.token_logprobs[:last]) - sum(v.closed_book_token_logprobs[:last])
+            split = (f": {fmt_signed(words_gain)} for the words, {fmt_signed(end_gain)} for ending the answer there "
+                     f"(“{_token_text(v.tokens[last])}”)")
+        extra = (f'<div class="rag-cands">closed-book log p = {fmt_log(closed_lp)} → the passages change it by '
+                 f"<b>{fmt_signed(v.logprob - closed_lp)}</b> nats{split}</div>")
+        cards.append(_variant_card(v, result.passages, extra=extra))
+    return (
+        f'<div class="rag-answer-block"><div class="rag-question">Q: {esc(result.question)} '
+        f'<span class="rag-kb">knowledge base <b>{esc(result.kb)}</b></span> {format_index_badge(result)}</div>'
+        f'{format_notices(result.notices)}<div class="rag-cards">{"".join(cards)}</div>{format_timings(result.timings_ms)}</div>'
+    )
+
+
+def format_index_table(reports: Sequence[IndexReport], kb_name: str) -> str:
+    if not reports:
+        return '<div class="rag-empty">No index reports.</div>'
+    rows = "".join(
+        f"<tr><td><b>{esc(r.kind)}</b></td><td>{r.build_seconds:,.2f}</td><td>{r.bytes / 1e6:,.1f}</td>"
+        f"<td>{r.recall_at_k:.3f}</td><td>{r.query_ms:,.3f}</td><td>{r.num_vectors:,}</td></tr>"
+        for r in reports
+    )
+    k = reports[0].recall_k
+    return (
+        f'<table class="rag-table"><caption>Index variants on <b>{esc(kb_name)}</b></caption>'
+        f"<thead><tr><th>index</th><th>build (s)</th><th>memory (MB)</th><th>recall@{k} vs flat</th>"
+        f"<th>query (ms)</th><th>vectors</th></tr></thead><tbody>{rows}</tbody></table>"
+    )
+
+
+def format_kb_preview(kb: KnowledgeBase, *, limit: int = 50) -> str:
+    items = "".join(
+        f'<li><span class="rag-passage-title">{esc(plots.passage_name(kb.titles[i], kb.texts[i]))}</span> '
+        f'<span class="rag-passage-text">{esc(plots.shorten(kb.texts[i], 160))}</span></li>'
+        for i in range(min(limit, len(kb)))
+    )
+    more = f"<div class='rag-empty'>… and {len(kb) - limit:,} more</div>" if len(kb) > limit else ""
+    return f'<div class="rag-preview"><div><b>{counted(len(kb), "passage")}</b></div><ol>{items}</ol>{more}</div>'
+
+
+def passage_choices(kb: KnowledgeBase) -> list[tuple[str, int]]:
+    return [(f"{i + 1}. {plots.shorten(plots.passage_name(kb.titles[i], kb.texts[i]), 30)} — {plots.shorten(kb.texts[i], 50)}", i)
+            for i in range(len(kb))]

@@ -1,0 +1,368 @@
+"""The page: `build_demo(engine) -> gr.Blocks`, laid out tab by tab, each event wired to a `DemoActions`
+method with its outputs named (see rag_demo.ui.actions).
+
+The engine is shared read-only; each visitor's private knowledge base and last answer live
+in `gr.State`. All events that touch the engine share one concurrency group of size 1, so two
+visitors never interleave inside it. A visitor's uploaded files are moved out of gradio's shared
+upload folder into a folder of their own session, deleted when the session ends.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import gradio as gr
+
+from ..background import Engine, engine_ready
+from ..config import INDEX_KINDS, LIMITS
+from ..corpus import SOURCE_SUFFIXES
+from .actions import (
+    AskView,
+    CompareView,
+    DemoActions,
+    IndexView,
+    LearnView,
+    MineAnswerView,
+    MineView,
+    PassageView,
+    PollView,
+    ScoreView,
+    SwapView,
+)
+from .html import RETRIEVER_NAMES, esc, format_status
+from .inputs import SessionFiles, UploadLimits
+from .learn import format_glossary_html, format_learn_html
+
+ASSETS = Path(__file__).resolve().parents[2] / "assets"
+VARIANT_CHOICES = [("Token", "token"), ("Sequence", "sequence"), ("Both", "both")]
+INDEX_LABELS = {"flat": "Flat (exact)", "hnsw": "HNSW (graph)", "ivfpq": "IVF-PQ (compressed)"}
+INDEX_CHOICES = [(INDEX_LABELS.get(kind, kind), kind) for kind in INDEX_KINDS]
+DECODING_CHOICES = [("thorough", "thorough"), ("fast", "fast")]
+RETRIEVER_CHOICES = [(label, name) for name, label in RETRIEVER_NAMES.items()]
+ENGINE_GROUP = "engine"  # concurrency id shared by every event that calls the engine
+STATE_TTL_S = 2 * 3600  # a visitor's knowledge base and last answer are dropped 2 h after their last change
+# One more than the engine reads, so a longer paste reaches it and comes back with its "cut to" notice
+# instead of being cut silently by the browser.
+QUESTION_BOX_CHARS = LIMITS.max_question_chars + 1
+ANSWER_BOX_CHARS = LIMITS.max_answer_chars + 1
+NARROW_SCREEN = "(max-width: 980px)"  # below this the sidebar column stacks above the results
+
+INTRO = (
+    '<div class="rag-header"><h1>RAG provenance explorer</h1><p>Retrieval-Augmented Generation '
+    "(Lewis et al., NeurIPS 2020): a retriever picks passages, a generator writes the answer; "
+    "trace each answer token back to the passages that made it likely.</p></div>"
+)
+
+
+def launch_options() -> dict:
+    """Theme and CSS for `demo.launch(**launch_options(), ...)` (gradio 6 takes them at launch)."""
+    return {
+        "theme": gr.themes.Soft(primary_hue="indigo", secondary_hue="teal", spacing_size="sm", radius_size="md",
+                                font=["ui-sans-serif", "system-ui", "Segoe UI", "Roboto", "sans-serif"]),
+        "css_paths": [ASSETS / "style.css"],
+    }
+
+
+def scroll_into_view_js(elem_id: str) -> str:
+    """Browser code for an event: on a narrow screen, scroll the element with this id into view."""
+    return (f"() => {{ if (window.matchMedia({json.dumps(NARROW_SCREEN)}).matches) {{ "
+            f"const el = document.getElementById({json.dumps(elem_id)}); "
+            "if (el) el.scrollIntoView({behavior: 'smooth', block: 'start'}); } }")
+
+
+def _html(elem_id: str, value: str = "", **options: Any) -> gr.HTML:
+    return gr.HTML(value, elem_id=elem_id, js_on_load=None, **options)
+
+
+def _status(elem_id: str, value: str = "") -> gr.HTML:
+    """A message box that takes no room while empty (see .rag-autohide in assets/style.css)."""
+    return gr.HTML(value, elem_id=elem_id, js_on_load=None, elem_classes=["rag-autohide"])
+
+
+def build_demo(engine: Engine, *, limits: UploadLimits = UploadLimits(), files: SessionFiles | None = None) -> gr.Blocks:
+    """The page for `engine`. Launch it with `demo.launch(**launch_options())`; the queue is set here.
+
+    `files` holds visitors' uploads (default: a new private temporary folder).
+    """
+    actions = DemoActions(engine, limits=limits, files=files)
+    names = actions.kb_names()
+    default = actions.default_kb()
+    right_default = next((n for n in names if n != default), default)
+    kb_choices = actions.kb_choices(None)
+    samples = actions.examples(default)
+    ready = engine_ready(engine)
+
+    def kb_dropdown(elem_id: str, value: str | None, label: str = "Knowledge base") -> gr.Dropdown:
+        # The choices reach the page once the engine is ready; API calls see only the choices the
+        # page was built with, so names are checked by `resolve_kb` instead of by gradio.
+        return gr.Dropdown(kb_choices, value=value, label=label, elem_id=elem_id, min_width=150,
+                           allow_custom_value=True, elem_classes=["rag-fit-dropdown"])
+
+    def index_dropdown(elem_id: str) -> gr.Dropdown:
+        return gr.Dropdown(INDEX_CHOICES, value="flat", label="Index variant", elem_id=elem_id, min_width=150)
+
+    def k_slider(elem_id: str) -> gr.Slider:
+        return gr.Slider(1, LIMITS.max_k, value=5, step=1, label="k passages", elem_id=elem_id, min_width=150,
+                         info="more passages: slower answers")
+
+    with gr.Blocks(title="RAG provenance explorer", delete_cache=(3600, 3600)) as demo:
+        def release_kb(value: Any) -> None:
+            # A plain function, not a bound method: gradio deep-copies components' arguments for every new
+            # session, and a bound method would be copied with its object (the engine: gigabytes per visitor).
+            actions.release_kb(value)
+
+        # Held(KnowledgeBase): this visitor's own passages; gradio deletes it 1 h after the tab closes (or after the TTL)
+        mine = gr.State(None, time_to_live=STATE_TTL_S, delete_callback=release_kb)
+        last = gr.State(None, time_to_live=STATE_TTL_S)  # Held(AskResult): the last answer, for Learn
+        announced = gr.State(False)
+        gr.HTML(INTRO, js_on_load=None)
+        banner = _status("status-banner", "" if ready else format_status("Preparing models and indexes…", "wait"))
+        timer = gr.Timer(1.0, active=not ready)
+
+        # on phones the tab names wrap onto a second line instead of hiding behind an unlabeled "⋯"
+        with gr.Tabs(elem_id="tabs", overflow_behavior="wrap"):
+            # ---------------------------------------------------------------- Ask
+            with gr.Tab("Ask", id="ask", elem_id="tab-ask"):
+                with gr.Row():
+                    with gr.Column(scale=1, min_width=330, elem_classes=["rag-sidebar"]):
+                        question = gr.Textbox(label="Question", lines=2, max_lines=4, elem_id="question",
+                                              max_length=QUESTION_BOX_CHARS, placeholder="Ask a factual question, or click an example below")
+                        ask_btn = gr.Button("Ask", variant="primary", elem_id="ask-btn", size="md")
+                        variant = gr.Radio(VARIANT_CHOICES, value="both", label="RAG variant", elem_id="variant")
+                        with gr.Row():
+                            kb = kb_dropdown("kb", default)
+                            index = index_dropdown("index")
+                        examples = gr.Dataset(components=[question], samples=samples, elem_id="examples",
+                                              label="Examples", samples_per_page=8, layout="gallery",
+                                              visible=bool(samples))
+                        with gr.Row():
+                            k = k_slider("k")
+                            beams = gr.Slider(1, LIMITS.max_beams, value=1, step=1, label="Beams", elem_id="beams",
+                                              min_width=140)
+                        decoding = gr.Radio(DECODING_CHOICES, value="thorough", label="RAG-Sequence decoding",
+                                            elem_id="seq-decoding")
+                        retriever = gr.Radio(label="Retriever", elem_id="retriever",
+                                             **{"choices": RETRIEVER_CHOICES, **actions.retriever_options()})
+                        compare_btn = gr.Button("Compare retrievers", elem_id="compare-btn", size="sm")
+                        extractive = gr.Checkbox(False, label="Answers copy a passage span", elem_id="extractive",
+                                                 info="Decoding may only copy a run of a retrieved passage's words; "
+                                                      "the probabilities shown stay the model's own.")
+                    with gr.Column(scale=3, min_width=600):
+                        ask_status = _status("ask-status")
+                        comparison = _html("compare")  # empty until "Compare retrievers"; a new ask clears it
+                        answer = _html("answer", format_status("Ask a question, or click an example.", "info"))
+                        with gr.Row():
+                            with gr.Column(scale=3, min_width=320):
+                                passages = _html("passages", max_height=440)
+                            with gr.Column(scale=2, min_width=260):
+                                doc_prob = gr.Plot(label="p(z|x)", elem_id="doc-prob", show_label=False, visible=False)
+                with gr.Row():  # side by side on a wide screen, one under the other on a phone
+                    with gr.Column(min_width=420):
+                        heat_token = gr.Plot(label="RAG-Token posterior", elem_id="heat-token", show_label=False, visible=False)
+                    with gr.Column(min_width=420):
+                        heat_seq = gr.Plot(label="RAG-Sequence posterior", elem_id="heat-seq", show_label=False, visible=False)
+                gain = gr.Plot(label="Retrieval gain", elem_id="gain", show_label=False, visible=False)
+
+            # ---------------------------------------------------------------- Swap
+            with gr.Tab("Swap the index", id="swap", elem_id="tab-swap"):
+                with gr.Row():
+                    with gr.Column(scale=1, min_width=330, elem_classes=["rag-sidebar"]):
+                        swap_question = gr.Textbox(label="Question", lines=2, max_lines=4, elem_id="swap-question",
+                                                   max_length=QUESTION_BOX_CHARS, placeholder="Ask a factual question, or click an example below")
+                        swap_btn = gr.Button("Ask both", variant="primary", elem_id="swap-btn", size="md")
+                        # one per line: two side by side cut long KB names such as "nq-counterfactual"
+                        swap_left = kb_dropdown("swap-left", default, "Left knowledge base")
+                        swap_right = kb_dropdown("swap-right", right_default, "Right knowledge base")
+                        swap_variant = gr.Radio(VARIANT_CHOICES, value="token", label="RAG variant",
+                                                elem_id="swap-variant")
+                        swap_k = k_slider("swap-k")
+                        swap_examples = gr.Dataset(components=[swap_question], samples=samples, label="Examples",
+                                                   elem_id="swap-examples", samples_per_page=8, layout="gallery",
+                                                   visible=bool(samples))
+                    with gr.Column(scale=3, min_width=600):
+                        gr.HTML('<p class="rag-help">The same model answers the same question against two knowledge '
+                                "bases. <b>nq-counterfactual</b> holds the passages of <b>nq-wiki</b> with each answer "
+                                "swapped for another person's name, the same name wherever that answer appears "
+                                "(from BIG-bench's knowledge-conflict task), so its passages are false on purpose, "
+                                "and consistently so: an answer that follows them was read from "
+                                "the index, not remembered by the model. In the paper, swapping a 2016 Wikipedia index "
+                                "for a 2018 one updated answers about world leaders without retraining: the knowledge "
+                                "lives in the index.</p>", js_on_load=None)
+                        swap_status = _status("swap-status")
+                        swap_summary = _html("swap-summary")
+                        with gr.Row():  # side by side; stacked on a narrow screen
+                            with gr.Column(min_width=320):
+                                swap_left_out = _html("swap-left-out")
+                            with gr.Column(min_width=320):
+                                swap_right_out = _html("swap-right-out")
+
+            # ---------------------------------------------------------------- Your knowledge
+            with gr.Tab("Your knowledge", id="mine", elem_id="tab-mine"):
+                gr.HTML(f'<p class="rag-help">{esc(limits.describe())}</p>', js_on_load=None)
+                with gr.Row():
+                    with gr.Column(scale=1, min_width=360):
+                        mine_files = gr.File(label="Upload text files", file_count="multiple",
+                                             file_types=list(SOURCE_SUFFIXES), elem_id="mine-files", height=120)
+                        mine_paste_title = gr.Textbox(label="Title for pasted text", elem_id="mine-paste-title",
+                                                      placeholder="Pasted text")
+                        mine_paste = gr.Textbox(label=f"…or paste text (≤ {limits.max_paste_chars:,} characters)", lines=5,
+                                                max_lines=12, elem_id="mine-paste")
+                        mine_build = gr.Button("Build my knowledge base", variant="primary", elem_id="mine-build")
+                        mine_status = _html("mine-status", format_status(
+                            "No knowledge base yet: upload or paste text, then build it.", "info"), min_height=70)
+                    with gr.Column(scale=1, min_width=360):
+                        mine_pick = gr.Dropdown([], value=None, label="Edit a passage", elem_id="mine-passage",
+                                                type="value", elem_classes=["rag-fit-dropdown"])
+                        mine_edit_title = gr.Textbox(label="Title", elem_id="mine-edit-title")
+                        mine_edit_text = gr.Textbox(label="Text (empty removes the passage)", lines=4, max_lines=10,
+                                                    elem_id="mine-edit-text")
+                        mine_save = gr.Button("Save passage and re-index", elem_id="mine-save")
+                        mine_preview = _html("mine-preview", max_height=220)
+                with gr.Row(equal_height=True):
+                    mine_question = gr.Textbox(label="Ask your knowledge base", elem_id="mine-question", scale=6,
+                                               max_length=QUESTION_BOX_CHARS)
+                    mine_ask = gr.Button("Ask", variant="primary", elem_id="mine-ask", scale=1, min_width=110)
+                mine_ask_status = _status("mine-ask-status")
+                mine_answer = _html("mine-answer")
+                mine_passages = _html("mine-passages", max_height=400)
+
+            # ---------------------------------------------------------------- Score
+            with gr.Tab("Score your answer", id="score", elem_id="tab-score"):
+                gr.HTML('<p class="rag-help">Type an answer of your own: both variants score it, log p(answer | question), '
+                        "with the per-token provenance of each word.</p>", js_on_load=None)
+                with gr.Row(equal_height=True):
+                    score_question = gr.Textbox(label="Question", elem_id="score-question", scale=4,
+                                                max_length=QUESTION_BOX_CHARS)
+                    score_answer = gr.Textbox(label="Your answer", elem_id="score-answer", scale=3,
+                                              max_length=ANSWER_BOX_CHARS)
+                    score_btn = gr.Button("Score", variant="primary", elem_id="score-btn", scale=1, min_width=110)
+                with gr.Row(elem_classes=["rag-options"]):
+                    score_kb = kb_dropdown("score-kb", default)
+                    score_k = k_slider("score-k")
+                    score_index = index_dropdown("score-index")
+                score_status = _status("score-status")
+                score_out = _html("score-out")
+                with gr.Row():
+                    with gr.Column(min_width=420):
+                        score_heat_token = gr.Plot(elem_id="score-heat-token", show_label=False, visible=False)
+                    with gr.Column(min_width=420):
+                        score_heat_seq = gr.Plot(elem_id="score-heat-seq", show_label=False, visible=False)
+                score_gain = gr.Plot(elem_id="score-gain", show_label=False, visible=False)
+
+            # ---------------------------------------------------------------- Index variants
+            with gr.Tab("Index variants", id="index", elem_id="tab-index"):
+                gr.HTML('<p class="rag-help">Exact (flat) search against two approximate indexes: an HNSW graph and '
+                        "IVF-PQ (the paper's compressed index: 36 GB instead of about 100 GB). Recall@k is measured against "
+                        "flat; the Ask tab shows the chosen variant's recall next to every answer.</p>", js_on_load=None)
+                with gr.Row(equal_height=True):
+                    idx_kb = kb_dropdown("idx-kb", default)
+                    idx_btn = gr.Button("Compare index variants", variant="primary", elem_id="idx-btn", min_width=200)
+                idx_status = _status("idx-status")
+                idx_table = _html("idx-table")
+                idx_plot = gr.Plot(elem_id="idx-plot", show_label=False, visible=False)
+
+            # ---------------------------------------------------------------- Learn
+            with gr.Tab("Learn", id="learn", elem_id="tab-learn"):
+                gr.HTML('<p class="rag-help">The two RAG equations, worked through with the numbers of your last '
+                        "question in the Ask tab.</p>", js_on_load=None)
+                learn_token = gr.Dropdown([], value=None, label="Answer token for step 2", elem_id="learn-token",
+                                          type="value", min_width=240, elem_classes=["rag-fit-dropdown"])
+                learn_out = _html("learn-out", format_learn_html(None))
+                with gr.Accordion("Words used on this page", open=False, elem_id="glossary"):
+                    gr.HTML(format_glossary_html(), js_on_load=None)
+
+        # ---------------------------------------------------------------- events
+        # Each event's outputs, by name: the components an action's values go to (rag_demo.ui.actions)
+        kb_menus = dict(kb=kb, swap_left=swap_left, swap_right=swap_right, score_kb=score_kb, idx_kb=idx_kb)
+        poll_view = PollView(banner=banner, timer=timer, announced=announced, **kb_menus, examples=examples,
+                             swap_examples=swap_examples, retriever=retriever)
+        ask_view = AskView(status=ask_status, answer=answer, passages=passages, doc_prob=doc_prob, heat_token=heat_token,
+                           heat_seq=heat_seq, gain=gain, last=last)
+        compare_view = CompareView(status=ask_status, comparison=comparison)
+        swap_view = SwapView(status=swap_status, summary=swap_summary, left=swap_left_out, right=swap_right_out)
+        mine_view = MineView(status=mine_status, mine=mine, picker=mine_pick, edit_title=mine_edit_title,
+                             edit_text=mine_edit_text, preview=mine_preview, **kb_menus)
+        mine_answer_view = MineAnswerView(status=mine_ask_status, answer=mine_answer, passages=mine_passages)
+        score_view = ScoreView(status=score_status, cards=score_out, heat_token=score_heat_token, heat_seq=score_heat_seq,
+                               gain=score_gain)
+        index_view = IndexView(status=idx_status, table=idx_table, figure=idx_plot)
+        learn_view = LearnView(token_picker=learn_token, walkthrough=learn_out)
+
+        engine_events = dict(concurrency_id=ENGINE_GROUP, concurrency_limit=1)
+        demo.load(actions.poll, inputs=announced, outputs=list(poll_view), api_visibility="private",
+                  show_progress="hidden", queue=False)
+        timer.tick(actions.poll, inputs=announced, outputs=list(poll_view), api_visibility="private",
+                   show_progress="hidden", queue=False)
+
+        # On a narrow screen the controls stack above the results: bring the results into view when
+        # an ask starts (the progress shows there) and again when it is answered (the page has grown)
+        scroll_to = {name: dict(fn=None, js=scroll_into_view_js(name), queue=False, api_visibility="private")
+                     for name in ("answer", "swap-summary", "score-out", "compare")}
+        gr.on([ask_btn.click, question.submit, examples.click], **scroll_to["answer"])
+        gr.on([swap_btn.click, swap_question.submit, swap_examples.click], **scroll_to["swap-summary"])
+        gr.on([score_btn.click, score_answer.submit], **scroll_to["score-out"])
+        ask_inputs = [question, variant, k, index, kb, beams, decoding, mine, retriever, extractive]
+        # one progress bar, where the answer will show: it names the step that runs (engine.ask)
+        gr.on([ask_btn.click, question.submit], actions.ask, inputs=ask_inputs, outputs=list(ask_view), api_name="ask",
+              show_progress_on=answer, **engine_events).then(**scroll_to["answer"])
+        # the comparison above the answer belongs to an earlier question once a new one is asked
+        gr.on([ask_btn.click, question.submit, examples.click], lambda: "", outputs=comparison, api_visibility="private",
+              queue=False)
+        compare_btn.click(**scroll_to["compare"])
+        compare_btn.click(actions.compare, inputs=[question, kb, k, mine], outputs=list(compare_view), api_name="compare",
+                          show_progress_on=comparison, **engine_events).then(**scroll_to["compare"])
+        examples.click(lambda sample: sample[0] if sample else gr.skip(), inputs=examples, outputs=question,
+                       api_visibility="private", queue=False).then(
+            actions.ask, inputs=ask_inputs, outputs=list(ask_view), api_visibility="private", show_progress_on=answer,
+            **engine_events).then(**scroll_to["answer"])
+        kb.change(actions.examples_update, inputs=kb, outputs=examples, api_visibility="private", queue=False)
+        last.change(actions.learn_tokens, inputs=last, outputs=list(learn_view), api_visibility="private", queue=False)
+        last.change(actions.carry_question, inputs=[last, score_question], outputs=score_question,
+                    api_visibility="private", queue=False)
+        learn_token.change(actions.learn, inputs=[last, learn_token], outputs=learn_out, api_visibility="private",
+                           queue=False)
+
+        swap_inputs = [swap_question, swap_left, swap_right, swap_variant, swap_k, mine]
+        gr.on([swap_btn.click, swap_question.submit], actions.swap, inputs=swap_inputs, outputs=list(swap_view),
+              api_name="swap", show_progress_on=swap_summary, **engine_events).then(**scroll_to["swap-summary"])
+        swap_examples.click(lambda sample: sample[0] if sample else gr.skip(), inputs=swap_examples,
+                            outputs=swap_question, api_visibility="private", queue=False).then(
+            actions.swap, inputs=swap_inputs, outputs=list(swap_view), api_visibility="private",
+            show_progress_on=swap_summary, **engine_events).then(**scroll_to["swap-summary"])
+
+        mine_build.click(actions.build_mine, inputs=[mine_files, mine_paste_title, mine_paste, mine],
+                         outputs=list(mine_view), api_name="build_kb", show_progress_on=mine_status, **engine_events)
+        mine_pick.change(actions.pick_passage, inputs=[mine_pick, mine],
+                         outputs=list(PassageView(title=mine_edit_title, text=mine_edit_text)),
+                         api_visibility="private", queue=False)
+        mine_save.click(actions.save_passage, inputs=[mine_pick, mine_edit_title, mine_edit_text, mine],
+                        outputs=list(mine_view), api_name="edit_passage", show_progress_on=mine_status, **engine_events)
+        gr.on([mine_ask.click, mine_question.submit], actions.ask_mine, inputs=[mine_question, mine],
+              outputs=list(mine_answer_view), api_name="ask_mine", show_progress_on=mine_answer, **engine_events)
+
+        gr.on([score_btn.click, score_answer.submit], actions.score,
+              inputs=[score_question, score_answer, score_kb, score_k, score_index, mine], outputs=list(score_view),
+              api_name="score", show_progress_on=score_out, **engine_events).then(**scroll_to["score-out"])
+        idx_btn.click(actions.index_reports, inputs=[idx_kb, mine], outputs=list(index_view), api_name="index_reports",
+                      **engine_events)
+
+        def ask_json(question: str, variant: str = "both", k: int = 5, index: str = "flat", kb: str = "",
+                     retriever: str = "", extractive: bool = False) -> dict:
+            """Ask a question; returns the full AskResult as JSON. variant: token, sequence or both;
+            retriever: dense, bm25, hybrid, or empty for the engine's default; extractive: answers copy a passage span."""
+            return actions.ask_json(question, variant, k, index, kb, retriever, extractive)
+
+        gr.api(ask_json, api_name="ask_json", **engine_events)
+
+        def compare_json(question: str, kb: str = "", k: int = 5) -> dict:
+            """The top k passages of each retriever (dense, bm25, and hybrid when offered) for one question, by exact
+            search; returns the RetrieverComparison as JSON, with the gold passage's rank where the KB knows it."""
+            return actions.compare_json(question, kb, k)
+
+        gr.api(compare_json, api_name="compare_json", **engine_events)
+        demo.unload(actions.end_session)
+
+    demo.queue(default_concurrency_limit=1)
+    return demo
