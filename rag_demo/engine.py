@@ -333,8 +333,10 @@ class RagEngine:
             known.setdefault(cand, {}).update({z: lps[i] for i, z in enumerate(zs)})
         scored = []
         for cand, zs in zip(candidates, rows):
-            lps = torch.stack([known[cand][z] for z in zs])  # (len(zs), T)
-            scored.append((cand, float(torch.logsumexp(lps.sum(-1) + doc_lp[zs], dim=0))))
+            lps = torch.stack([known[cand][z] for z in zs])[None]  # (1, len(zs), T)
+            # fast decoding sums over the finders alone: p(y|x,z) of the other passages is taken as 0
+            marginal = rag_sequence_logprob(lps, doc_lp[zs][None], torch.ones(1, lps.shape[-1], dtype=torch.bool))
+            scored.append((cand, float(marginal[0])))
         best = max(range(len(scored)), key=lambda i: scored[i][1])
         return scored[best][0], sorted(scored, key=lambda item: -item[1]), known[scored[best][0]]
 
