@@ -18,9 +18,9 @@ from dataclasses import replace
 
 from rag_demo import data
 from rag_demo.config import GeneratorConfig, ReaderTuningConfig
-from rag_demo.engine import RagEngine
 from rag_demo.evaluate import evaluate_table
 from rag_demo.generator import load_generator
+from rag_demo.loading import engine_from_config
 
 FULL_RECIPE = ReaderTuningConfig(method="full", learning_rate=2e-5)
 
@@ -40,7 +40,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     prepared = data.prepare()
-    engine = RagEngine.from_config()
+    engine = engine_from_config()
     gold = args.k is None
     variants = ("token",) if gold else ("token", "sequence")
 

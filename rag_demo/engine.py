@@ -115,13 +115,6 @@ class RagEngine:
         self._examples = examples or {}
         self._lock = threading.RLock()
 
-    @classmethod
-    def from_config(cls, config: EngineConfig = EngineConfig(), *, kb_paths: dict[str, str] | None = None, progress=None) -> "RagEngine":
-        """Load models and KBs. With defaults everywhere, fetch/build the offline default first."""
-        from .loading import engine_from_config
-
-        return engine_from_config(config, kb_paths=kb_paths, progress=progress)
-
     # -- the retriever's, for the pages, the CLI and the benchmarks ---------------------------------
     @property
     def encoder(self) -> Encoder:
