@@ -24,10 +24,10 @@ log = logging.getLogger("rag_demo.app")
 def default_engine(progress: Progress) -> Engine:
     """The real engine with the default config (heavy imports happen here, not at import time)."""
     from rag_demo.config import EngineConfig
-    from rag_demo.engine import RagEngine
     from rag_demo.featured import feature_checked_examples
+    from rag_demo.loading import engine_from_config
 
-    engine = RagEngine.from_config(EngineConfig(), progress=progress)
+    engine = engine_from_config(EngineConfig(), progress=progress)
     # examples the demo answers right first: asked once per setup (saved), here or by `prepare`
     feature_checked_examples(engine, progress=progress)
     progress("warming up: one example question", 0, 1)

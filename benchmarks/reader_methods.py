@@ -17,9 +17,9 @@ import time
 from dataclasses import replace
 
 from rag_demo.config import GeneratorConfig, ReaderTuningConfig
-from rag_demo.engine import RagEngine
 from rag_demo.evaluate import evaluate_table
 from rag_demo.generator import load_generator
+from rag_demo.loading import engine_from_config
 from rag_demo.offline.prepare import prepare
 from rag_demo.offline.tuned import train_reader
 
@@ -41,7 +41,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     prepared = prepare()
-    engine = RagEngine.from_config()
+    engine = engine_from_config()
     gold = args.k is None
     variants = ("token",) if gold else ("token", "sequence")
 

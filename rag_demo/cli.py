@@ -200,9 +200,9 @@ def _progress():
 
 
 def make_engine(args):
-    from .engine import RagEngine
+    from .loading import engine_from_config
 
-    return RagEngine.from_config(engine_config(args), kb_paths=_kb_paths(args), progress=_progress())
+    return engine_from_config(engine_config(args), kb_paths=_kb_paths(args), progress=_progress())
 
 
 def _fmt_prob(logprob: float) -> str:
@@ -332,11 +332,11 @@ def cmd_prepare(args) -> int:
     from .offline.prepare import prepare
 
     prepared = prepare(progress=_progress())
-    from .engine import RagEngine
     from .featured import feature_checked_examples
+    from .loading import engine_from_config
 
     # the page's first start would ask each example question once to order them; do it at build time
-    feature_checked_examples(RagEngine.from_config(progress=_progress()), progress=_progress())
+    feature_checked_examples(engine_from_config(progress=_progress()), progress=_progress())
     if args.json:
         print(json.dumps({"generator": str(prepared.generator_path),
                           "reader_adapter": str(prepared.reader_adapter_path) if prepared.reader_adapter_path else None,

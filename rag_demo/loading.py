@@ -1,4 +1,7 @@
-"""Building a `RagEngine` from settings: the offline default, hub ids / folders, or a RAG checkpoint."""
+"""Building a `RagEngine` from settings: the offline default, hub ids / folders, or a RAG checkpoint.
+
+The dependency runs one way: this module builds engines, and the engine knows nothing of loading.
+"""
 
 from __future__ import annotations
 
@@ -11,6 +14,7 @@ import torch
 from .config import DEFAULT_GENERATOR, EngineConfig, cache_root
 from .corpus import KnowledgeBase, load_kb
 from .encoders import encoder_from_modules, load_encoder, load_pretrained
+from .engine import RagEngine
 from .errors import InputError, ModelLoadError
 from .generator import generator_from_model, load_generator
 from .questions import examples_by_kb
@@ -30,14 +34,12 @@ def pick_device(name: str) -> torch.device:
 
 def rag_engine_from_modules(*, question_encoder, question_tokenizer, generator_model, generator_tokenizer,
                             rag_config, kbs: dict[str, KnowledgeBase], config: EngineConfig = EngineConfig(),
-                            token_generation_config=None):
+                            token_generation_config=None) -> RagEngine:
     """An engine that reproduces transformers' RAG classes for these modules and KBs.
 
     Generator inputs follow RagRetriever: the question is the question-encoder tokenizer's
     decoding of its own tokens (so an uncased encoder lower-cases what the generator reads).
     """
-    from .engine import RagEngine
-
     generator_config = replace(
         config.generator,
         title_sep=rag_config.title_sep,
@@ -57,7 +59,7 @@ def rag_engine_from_modules(*, question_encoder, question_tokenizer, generator_m
                      token_generation_config=token_generation_config, question_for_generator=as_retriever_reads)
 
 
-def engine_from_rag_checkpoint(config: EngineConfig, kbs: dict[str, KnowledgeBase], device: torch.device):
+def engine_from_rag_checkpoint(config: EngineConfig, kbs: dict[str, KnowledgeBase], device: torch.device) -> RagEngine:
     """Question encoder, generator and tokenizers from a facebook/rag-* id or a saved Rag* folder."""
     from transformers import AutoConfig, RagSequenceForGeneration, RagTokenForGeneration, RagTokenizer
 
@@ -103,11 +105,10 @@ def rag_checkpoint_kb(source: str) -> tuple[str, str, str | None] | None:
     return Path(passages).name, passages, index if index and Path(index).expanduser().is_file() else None
 
 
-def engine_from_config(config: EngineConfig = EngineConfig(), *, kb_paths: dict[str, str] | None = None, progress=None):
+def engine_from_config(config: EngineConfig = EngineConfig(), *, kb_paths: dict[str, str] | None = None,
+                       progress=None) -> RagEngine:
     """Load everything `config` names. The offline default's models and KBs are prepared (fetched,
     converted, embedded, cached) on first use; later starts only load them."""
-    from .engine import RagEngine
-
     device = pick_device(config.device)
     index_files = {}
     if kb_paths is None and config.rag_checkpoint:

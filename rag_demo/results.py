@@ -1,8 +1,16 @@
-"""Typed, JSON-serializable results. Every number in them was computed for the question asked."""
+"""Typed results. Every number in them was computed for the question asked.
+
+The results the pages and the CLI show are JSON-serializable; `Retrieval`, which the engine hands
+from the retriever to the generator, carries a tensor.
+"""
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import torch
 
 
 @dataclass(frozen=True)
@@ -15,6 +23,23 @@ class RetrievedPassage:
     prob: float  # p(z|x): softmax of the top-k logits
     logit: float  # the softmax's input: scale * score, plus lexical_weight * lexical for hybrid retrieval
     lexical: float = 0.0  # BM25 score of the passage for the question (hybrid and bm25 retrieval; 0 for dense)
+
+
+@dataclass(frozen=True)
+class Retrieval:
+    """A question's top K passages from one knowledge base and p(z|x) over them (`Retriever.retrieve`)."""
+
+    kb: str  # the knowledge base's name
+    passages: tuple[RetrievedPassage, ...]  # (K,) best first
+    doc_lp: torch.Tensor  # (K,) float32 on the CPU: log p(z|x), the log-softmax of the passages' logits
+    generator_question: str  # the question as the generator reads it (for a RAG checkpoint, as its retriever decoded it)
+    retriever: str  # "dense", "bm25" or "hybrid"
+    scale: float  # logit = scale * score (+ lexical_weight * lexical): the encoder's scale, or BM25_SCALE for bm25
+    lexical_weight: float = 0.0  # BM25's weight in the logits (0 unless hybrid)
+    index_recall: float | None = None  # recall@k of an approximate index against exact search; None for flat and bm25
+    notices: tuple[str, ...] = ()
+    encode_ms: float = 0.0  # the question encoder's time (0 for bm25, which reads words)
+    search_ms: float = 0.0  # finding and weighing the passages
 
 
 @dataclass(frozen=True)

@@ -12,9 +12,9 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def engine():
-    from rag_demo.engine import RagEngine
+    from rag_demo.loading import engine_from_config
 
-    return RagEngine.from_config()
+    return engine_from_config()
 
 
 def _featured(engine, kb):

@@ -229,12 +229,12 @@ def test_warm_up_loads_each_kb_index_and_the_few_shot_cache(tmp_path):
     from tests.ui_engine import make_ui_engine
 
     engine = make_ui_engine(tmp_path)
-    assert not engine._indexes and not engine.generator._prefix_states
+    assert not engine.retriever.held() and not engine.generator._prefix_states
     assert engine.warm_up() > 0
-    assert {(kb.fingerprint, "flat") for kb in engine.kbs.values()} <= set(engine._indexes)
+    assert {(kb.fingerprint, "flat") for kb in engine.kbs.values()} <= engine.retriever.held()
     assert engine.generator._prefix_states  # the few-shot block's cache is ready for the first visitor
     # every engine offers bm25 retrieval, so its index is ready for the first visitor too
-    assert {(kb.fingerprint, "bm25") for kb in engine.kbs.values()} <= set(engine._indexes)
+    assert {(kb.fingerprint, "bm25") for kb in engine.kbs.values()} <= engine.retriever.held()
 
     from dataclasses import replace
 
@@ -244,7 +244,7 @@ def test_warm_up_loads_each_kb_index_and_the_few_shot_cache(tmp_path):
     hybrid = RagEngine(encoder=engine.encoder, generator=engine.generator, kbs=engine.kbs,
                        config=replace(engine.config, retrieval=RetrievalConfig(lexical_weight=0.5)))
     hybrid.warm_up()
-    assert {(kb.fingerprint, "bm25") for kb in hybrid.kbs.values()} <= set(hybrid._indexes)
+    assert {(kb.fingerprint, "bm25") for kb in hybrid.kbs.values()} <= hybrid.retriever.held()
 
 
 def test_warm_up_reads_the_saved_approximate_indexes_and_builds_none(tmp_path):
@@ -257,11 +257,11 @@ def test_warm_up_reads_the_saved_approximate_indexes_and_builds_none(tmp_path):
     first = RagEngine(encoder=engine.encoder, generator=engine.generator, kbs=saved, config=engine.config)
     first.search_index("nq-wiki", "hnsw")  # built once and saved beside the KB, as `prepare` does
     wiki = saved["nq-wiki"]
-    assert first._prebuilt_kinds(wiki) == ["hnsw"] and first._prebuilt_kinds(saved["nq-counterfactual"]) == []
+    assert first.retriever.prebuilt_kinds(wiki) == ["hnsw"] and first.retriever.prebuilt_kinds(saved["nq-counterfactual"]) == []
     fresh = RagEngine(encoder=engine.encoder, generator=engine.generator, kbs=saved, config=engine.config)
     fresh.warm_up()
-    kinds = {kind for _, kind in fresh._indexes}
-    assert (wiki.fingerprint, "hnsw") in fresh._indexes  # the first HNSW ask reads no file
+    kinds = {kind for _, kind in fresh.retriever.held()}
+    assert (wiki.fingerprint, "hnsw") in fresh.retriever.held()  # the first HNSW ask reads no file
     assert "ivfpq" not in kinds  # never built, so not built at start-up either
 
 
@@ -392,7 +392,7 @@ def test_bm25_searches_exactly_whatever_the_index_and_says_so(tiny_engine):
     flat = tiny_engine.retrieve(QUESTION, k=1, retriever="bm25")
     for index in ("hnsw", "ivfpq"):
         other = tiny_engine.retrieve(QUESTION, k=1, index=index, retriever="bm25")
-        assert other.passages == flat.passages and other.recall is None
+        assert other.passages == flat.passages and other.index_recall is None
         assert any(f"the {index} index holds dense vectors, so it was not used" in n for n in other.notices)
     assert not flat.notices
     with pytest.raises(InputError, match="unknown index"):
@@ -410,9 +410,9 @@ def test_bm25_fills_the_top_k_with_passages_sharing_no_word_and_says_so(tiny_eng
                             "the knowledge base's order",)
     import doctest
 
-    from rag_demo import engine
+    from rag_demo import retriever
 
-    assert doctest.testmod(engine).failed == 0  # the notice with one passage short
+    assert doctest.testmod(retriever).failed == 0  # the notice with one passage short
 
 
 def test_compare_retrievers_is_each_retrievers_own_top_k(hybrid_engine, tiny_engine):

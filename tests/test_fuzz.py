@@ -51,7 +51,7 @@ def engine(tiny_parts, tiny_kb, rag_config):
         generator_model=tiny_parts["bart"], generator_tokenizer=tiny_parts["gen_tok"],
         rag_config=rag_config, kbs={"tiny": tiny_kb},
     )
-    built.encoder = replace(built.encoder, passage_model=tiny_parts["ctx_enc"], passage_tokenizer=tiny_parts["q_tok"])
+    built.retriever.encoder = replace(built.encoder, passage_model=tiny_parts["ctx_enc"], passage_tokenizer=tiny_parts["q_tok"])
     return built
 
 

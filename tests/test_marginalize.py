@@ -42,6 +42,18 @@ def test_brute_force_loop_gives_the_same_numbers():
             assert M.rag_sequence_posteriors(token_lp, doc_lp)[b, t].tolist() == pytest.approx([r / sum(running) for r in running], rel=1e-4)
 
 
+def test_sequence_marginal_over_the_finders_is_the_full_one_with_the_others_at_zero():
+    """Fast decoding scores an answer over the passages whose beams found it: that is the full
+    RAG-Sequence marginal with p(y|x,z) = 0 for every other passage."""
+    _, _, token_lp, doc_lp = _random(batch=1, docs=4, seed=7)
+    mask = torch.ones(1, token_lp.shape[2], dtype=torch.bool)
+    finders, others = [0, 2], [1, 3]
+    zeroed = token_lp.clone()
+    zeroed[:, others] = float("-inf")  # log 0
+    assert torch.allclose(M.rag_sequence_logprob(token_lp[:, finders], doc_lp[:, finders], mask),
+                          M.rag_sequence_logprob(zeroed, doc_lp, mask), atol=1e-5)
+
+
 def test_posteriors_are_distributions():
     _, _, token_lp, doc_lp = _random(seed=3)
     for post in (M.rag_token_posteriors(token_lp, doc_lp), M.rag_sequence_posteriors(token_lp, doc_lp)):

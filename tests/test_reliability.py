@@ -51,7 +51,7 @@ def _tiny_engine(tiny_parts, tiny_kb, rag_config) -> RagEngine:
         generator_model=tiny_parts["bart"], generator_tokenizer=tiny_parts["gen_tok"],
         rag_config=rag_config, kbs={"tiny": tiny_kb},
     )
-    engine.encoder = replace(engine.encoder, passage_model=tiny_parts["ctx_enc"], passage_tokenizer=tiny_parts["q_tok"])
+    engine.retriever.encoder = replace(engine.encoder, passage_model=tiny_parts["ctx_enc"], passage_tokenizer=tiny_parts["q_tok"])
     return engine
 
 
@@ -182,7 +182,7 @@ def test_index_cache_that_cannot_be_written_still_answers(engine, tiny_kb, tmp_p
         return write_index(index, target, *rest)
 
     monkeypatch.setattr(faiss, "write_index", refuse_files)
-    engine.index_cache = tmp_path / "indexes"
+    engine.retriever.index_cache = tmp_path / "indexes"
     caplog.set_level(logging.WARNING)
     result = engine.ask("who wrote a farewell to arms", k=3, index="hnsw", closed_book=False)
     assert result.passages and "could not cache the hnsw index" in caplog.text
@@ -249,11 +249,11 @@ def test_moving_to_the_cpu_rewraps_models_that_were_elsewhere(engine):
     engine.generator.device = torch.device("meta")  # stands for a GPU: anything that is not the CPU
     engine.encoder.device = torch.device("meta")
     before = engine.generator
-    engine._index_for(engine.kbs["tiny"], "flat")
+    engine.search_index("tiny", "flat")
     engine.move_to_cpu(reason="out of GPU memory (test)")
     assert engine.generator is not before and engine.generator.model is before.model
     assert engine.generator.device.type == "cpu" and engine.encoder.device.type == "cpu"
-    assert not engine._indexes  # flat indexes on the GPU are rebuilt on the CPU when next needed
+    assert not engine.retriever.held()  # flat indexes on the GPU are rebuilt on the CPU when next needed
     assert engine.ask("who wrote a farewell to arms", k=2, closed_book=False).passages
 
 
@@ -266,7 +266,7 @@ def test_gpu_out_of_memory_while_scoring_falls_back_too(engine, monkeypatch):
 def test_gpu_out_of_memory_while_embedding_halves_the_batch(engine, monkeypatch, tiny_parts):
     from dataclasses import replace
 
-    engine.encoder = replace(engine.encoder, passage_model=tiny_parts["ctx_enc"], passage_tokenizer=tiny_parts["q_tok"],
+    engine.retriever.encoder = replace(engine.encoder, passage_model=tiny_parts["ctx_enc"], passage_tokenizer=tiny_parts["q_tok"],
                              device=torch.device("cuda"))  # a passage side "on the GPU"
     sizes = []
     encode = type(engine.encoder).encode_passages
@@ -397,7 +397,8 @@ def test_an_uploaded_kb_belongs_to_its_session_and_its_files_leave_with_it(serve
     status, answer, *_ = stranger.predict("capital?", "token", 1, "flat", PRIVATE_KB, 1, "thorough", api_name="/ask")
     assert "Build your knowledge base first" in status and "Zorblax" not in answer
     # the session ends: its files go at once; when gradio drops its state the engine forgets the KB's index
-    index_keys = lambda: [key for key in server.engine._private]  # noqa: E731
+    shared = {kb.fingerprint for kb in server.engine.kbs.values()}
+    index_keys = lambda: [key for key in server.engine.retriever.held() if key[0] not in shared]  # noqa: E731
     assert index_keys()
     DemoActions(server.engine, files=server.files).end_session(SimpleNamespace(session_hash=owner.session_hash))
     assert not folder.exists()
@@ -544,9 +545,9 @@ def test_private_kb_indexes_are_released(engine):
     kb = engine.build_kb("mine", [Passage("a", "alpha beta"), Passage("b", "gamma delta"), Passage("c", "eps")])
     engine.ask("alpha", kb=kb, k=2, index="hnsw", closed_book=False)
     engine.index_reports(kb, k=2)
-    assert any(key[0] == kb.fingerprint for key in engine._private)
+    assert any(key[0] == kb.fingerprint for key in engine.retriever.held())
     DemoActions(engine).release_kb(Held(kb))
-    assert not any(key[0] == kb.fingerprint for key in list(engine._private) + list(engine._reports))
+    assert not any(key[0] == kb.fingerprint for key in engine.retriever.held())
     engine.release_kb(engine.kbs["tiny"])  # a shared KB is never released by a visitor
 
 

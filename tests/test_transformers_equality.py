@@ -152,13 +152,13 @@ def test_rag_checkpoint_with_a_custom_kb_brings_it(tiny_parts, rag_config, custo
     from transformers import RagTokenForGeneration, RagTokenizer
 
     from rag_demo.config import EngineConfig
-    from rag_demo.engine import RagEngine
+    from rag_demo.loading import engine_from_config
 
     kind, passages_path, index_path, config, retriever = custom_kb
     RagTokenForGeneration(config=config, question_encoder=tiny_parts["q_enc"], generator=tiny_parts["bart"]).save_pretrained(
         tmp_path / "rag")
     RagTokenizer(question_encoder=tiny_parts["q_tok"], generator=tiny_parts["gen_tok"]).save_pretrained(tmp_path / "rag")
-    engine = RagEngine.from_config(EngineConfig(rag_checkpoint=str(tmp_path / "rag"), device="cpu"))
+    engine = engine_from_config(EngineConfig(rag_checkpoint=str(tmp_path / "rag"), device="cpu"))
     assert engine.kb_names == ("my_knowledge_dataset",)
     assert engine.kbs["my_knowledge_dataset"].index_file == index_path
     for question in CUSTOM_QUESTIONS[:3]:

@@ -1,0 +1,147 @@
+"""The Retriever on its own: tiny DPR encoder, tiny knowledge bases, no generator."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from rag_demo.config import BM25_SCALE, RetrievalConfig
+from rag_demo.corpus import Passage, make_kb
+from rag_demo.encoders import encoder_from_modules
+from rag_demo.errors import InputError
+from rag_demo.retriever import Retriever
+
+QUESTION = "who wrote a farewell to arms"
+
+
+@pytest.fixture(scope="module")
+def encoder(tiny_parts):
+    return encoder_from_modules("tiny-dpr", tiny_parts["q_enc"], tiny_parts["q_tok"], scale=3.0)
+
+
+def _question_vector(encoder, question: str) -> torch.Tensor:
+    return encoder.encode_questions([question])[0]  # (D,)
+
+
+@pytest.mark.parametrize("index", ["flat", "hnsw"])  # HNSW over 6 vectors visits them all: exact
+@pytest.mark.parametrize("k", [1, 3, 6])
+@pytest.mark.parametrize("question", [QUESTION, "the deepest lake in siberia"])
+def test_dense_top_k_is_the_brute_force_inner_products(encoder, tiny_kb, question, k, index):
+    retrieval = Retriever(encoder=encoder, kbs={"tiny": tiny_kb}).retrieve(question, k=k, index=index)
+    scores = torch.from_numpy(tiny_kb.embeddings) @ _question_vector(encoder, question)  # (N,)
+    order = torch.argsort(scores, descending=True, stable=True)[:k]
+    assert [p.id for p in retrieval.passages] == order.tolist()
+    assert [p.score for p in retrieval.passages] == pytest.approx(scores[order].tolist(), abs=1e-5)
+    assert [p.rank for p in retrieval.passages] == list(range(1, k + 1))
+    assert (retrieval.retriever, retrieval.kb, retrieval.scale) == ("dense", "tiny", 3.0)
+    assert (retrieval.index_recall is None) == (index == "flat")
+
+
+def test_p_z_given_x_is_the_softmax_of_the_top_k_scores(encoder, tiny_kb):
+    retrieval = Retriever(encoder=encoder, kbs={"tiny": tiny_kb}).retrieve(QUESTION, k=4)
+    scores = torch.tensor([p.score for p in retrieval.passages])
+    expected = torch.softmax(3.0 * scores, dim=0)  # renormalized over the top 4 only, at the encoder's scale
+    assert retrieval.doc_lp.shape == (4,)
+    assert retrieval.doc_lp.exp().tolist() == pytest.approx(expected.tolist(), abs=1e-6)
+    assert [p.prob for p in retrieval.passages] == pytest.approx(expected.tolist(), abs=1e-6)
+    assert [p.logit for p in retrieval.passages] == pytest.approx((3.0 * scores).tolist(), abs=1e-5)
+    assert retrieval.encode_ms > 0 and retrieval.search_ms > 0
+
+
+def test_named_rows_are_weighed_among_themselves(encoder, tiny_kb):
+    retriever = Retriever(encoder=encoder, kbs={"tiny": tiny_kb})
+    assert [p.prob for p in retriever.retrieve(QUESTION, rows=[4]).passages] == [1.0]  # one gold passage: p(z|x) = 1
+    both = retriever.retrieve(QUESTION, rows=[2, 5])
+    assert {p.id for p in both.passages} == {2, 5} and sum(p.prob for p in both.passages) == pytest.approx(1.0)
+    with pytest.raises(InputError, match="rows must lie in"):
+        retriever.retrieve(QUESTION, rows=[6])
+
+
+# -- bm25 and hybrid on a hand-made knowledge base --------------------------------------------------
+
+STAMPS = [
+    Passage("Stamps", "The Penny Black was the first postage stamp."),
+    Passage("Lakes", "Baikal is the deepest lake on Earth."),
+    Passage("Coins", "A penny is a coin."),
+]
+
+
+def _hand_made_kb(encoder, question: str, dense: list[float]):
+    """STAMPS with vectors placed so that each passage's inner product with the question is `dense`."""
+    xq = _question_vector(encoder, question).numpy()
+    vectors = np.outer(dense, xq / (xq @ xq)).astype(np.float32)  # (3, D): d(z)ᵀq(x) = dense[z]
+    return make_kb("stamps", STAMPS, vectors)
+
+
+def test_bm25_ranks_by_shared_words_and_says_when_none_are_left(encoder):
+    question = "penny black stamp"
+    kb = _hand_made_kb(encoder, question, [0.0, 1.0, 0.5])
+    retrieval = Retriever(encoder=encoder, kbs={"stamps": kb}).retrieve(question, k=3, retriever="bm25")
+    # three of the question's words against one, and the lake passage shares none
+    assert [p.title for p in retrieval.passages] == ["Stamps", "Coins", "Lakes"]
+    assert retrieval.passages[0].score > retrieval.passages[1].score > retrieval.passages[2].score == 0
+    bm25 = torch.tensor([p.score for p in retrieval.passages])
+    assert retrieval.doc_lp.exp().tolist() == pytest.approx(torch.softmax(BM25_SCALE * bm25, 0).tolist(), abs=1e-6)
+    assert (retrieval.retriever, retrieval.scale, retrieval.encode_ms) == ("bm25", BM25_SCALE, 0.0)
+    assert retrieval.notices == ("only 2 passages share a word with the question; the last of the top 3 scores 0 "
+                                 "(ties keep the knowledge base's order)",)
+
+
+@pytest.mark.parametrize("index", ["flat", "hnsw"])
+def test_hybrid_adds_weighted_bm25_to_the_dense_logit(encoder, index):
+    question = "penny black stamp"
+    kb = _hand_made_kb(encoder, question, [0.0, 1.0, 0.5])  # dense alone: Lakes, Coins, Stamps
+    quiet = Retriever(encoder=encoder, kbs={"stamps": kb}, config=RetrievalConfig(lexical_weight=1e-6))
+    loud = Retriever(encoder=encoder, kbs={"stamps": kb}, config=RetrievalConfig(lexical_weight=100.0))
+    assert [p.title for p in quiet.retrieve(question, k=3, index=index, retriever="dense").passages] == ["Lakes", "Coins", "Stamps"]
+    assert [p.title for p in quiet.retrieve(question, k=3, index=index).passages] == ["Lakes", "Coins", "Stamps"]
+    hybrid = loud.retrieve(question, k=3, index=index)
+    assert hybrid.retriever == "hybrid" and [p.title for p in hybrid.passages] == ["Stamps", "Coins", "Lakes"]
+    for p in hybrid.passages:
+        assert p.score == pytest.approx([0.0, 1.0, 0.5][p.id], abs=1e-5)
+        assert p.logit == pytest.approx(3.0 * p.score + 100.0 * p.lexical, rel=1e-5)
+    assert hybrid.doc_lp.exp().tolist() == pytest.approx(torch.softmax(torch.tensor([p.logit for p in hybrid.passages]), 0).tolist())
+
+
+def test_retriever_choice_and_options_are_checked(encoder, tiny_kb):
+    plain = Retriever(encoder=encoder, kbs={"tiny": tiny_kb})
+    assert plain.retrievers == ("dense", "bm25") and plain.resolve_retriever(None) == "dense"
+    for kwargs, message in [({"retriever": "hybrid"}, "lexical weight"), ({"retriever": "sparse"}, "unknown retriever"),
+                            ({"k": 7}, "larger than the knowledge base"), ({"k": 0}, "at least 1"),
+                            ({"index": "annoy"}, "unknown index"), ({"kb": "nope"}, "unknown knowledge base")]:
+        with pytest.raises(InputError, match=message):
+            plain.retrieve(QUESTION, **kwargs)
+    with pytest.raises(InputError, match="0 or more"):
+        Retriever(encoder=encoder, kbs={"tiny": tiny_kb}, config=RetrievalConfig(lexical_weight=-1.0))
+
+
+# -- what is kept in memory ---------------------------------------------------------------------------
+
+
+def _own_kb(encoder, seed: int):
+    """A visitor's own KB: passed as an object, never registered."""
+    vectors = np.random.default_rng(seed).standard_normal((3, encoder.dim)).astype(np.float32)
+    return make_kb(f"mine-{seed}", STAMPS, vectors)
+
+
+def test_visitors_indexes_are_kept_least_recently_used_and_registered_ones_for_good(encoder, tiny_kb):
+    retriever = Retriever(encoder=encoder, kbs={"tiny": tiny_kb}, private_slots=2)
+    a, b, c = (_own_kb(encoder, seed) for seed in range(3))
+    retriever.search_index("tiny", "flat")
+    retriever.search_index(a, "flat")
+    retriever.search_index(b, "flat")
+    retriever.retrieve(QUESTION, kb=a, k=1)  # a is used again, so b is now the least recent
+    retriever.search_index(c, "flat")
+    assert retriever.held() == {(tiny_kb.fingerprint, "flat"), (a.fingerprint, "flat"), (c.fingerprint, "flat")}
+    retriever.release_kb(a)
+    retriever.release_kb(tiny_kb)  # a registered KB is never released
+    assert retriever.held() == {(tiny_kb.fingerprint, "flat"), (c.fingerprint, "flat")}
+
+
+def test_warm_up_loads_the_exact_and_bm25_indexes_of_every_registered_kb(encoder, tiny_kb):
+    other = _own_kb(encoder, 7)
+    retriever = Retriever(encoder=encoder, kbs={"tiny": tiny_kb, "other": other})
+    assert not retriever.held()
+    retriever.warm_up()
+    assert retriever.held() == {(kb.fingerprint, kind) for kb in (tiny_kb, other) for kind in ("flat", "bm25")}
