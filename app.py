@@ -11,31 +11,38 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 
 from rag_demo import heap
-from rag_demo.background import BackgroundEngine, Engine
+from rag_demo.background import BackgroundEngine, Engine, Stage
 from rag_demo.progress import Progress
 from rag_demo.ui import build_demo, launch_options
 
 log = logging.getLogger("rag_demo.app")
 
 
-def default_engine(progress: Progress) -> Engine:
-    """The real engine with the default config (heavy imports happen here, not at import time)."""
+def default_engines(progress: Progress) -> Iterator[Stage]:
+    """The real engine with the default config, in stages on a first start (heavy imports happen
+    here, not at import time): BM25 and the base generator answer within minutes, and each part
+    built afterwards is swapped in (`rag_demo.offline.prepare` says which). A warm start yields the
+    complete engine at once."""
     from rag_demo.config import EngineConfig
     from rag_demo.featured import feature_checked_examples
-    from rag_demo.loading import engine_from_config
+    from rag_demo.loading import staged_default_engines
 
-    engine = engine_from_config(EngineConfig(), progress=progress)
-    # examples the demo answers right first: asked once per setup (saved), here or by `prepare`
-    feature_checked_examples(engine, progress=progress)
-    progress("warming up: one example question", 0, 1)
-    seconds = engine.warm_up()
-    progress("warming up: one example question", 1, 1)
-    log.info("warm-up ask took %.1f s", seconds)
-    heap.release_free_memory()  # loading parsed large files (the tokenizer's JSON) into memory now free
-    return engine
+    for engine, readiness in staged_default_engines(EngineConfig(), progress=progress):
+        if not readiness.complete:
+            engine.retriever.warm_up()  # BM25 and the indexes before the first ask, not during it
+            yield Stage(engine, readiness.serving(), readiness.building())
+            continue
+        # examples the demo answers right first: asked once per setup (saved), here or by `prepare`
+        feature_checked_examples(engine, progress=progress)
+        progress("warming up: one example question", 0, 1)
+        seconds = engine.warm_up()
+        progress("warming up: one example question", 1, 1)
+        log.info("warm-up ask took %.1f s", seconds)
+        heap.release_free_memory()  # loading parsed large files (the tokenizer's JSON) into memory now free
+        yield Stage(engine, readiness.serving())
 
 
 def server_options(environ: Mapping[str, str]) -> dict:
@@ -48,12 +55,12 @@ def server_options(environ: Mapping[str, str]) -> dict:
     return {"server_name": environ.get("GRADIO_SERVER_NAME") or "127.0.0.1", "server_port": int(port) if port else None}
 
 
-def create_demo(factory: Callable[[Progress], Engine] = default_engine):
+def create_demo(factory: Callable[[Progress], Engine | Iterator[Stage]] = default_engines):
     """Start building the engine in the background and return the page that waits for it."""
     return build_demo(BackgroundEngine(factory).start())
 
 
-def main(factory: Callable[[Progress], Engine] = default_engine) -> None:
+def main(factory: Callable[[Progress], Engine | Iterator[Stage]] = default_engines) -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     # before the server starts its worker threads, so that they share two malloc arenas (rag_demo.heap)
     heap.limit_arenas(2)

@@ -121,10 +121,11 @@ def measure_cold(cache: Path, *, question: str, timeout_s: float, log_dir: Path)
                 continue
             if status.get("error"):
                 raise SystemExit(f"the app failed to start: {status['error']}")
-            stage = (status.get("stage"), status.get("complete"))
-            if status.get("serving") and stage != seen_stage:
+            stage = status.get("engines_served")
+            if status.get("ready") and stage != seen_stage:
                 seen_stage = stage
-                report.events.append(Event(now(), f"serving: {status['serving']}", status.get("building", "")))
+                report.events.append(Event(now(), f"serving: {status.get('serving') or 'the complete engine'}",
+                                           status.get("building", "")))
                 seconds, result, error = _ask(client, question)
                 if result is not None:
                     if report.first_answer_s is None:

@@ -10,7 +10,8 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 from . import heap
@@ -20,6 +21,7 @@ from .progress import Progress, eta_text
 from .results import AskResult, IndexReport, RetrieverComparison
 
 log = logging.getLogger(__name__)
+
 
 class Engine(Protocol):
     """What the UI needs from `rag_demo.engine.RagEngine`."""
@@ -58,16 +60,29 @@ class EngineNotReady(RagDemoError):
     """The engine is still being prepared (first start) or failed to start."""
 
 
+@dataclass(frozen=True)
+class Stage:
+    """One engine of a first start, serving while the rest of the build goes on."""
+
+    engine: Engine
+    serving: str = ""  # which parts answer, e.g. "BM25 retrieval and the base generator"
+    building: str = ""  # what is still being built, e.g. "dense vectors are building (2 of 4)"; "" when complete
+
+
 class BackgroundEngine:
     """Builds the engine in a thread so the page can show progress instead of failing on first start.
 
-    `factory(progress)` returns the engine; `progress(stage, done, total)` is reported on the page.
-    Until it is ready every engine method raises `EngineNotReady`, whose message the page shows.
+    `factory(progress)` returns the engine, or yields `Stage`s: each engine that can serve while
+    the build goes on, the last one complete. Each is swapped in as it comes; an ask already
+    running finishes on the engine it started on. `progress(stage, done, total)` is reported on
+    the page. Until the first engine is ready every engine method raises `EngineNotReady`, whose
+    message the page shows; while later parts build, every answer says which parts gave it.
     """
 
-    def __init__(self, factory: Callable[[Progress], Engine]):
+    def __init__(self, factory: Callable[[Progress], Engine | Iterator[Stage]]):
         self._factory = factory
-        self._engine: Engine | None = None
+        self._current: Stage | None = None
+        self._served = 0  # engines swapped in so far
         self._error: str | None = None
         self._stage: tuple[str, int, int] = ("starting", 0, 0)
         self._started = time.monotonic()
@@ -82,10 +97,10 @@ class BackgroundEngine:
         return self
 
     def wait(self, timeout: float | None = None) -> bool:
-        """Block until the engine is ready or failed; True when ready."""
+        """Block until the build has finished or failed; True when the complete engine is serving."""
         if self._thread is not None:
             self._thread.join(timeout)
-        return self.ready
+        return self.complete
 
     def _progress(self, stage: str, done: int, total: int) -> None:
         with self._lock:
@@ -93,89 +108,138 @@ class BackgroundEngine:
                 self._stage_started = time.monotonic()
             self._stage = (str(stage), int(done), int(total))
 
+    def _serve(self, stage: Stage) -> None:
+        with self._lock:
+            self._current = stage
+            self._served += 1
+        log.info("serving with %s%s", stage.serving or "the engine", f"; {stage.building}" if stage.building else "")
+
     def _build(self) -> None:
         try:
-            engine = self._factory(self._progress)
+            built = self._factory(self._progress)
+            for stage in (built if isinstance(built, Iterator) else [Stage(built)]):
+                self._serve(stage)
         except RagDemoError as err:
             log.error("engine failed to start: %s", err)
             self._error = str(err)
         except Exception as err:  # a thread boundary: record it for the page, keep the server up
             log.exception("engine failed to start")
             self._error = f"{type(err).__name__}: {err}"
-        else:
-            self._engine = engine
 
     @property
     def ready(self) -> bool:
-        return self._engine is not None
+        """An engine is serving (perhaps not yet the complete one)."""
+        return self._current is not None
+
+    @property
+    def complete(self) -> bool:
+        """The complete engine is serving: nothing is being built any more."""
+        current = self._current
+        return current is not None and not current.building
+
+    @property
+    def engines_served(self) -> int:
+        return self._served
 
     @property
     def failed(self) -> bool:
-        return self._error is not None
+        """The build stopped before any engine could serve."""
+        return self._error is not None and self._current is None
 
-    def status_text(self) -> str:
-        if self._error is not None:
-            return f"The demo could not start: {self._error}"
-        if self._engine is not None:
-            return "ready"
+    def _progress_text(self) -> str:
         with self._lock:
             stage, done, total = self._stage
             stage_started = self._stage_started
-        now = time.monotonic()
         count = ""
         if total:
-            eta = eta_text(done, total, now - stage_started)
+            eta = eta_text(done, total, time.monotonic() - stage_started)
             count = f" ({done:,}/{total:,}{', ' + eta if eta else ''})"
-        return (f"Preparing models and indexes: {stage}{count}; {now - self._started:.0f} s so far. "
-                "A first start builds its caches (minutes); later starts load them (seconds).")
+        return f"{stage}{count}"
 
-    def _get(self) -> Engine:
-        if self._engine is None:
+    def status_text(self) -> str:
+        current, error = self._current, self._error
+        elapsed = f"{time.monotonic() - self._started:.0f} s so far"
+        if current is None:
+            if error is not None:
+                return f"The demo could not start: {error}"
+            return (f"Preparing models and indexes: {self._progress_text()}; {elapsed}. "
+                    "A first start builds its caches (minutes); later starts load them (seconds).")
+        if not current.building:
+            return "ready"
+        if error is not None:
+            return (f"Answering with {current.serving}; building the rest failed: {error}. "
+                    "Restart the app to try again.")
+        return (f"Answering now with {current.serving}; {current.building}: {self._progress_text()}; {elapsed}. "
+                "Answers get better as each part is ready, with no restart.")
+
+    def status(self) -> dict:
+        """The build as data, for the API: what serves, what is building, how far it has come."""
+        current = self._current
+        stage, done, total = self._stage
+        return {"ready": current is not None, "complete": self.complete, "engines_served": self._served,
+                "serving": current.serving if current else "", "building": current.building if current else "",
+                "step": stage, "done": done, "total": total, "error": self._error or "",
+                "seconds": round(time.monotonic() - self._started, 1), "status": self.status_text()}
+
+    def _get(self) -> Stage:
+        current = self._current
+        if current is None:
             raise EngineNotReady(self.status_text() + (" Restart the app once fixed." if self.failed else " Try again in a moment."))
-        return self._engine
+        return current
+
+    def _noted(self, stage: Stage, notices: tuple[str, ...]) -> tuple[str, ...]:
+        if not stage.building:
+            return notices
+        return (*notices, f"answered with {stage.serving} while the rest is built: {stage.building}")
 
     @property
     def kb_names(self) -> tuple[str, ...]:
-        return self._get().kb_names
+        return self._get().engine.kb_names
 
     @property
     def default_kb(self) -> str:
-        return self._get().default_kb
+        return self._get().engine.default_kb
 
     @property
     def lexical_weight(self) -> float:
-        return self._get().lexical_weight
+        return self._get().engine.lexical_weight
 
     @property
     def retrievers(self) -> tuple[str, ...]:
-        return self._get().retrievers
+        return self._get().engine.retrievers
 
     def ask(self, question: str, **options: Any) -> AskResult:
+        stage = self._get()  # one engine for the whole ask, whatever is swapped in meanwhile
         try:
-            return self._get().ask(question, **options)
+            result = stage.engine.ask(question, **options)
         finally:
             heap.release_free_memory()  # a long-running server: see rag_demo.heap
+        return replace(result, notices=self._noted(stage, result.notices))
 
     def score(self, question: str, answer: str, **options: Any) -> AskResult:
+        stage = self._get()
         try:
-            return self._get().score(question, answer, **options)
+            result = stage.engine.score(question, answer, **options)
         finally:
             heap.release_free_memory()
+        return replace(result, notices=self._noted(stage, result.notices))
 
     def compare_retrievers(self, question: str, *, kb: str | KnowledgeBase, k: int = 5) -> RetrieverComparison:
-        return self._get().compare_retrievers(question, kb=kb, k=k)
+        stage = self._get()
+        comparison = stage.engine.compare_retrievers(question, kb=kb, k=k)
+        return replace(comparison, notices=self._noted(stage, comparison.notices))
 
     def index_reports(self, kb: str | KnowledgeBase) -> list[IndexReport]:
-        return self._get().index_reports(kb)
+        return self._get().engine.index_reports(kb)
 
     def build_kb(self, name: str, passages: list[Passage], *, progress: Progress | None = None) -> KnowledgeBase:
-        return self._get().build_kb(name, passages, progress=progress)
+        return self._get().engine.build_kb(name, passages, progress=progress)
 
     def example_questions(self, kb: str, n: int = 8) -> list[str]:
-        return self._get().example_questions(kb, n)
+        return self._get().engine.example_questions(kb, n)
 
     def release_kb(self, kb: KnowledgeBase) -> None:
-        release = getattr(self._get(), "release_kb", None)
+        release = getattr(self._get().engine, "release_kb", None)
         if release is not None:
             release(kb)
 
@@ -183,3 +247,13 @@ class BackgroundEngine:
 def engine_ready(engine: Engine) -> bool:
     """Plain engines are always ready; a `BackgroundEngine` says so itself."""
     return bool(getattr(engine, "ready", True))
+
+
+def engine_complete(engine: Engine) -> bool:
+    """Plain engines are complete; a `BackgroundEngine` is once nothing is being built any more."""
+    return bool(getattr(engine, "complete", True))
+
+
+def engines_served(engine: Engine) -> int:
+    """How many engines have served so far: 1 for a plain engine; a `BackgroundEngine` counts its swaps."""
+    return int(getattr(engine, "engines_served", 1))

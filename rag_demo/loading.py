@@ -6,8 +6,10 @@ The dependency runs one way: this module builds engines, and the engine knows no
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -18,6 +20,9 @@ from .engine import RagEngine
 from .errors import InputError, ModelLoadError
 from .generator import generator_from_model, load_generator
 from .questions import examples_by_kb
+
+if TYPE_CHECKING:
+    from .offline.prepare import Readiness
 
 log = logging.getLogger(__name__)
 
@@ -143,3 +148,36 @@ def engine_from_config(config: EngineConfig = EngineConfig(), *, kb_paths: dict[
                 for name, items in examples_by_kb({name: kb.path for name, kb in kbs.items()}).items()}
     return RagEngine(encoder=encoder, generator=generator, kbs=kbs, config=config,
                      index_cache=cache_root() / "indexes", examples=examples)
+
+
+def staged_default_engines(config: EngineConfig = EngineConfig(), *, progress=None) -> Iterator[tuple[RagEngine, Readiness]]:
+    """The offline default's engines as a first start builds it: one per `offline.prepare.Readiness`.
+
+    The first answers with BM25 over the KBs' passages and the converted base generator, minutes
+    after a cold start; each later one adds what was built meanwhile (dense vectors, the fine-tuned
+    question side, the reading adapter). A model that did not change is handed on, not loaded
+    again. With everything cached there is one engine, the complete one.
+    """
+    from .offline.prepare import prepare_in_stages
+
+    device = pick_device(config.device)
+    encoder = generator = question_path = adapter = None
+    for readiness in prepare_in_stages(progress=progress, encoder_config=config.encoder, generator_config=config.generator):
+        paths = readiness.paths
+        if paths.kb_paths:
+            kbs = load_kbs({name: str(path) for name, path in paths.kb_paths.items()})
+            examples = {name: [q.question for q in items]
+                        for name, items in examples_by_kb({name: kb.path for name, kb in kbs.items()}).items()}
+        else:
+            kbs = dict(readiness.text_kbs)
+            examples = {name: list(questions) for name, questions in readiness.text_examples.items()}
+        # A replaced model stays alive in the engine it served until that engine's last ask returns.
+        if encoder is None or question_path != paths.question_encoder_path:
+            question_path = paths.question_encoder_path
+            encoder = load_encoder(config.encoder, device=device, question_path=question_path)
+        if generator is None or adapter != paths.reader_adapter_path:
+            adapter = paths.reader_adapter_path
+            generator = load_generator(config.generator, path=str(paths.generator_path), device=device, adapter=adapter)
+        engine = RagEngine(encoder=encoder, generator=generator, kbs=kbs, config=config,
+                           index_cache=cache_root() / "indexes", examples=examples)
+        yield engine, readiness

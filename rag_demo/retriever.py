@@ -150,6 +150,7 @@ class Retriever:
         if kind not in INDEX_KINDS:
             raise InputError(f"unknown index {kind!r}; choose one of {', '.join(INDEX_KINDS)}")
         knowledge = self.resolve_kb(kb)
+        _require_vectors(knowledge, "dense search")
 
         def build(registered: bool) -> SearchIndex:
             cache_dir = (knowledge.path / "indexes") if (registered and knowledge.path is not None) else None
@@ -168,6 +169,7 @@ class Retriever:
     def index_reports(self, kb: str | KnowledgeBase | None = None, *, k: int = 10) -> list[IndexReport]:
         """Build time, bytes, recall@k against flat and query latency of each index variant."""
         knowledge = self.resolve_kb(kb)
+        _require_vectors(knowledge, "comparing the index variants")
         flat = self.search_index(knowledge, "flat")
         reports = []
         for kind in INDEX_KINDS:
@@ -189,10 +191,12 @@ class Retriever:
     def warm_up(self) -> None:
         """Load each registered KB's exact index, the approximate ones already saved beside it, and its BM25 index."""
         for name, kb in self.kbs.items():
+            self.lexical_index(name)  # every retriever offers bm25
+            if not kb.has_vectors:
+                continue
             self.search_index(name, "flat")
             for kind in self.prebuilt_kinds(kb):
                 self.search_index(name, kind)  # checking and reading the file: tens of ms at a first ask
-            self.lexical_index(name)  # every retriever offers bm25
 
     def held(self) -> set[tuple[str, str]]:
         """What is kept in memory, as (KB fingerprint, what): an index kind, "bm25", "gold" (the KB's
@@ -276,6 +280,11 @@ class Retriever:
             raise InputError(f"k must be between 1 and {LIMITS.max_k}")
         if index not in INDEX_KINDS:
             raise InputError(f"unknown index {index!r}; choose one of {', '.join(INDEX_KINDS)}")
+        if retriever != "bm25" and not knowledge.has_vectors:  # a first start embeds while BM25 serves
+            retrieval = self._retrieve_bm25(question, knowledge, k=k, index="flat", rows=rows)
+            notice = (f"{knowledge.name}'s dense vectors are still being built, so BM25 retrieved these passages "
+                      f"instead of {'Dense + BM25' if retriever == 'hybrid' else 'the dense retriever'}")
+            return replace(retrieval, notices=(notice, *retrieval.notices))
         if retriever == "bm25":
             return self._retrieve_bm25(question, knowledge, k=k, index=index, rows=rows)
         return self._retrieve_dense(question, knowledge, k=k, index=index, hybrid=retriever == "hybrid", rows=rows)
@@ -355,7 +364,7 @@ class Retriever:
         gold = self.gold_rows(question, knowledge)
         started = time.perf_counter()
         rankings, timings = [], {}
-        for retriever in self.retrievers:
+        for retriever in self.retrievers if knowledge.has_vectors else ("bm25",):
             began = time.perf_counter()
             retrieval = self.retrieve(question, kb=knowledge, k=k, retriever=retriever)
             timings[retriever] = (time.perf_counter() - began) * 1000
@@ -410,8 +419,14 @@ def _is_folder(name: object) -> bool:
         return False
 
 
+def _require_vectors(kb: KnowledgeBase, what: str) -> None:
+    if not kb.has_vectors:
+        raise InputError(f"{kb.name}'s dense vectors are still being built, so {what} is not available yet; BM25 "
+                         "answers meanwhile. Try again when the banner says they are ready.")
+
+
 def check_kb_matches_encoder(kb: KnowledgeBase, encoder: Encoder) -> None:
-    if kb.dim != encoder.dim:
+    if kb.has_vectors and kb.dim != encoder.dim:
         raise KnowledgeBaseError(
             f"knowledge base {kb.name!r} has {kb.dim}-dim embeddings but the encoder {encoder.name!r} makes "
             f"{encoder.dim}-dim vectors; rebuild the KB with this encoder (`python -m rag_demo build-kb ... --encoder {encoder.name}`)"

@@ -53,12 +53,16 @@ def imported_names(path: Path) -> tuple[set[str], set[str]]:
 
 
 def import_graph() -> dict[str, set[str]]:
-    """{module: the package modules it imports}; a module also imports its parent packages (their __init__ runs first)."""
+    """{module: the package modules it imports}; a module also imports its parent packages (their __init__ runs first).
+
+    A package naming its own submodules (`rag_demo.ui` loads its page on first use) is not an edge:
+    the submodule already depends on the package, and the package holds it rather than sits above it."""
     paths = {module_name(path): path for path in PACKAGE.rglob("*.py")}
     graph = {}
     for name, path in paths.items():
         parents = {".".join(name.split(".")[:i]) for i in range(1, name.count(".") + 1)}
-        graph[name] = ((imported_names(path)[0] | parents) & paths.keys()) - {name}
+        own = {other for other in paths if other.startswith(name + ".")} if path.name == "__init__.py" else set()
+        graph[name] = ((imported_names(path)[0] | parents) & paths.keys()) - {name} - own
     return graph
 
 

@@ -145,3 +145,27 @@ def test_warm_up_loads_the_exact_and_bm25_indexes_of_every_registered_kb(encoder
     assert not retriever.held()
     retriever.warm_up()
     assert retriever.held() == {(kb.fingerprint, kind) for kb in (tiny_kb, other) for kind in ("flat", "bm25")}
+
+
+def test_a_kb_without_vectors_yet_is_served_by_bm25_and_says_so(encoder, tiny_kb):
+    """A first start serves its KBs with BM25 while they are embedded: dense and hybrid asks fall
+    back to BM25 with a notice, and what needs vectors says they are still being built."""
+    from rag_demo.corpus import text_only_kb
+
+    passages = [tiny_kb.passage(row) for row in range(len(tiny_kb))]
+    text = text_only_kb("tiny", passages)
+    assert not text.has_vectors and tiny_kb.has_vectors and text.fingerprint != tiny_kb.fingerprint
+    retriever = Retriever(encoder=encoder, kbs={"tiny": text}, config=RetrievalConfig(lexical_weight=0.5))
+    plain = Retriever(encoder=encoder, kbs={"tiny": tiny_kb}).retrieve(QUESTION, k=3, retriever="bm25")
+    for asked in ("dense", "hybrid", None):
+        retrieval = retriever.retrieve(QUESTION, k=3, retriever=asked)
+        assert retrieval.retriever == "bm25" and [p.id for p in retrieval.passages] == [p.id for p in plain.passages]
+        assert "still being built" in retrieval.notices[0]
+    assert retriever.retrieve(QUESTION, k=3, retriever="bm25").notices == plain.notices
+    comparison = retriever.compare(QUESTION, k=3)
+    assert [r.retriever for r in comparison.rankings] == ["bm25"]
+    for needs_vectors in (lambda: retriever.index_reports("tiny"), lambda: retriever.search_index("tiny", "hnsw")):
+        with pytest.raises(InputError, match="dense vectors are still being built"):
+            needs_vectors()
+    retriever.warm_up()  # BM25 only: nothing to load for the vectors
+    assert {what for _, what in retriever.held()} <= {"bm25", "gold"} and (text.fingerprint, "bm25") in retriever.held()

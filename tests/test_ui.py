@@ -10,14 +10,16 @@ from __future__ import annotations
 import json
 import math
 import re
+import threading
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import gradio as gr
 import pytest
 
 from rag_demo import plots
-from rag_demo.background import BackgroundEngine
+from rag_demo.background import BackgroundEngine, Stage
 from rag_demo.config import LIMITS
 from rag_demo.corpus import Passage
 from rag_demo.errors import InputError, RagDemoError
@@ -561,16 +563,16 @@ def test_background_engine_reports_progress_then_serves(ui_engine):
     actions = DemoActions(engine)
     time.sleep(0.05)
     assert not engine.ready and "downloading models (1/3" in engine.status_text()
-    banner, timer, announced, *rest = actions.poll(False)
-    assert "downloading models" in banner and announced is False and all(is_skip(v) for v in rest)
+    banner, timer, announced, *rest = actions.poll(0)
+    assert "downloading models" in banner and announced == 0 and all(is_skip(v) for v in rest)
     out = ask(actions, kb=KB_NAMES[0])
     assert "Preparing" in out[0] and "rag-status-wait" in out[0]
     demo = build_demo(engine)  # builds while not ready
     assert demo is not None
     gate.append(True)
     assert engine.wait(5)
-    ready = actions.poll(False)
-    assert ready.banner == "" and ready.announced is True
+    ready = actions.poll(0)
+    assert ready.banner == "" and ready.announced == 1
     assert ready.kb["value"] == engine.default_kb and (KB_NAMES[0], KB_NAMES[0]) in ready.kb["choices"]
     assert ready.swap_right["value"] == KB_NAMES[1]  # the swap tab's right side starts on the other knowledge base
     assert ready.examples.raw_samples == [[q] for q in QUESTIONS]  # the engine's example questions
@@ -578,7 +580,73 @@ def test_background_engine_reports_progress_then_serves(ui_engine):
     assert ready.retriever == {"__type__": "update", "choices": [("Dense (the paper)", "dense"), ("BM25", "bm25")],
                                "value": "dense", "visible": True}
     assert ask(actions)[0] == ""
-    assert all(is_skip(v) for v in actions.poll(True)[3:])
+    assert all(is_skip(v) for v in actions.poll(1)[3:])
+
+
+def test_a_staged_start_answers_early_and_swaps_in_each_better_engine(ui_engine):
+    """A first start in stages: the first engine answers while the rest builds, each answer says
+    which parts gave it, an ask in flight finishes on the engine it began on, and the page keeps
+    the visitor's choices when a better engine arrives (only the examples change)."""
+    gates = [threading.Event(), threading.Event()]
+    started_asking, finish_ask = threading.Event(), threading.Event()
+    slow_engine = SimpleNamespace(**{name: getattr(ui_engine, name) for name in
+                                     ("kb_names", "default_kb", "lexical_weight", "retrievers", "example_questions")})
+
+    def slow_ask(question, **options):
+        started_asking.set()
+        finish_ask.wait(10)
+        return ui_engine.ask(question, **options)
+
+    slow_engine.ask = slow_ask
+
+    def factory(progress):
+        progress("embedding passages", 0, 10)
+        yield Stage(slow_engine, "BM25 retrieval and the base generator", "dense vectors are building (2 of 4)")
+        gates[0].wait(10)
+        yield Stage(ui_engine, "dense retrieval and the reading adapter")
+
+    engine = BackgroundEngine(factory).start()
+    actions = DemoActions(engine)
+    deadline = time.monotonic() + 5
+    while not engine.ready and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert engine.ready and not engine.complete and engine.engines_served == 1
+    first = actions.poll(0)
+    assert "Answering now with BM25 retrieval and the base generator" in first.banner
+    assert "dense vectors are building (2 of 4)" in first.banner and "embedding passages (0/10" in first.banner
+    assert first.timer.active is True and first.announced == 1 and first.kb["value"] == KB_NAMES[0]
+    status = engine.status()
+    assert (status["ready"], status["complete"], status["engines_served"]) == (True, False, 1)
+    assert status["building"] == "dense vectors are building (2 of 4)"
+    answers = []
+    asking = threading.Thread(target=lambda: answers.append(engine.ask(QUESTION, kb=KB_NAMES[0], k=2)))
+    asking.start()
+    assert started_asking.wait(5)
+    gates[0].set()  # the complete engine arrives while that ask is still running
+    assert engine.wait(5) and engine.complete and engine.engines_served == 2
+    finish_ask.set()
+    asking.join(10)
+    assert answers and any("answered with BM25 retrieval and the base generator" in n for n in answers[0].notices)
+    later = engine.ask(QUESTION, kb=KB_NAMES[0], k=2)
+    assert not any("answered with" in n for n in later.notices)
+    swapped = actions.poll(1)
+    assert swapped.banner == "" and swapped.timer.active is False and swapped.announced == 2
+    assert is_skip(swapped.kb) and is_skip(swapped.retriever)  # the visitor's choices stay
+    assert swapped.examples.raw_samples == [[q] for q in QUESTIONS]
+    assert engine.status()["complete"] is True and engine.status_text() == "ready"
+
+
+def test_a_failure_after_the_first_engine_keeps_it_serving_and_says_so(ui_engine):
+    def factory(progress):
+        yield Stage(ui_engine, "BM25 retrieval and the base generator", "dense vectors are building (2 of 4)")
+        raise InputError("no space left under /cache; free some or set RAG_DEMO_CACHE")
+
+    engine = BackgroundEngine(factory).start()
+    assert not engine.wait(5) and engine.ready and not engine.failed
+    assert "building the rest failed" in engine.status_text() and "/cache" in engine.status_text()
+    notices = engine.ask(QUESTION, kb=KB_NAMES[0], k=2).notices
+    assert any("answered with BM25 retrieval and the base generator" in n for n in notices)
+    assert engine.status()["error"].startswith("no space left")
 
 
 def test_background_engine_failure_is_shown():

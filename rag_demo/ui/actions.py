@@ -17,7 +17,7 @@ from typing import Any, NamedTuple, TypeVar
 import gradio as gr
 
 from .. import plots
-from ..background import Engine, EngineNotReady, engine_ready
+from ..background import Engine, EngineNotReady, engine_complete, engine_ready, engines_served
 from ..corpus import KnowledgeBase, Passage
 from ..errors import InputError, RagDemoError
 from ..progress import Progress, counted
@@ -155,7 +155,7 @@ class PollView(NamedTuple):
 
     banner: Any
     timer: Any
-    announced: Any  # gr.State: the choices were sent
+    announced: Any  # gr.State: how many engines the page was told of (0: none yet)
     kb: Any
     swap_left: Any
     swap_right: Any
@@ -507,26 +507,43 @@ class DemoActions:
         return {"choices": [(RETRIEVER_NAMES.get(r, r), r) for r in offered],
                 "value": "hybrid" if "hybrid" in offered else "dense", "visible": True}
 
-    def poll(self, announced: bool) -> PollView:
-        """The banner while the engine starts; once it is ready, the choices, sent once."""
+    def poll(self, announced: int) -> PollView:
+        """The banner while the engine starts or builds; the choices once it first serves, sent once;
+        fresh example questions each time a better engine is swapped in.
+
+        `announced` counts the engines the page was told of (0: none yet).
+        """
         if not engine_ready(self.engine):
             failed = bool(getattr(self.engine, "failed", False))
             text = self.engine.status_text() if hasattr(self.engine, "status_text") else "Preparing…"
             return changed(PollView, banner=format_status(text, "error" if failed else "wait"),
-                           timer=gr.Timer(active=not failed), announced=False)
-        if announced:
-            return changed(PollView, banner="", timer=gr.Timer(active=False), announced=True)
-        names = self.kb_names()
+                           timer=gr.Timer(active=not failed), announced=0)
+        building = not engine_complete(self.engine)
+        banner = format_status(self.engine.status_text(), "wait") if building else ""
+        served = engines_served(self.engine)
+        if announced == served:
+            return changed(PollView, banner=banner, timer=gr.Timer(active=building), announced=served)
         default = self.default_kb()
+        samples = self.examples(default)
+        examples = dict(examples=gr.Dataset(samples=samples, visible=bool(samples)),
+                        swap_examples=gr.Dataset(samples=samples, visible=bool(samples)))
+        if announced:  # a better engine over the same KBs: keep what the visitor chose
+            return changed(PollView, banner=banner, timer=gr.Timer(active=building), announced=served, **examples)
+        names = self.kb_names()
         right = next((n for n in names if n != default), default)
         choices = self.kb_choices(None)
-        samples = self.examples(default)
         return PollView(
-            banner="", timer=gr.Timer(active=False), announced=True,
+            banner=banner, timer=gr.Timer(active=building), announced=served,
             kb=gr.update(choices=choices, value=default), swap_left=gr.update(choices=choices, value=default),
             swap_right=gr.update(choices=choices, value=right), score_kb=gr.update(choices=choices, value=default),
-            idx_kb=gr.update(choices=choices, value=default),
-            examples=gr.Dataset(samples=samples, visible=bool(samples)),
-            swap_examples=gr.Dataset(samples=samples, visible=bool(samples)),
+            idx_kb=gr.update(choices=choices, value=default), **examples,
             retriever=gr.update(**self.retriever_options()),
         )
+
+    def status_json(self) -> dict:
+        """The API's view of the start: what serves now and what is still building."""
+        status = getattr(self.engine, "status", None)
+        if status is not None:
+            return status()
+        return {"ready": True, "complete": True, "engines_served": 1, "serving": "", "building": "", "error": "",
+                "status": "ready"}

@@ -116,7 +116,7 @@ def build_demo(engine: Engine, *, limits: UploadLimits = UploadLimits(), files: 
         # Held(KnowledgeBase): this visitor's own passages; gradio deletes it 1 h after the tab closes (or after the TTL)
         mine = gr.State(None, time_to_live=STATE_TTL_S, delete_callback=release_kb)
         last = gr.State(None, time_to_live=STATE_TTL_S)  # Held(AskResult): the last answer, for Learn
-        announced = gr.State(False)
+        announced = gr.State(0)
         gr.HTML(INTRO, js_on_load=None)
         banner = _status("status-banner", "" if ready else format_status("Preparing models and indexes…", "wait"))
         timer = gr.Timer(1.0, active=not ready)
@@ -362,6 +362,13 @@ def build_demo(engine: Engine, *, limits: UploadLimits = UploadLimits(), files: 
             return actions.compare_json(question, kb, k)
 
         gr.api(compare_json, api_name="compare_json", **engine_events)
+
+        def status_json() -> dict:
+            """How far the start has come: ready (an engine answers), complete (nothing is building), serving (which
+            parts answer), building (what is still being built), step/done/total (the build's progress), error."""
+            return actions.status_json()
+
+        gr.api(status_json, api_name="status_json", queue=False)  # never waits behind an ask
         demo.unload(actions.end_session)
 
     demo.queue(default_concurrency_limit=1)
