@@ -65,6 +65,8 @@ def failing_pip(requirement, dest):
 class FakeEncoder:
     """The encoder interface `ensure_default_kbs` uses: unit-length bags of hashed words."""
 
+    device = "cpu"
+
     def __init__(self, name: str = "fake", max_length: int = 16):
         self.name, self.max_length = name, max_length
         self.embedded: list[Passage] = []
@@ -77,7 +79,7 @@ class FakeEncoder:
                 vectors[row, int(hashlib.sha256(word.encode()).hexdigest()[:8], 16) % 64] += 1
         return vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
 
-    def encode_passages(self, passages, *, batch_size=64, progress=None):
+    def encode_passages(self, passages, *, batch_size=64, progress=None, autocast=False):
         self.embedded.extend(passages)
         if progress is not None:
             progress(len(passages), len(passages))
