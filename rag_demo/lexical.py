@@ -373,7 +373,7 @@ def _too_large(postings: int, done: int, total: int, max_postings: int, kb_folde
            else "save the passages as a KB folder (`python -m rag_demo build-kb`) and build its BM25 once with "
                 "`python -m rag_demo build-bm25 KB_FOLDER`")
     return IndexTooLargeError(
-        f"BM25 over these {total:,} passages would hold about {expected:,} postings, more than the {max_postings:,} "
-        f"built while serving (lexical.MAX_POSTINGS, about {max_postings * 18 / 1e9:.1f} GB of memory), so bm25 and "
-        f"hybrid retrieval are off for this knowledge base; {how}, or use dense retrieval"
+        f"BM25 over these {total:,} passages would hold about {expected:,} postings, past the limit of {max_postings:,} "
+        f"(lexical.MAX_POSTINGS while serving: building takes about 18 bytes a posting), so bm25 and hybrid retrieval "
+        f"are off for this knowledge base; {how}, or use dense retrieval"
     )
