@@ -23,6 +23,7 @@ import re
 import shutil
 import tempfile
 import time
+from array import array
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import filterfalse, islice
@@ -287,16 +288,16 @@ class _Postings:
 def _chunk_postings(texts: list[str], first_row: int, vocabulary: dict[str, int], lengths: np.ndarray) -> _Postings:
     """Tokenize one chunk, give new words the next ids (first seen, first numbered) and write
     the passages' lengths into lengths[first_row:]."""
-    words: list[str] = []
+    ids = array("q")  # the chunk's tokens as term ids: 8 bytes each, where their strings would take 50
     for i, text in enumerate(texts):
-        found = terms(text)
-        lengths[first_row + i] = len(found)
-        words += found
-    # per distinct word, not per token, in Python; dict.fromkeys keeps first-seen order
-    fresh = [word for word in dict.fromkeys(words) if word not in vocabulary]
-    vocabulary.update(zip(fresh, range(len(vocabulary), len(vocabulary) + len(fresh))))
+        words = terms(text)
+        lengths[first_row + i] = len(words)
+        # Python work per distinct word, not per token; dict.fromkeys keeps first-seen order
+        fresh = [word for word in dict.fromkeys(words) if word not in vocabulary]
+        vocabulary.update(zip(fresh, range(len(vocabulary), len(vocabulary) + len(fresh))))
+        ids.extend(map(vocabulary.__getitem__, words))
     n = len(texts)
-    tokens = np.fromiter(map(vocabulary.__getitem__, words), dtype=np.int64, count=len(words))  # (T,)
+    tokens = np.frombuffer(ids, dtype=np.int64)  # (T,)
     rows = np.repeat(np.arange(n, dtype=np.int64), lengths[first_row : first_row + n].astype(np.int64))  # (T,)
     pairs, counts = np.unique(tokens * n + rows, return_counts=True)  # sorted: by term, then by row
     count_type = np.uint16 if len(counts) == 0 or counts.max() <= np.iinfo(np.uint16).max else np.uint32
