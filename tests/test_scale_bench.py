@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import sys
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -28,7 +29,7 @@ def test_sizes_and_parameters(scale):
 
 
 def test_toy_run_of_every_step(scale, tmp_path):
-    plan = scale.Plan(dim=16, queries=5, block=700, per_topic=50)
+    plan = scale.Plan(dim=16, queries=5, block=700, per_topic=50, language=50_000)
     kb = scale.ensure_kb(tmp_path / "kb", 2000, plan)
     queries = scale.ensure_queries(tmp_path / "q.npy", 2000, plan)
     rows = []
@@ -42,3 +43,24 @@ def test_toy_run_of_every_step(scale, tmp_path):
     assert all(r["ms_per_question"] > 0 and r["VmHWM"] >= r["VmRSS"] > 0 for r in rows)
     text = scale.table(rows + [{"n": 5_000_000, "kind": "hnsw", "skipped": "not built"}])
     assert text.count("\n") == 6 and "| 2,000 | flat (fp16 memmap, chunks) | — | 64,000 |" in text and "not built" in text
+
+
+def test_synthetic_texts_are_zipf_and_stable(scale):
+    assert [scale.spelled(r) for r in (0, 1, 25, 26, 650)] == ["ba", "bb", "bz", "ca", "baa"]
+    texts = scale.synthetic_texts(12_000, seed=3, words=50, language=50_000)
+    assert len(texts) == 12_000 and all(len(t.split()) == 50 for t in texts[::1000])
+    assert scale.synthetic_texts(10_001, seed=3, words=50, language=50_000)[10_000] == texts[10_000]  # whatever n
+    counts = sorted(Counter(" ".join(texts[:2000]).split()).values(), reverse=True)
+    assert counts[0] > 20 * counts[100] and counts[-1] == 1  # a few words everywhere, many once
+
+
+def test_toy_run_of_bm25(scale, tmp_path):
+    plan = scale.Plan(dim=16, queries=5, block=700, per_topic=50, words=30, language=50_000)
+    kb = scale.ensure_kb(tmp_path / "kb", 2000, plan)
+    assert not (kb / "bm25").exists()  # built and timed by the build child, not with the KB
+    spec = {"kb": str(kb), "kind": "bm25", "queries": 5, "question_words": 6}
+    row = {"n": 2000, "kind": "bm25", **scale.child_build_bm25(spec), **scale.child_serve_bm25(spec)}
+    assert row["postings"] > 2000 * 10 and row["terms"] > 1000 and row["bytes"] > row["postings"] * 8
+    assert row["source_at_10"] >= 0.8 and row["ms_per_question"] > 0 and row["open_ms"] > 0 and row["dict_mb"] >= 0
+    text = scale.bm25_table([row])
+    assert text.count("\n") == 2 and f"| 2,000 | {row['terms']:,} | {row['postings']:,} |" in text
