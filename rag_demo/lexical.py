@@ -144,33 +144,39 @@ class LexicalIndex:
 
     @classmethod
     def build(cls, texts: Sequence[str], *, k1: float = K1, b: float = B, chunk: int = CHUNK_PASSAGES,
-              max_postings: int | None = MAX_POSTINGS, progress: Progress | None = None) -> "LexicalIndex":
+              max_postings: int | None = MAX_POSTINGS, progress: Progress | None = None,
+              scratch: str | Path | None = None) -> "LexicalIndex":
         """Index the texts; k1 and b are the usual BM25 constants (these suit short passages).
 
         Texts are read `chunk` at a time. Raises IndexTooLargeError as soon as the postings pass
-        `max_postings` (None: no limit); `progress(done, total)` after every chunk.
+        `max_postings` (None: no limit); `progress(done, total)` after every chunk. With a
+        `scratch` folder each chunk's postings wait there on disk, and docs and weights are
+        files there mapped into memory (keep the folder while the index is used): the build's
+        memory is then its vocabulary and one chunk, not its postings.
         """
         return _build(iter(texts), len(texts), k1=k1, b=b, chunk=chunk, max_postings=max_postings, progress=progress,
-                      kb_folder=None)
+                      kb_folder=None, scratch=None if scratch is None else Path(scratch))
 
     @classmethod
     def for_passages(cls, titles: Sequence[str], texts: Sequence[str], *, chunk: int = CHUNK_PASSAGES,
-                     max_postings: int | None = MAX_POSTINGS, progress: Progress | None = None) -> "LexicalIndex":
-        """Index passages by title and text together, as retrieval does."""
+                     max_postings: int | None = MAX_POSTINGS, progress: Progress | None = None,
+                     scratch: str | Path | None = None) -> "LexicalIndex":
+        """Index passages by title and text together, as retrieval does (options as for `build`)."""
         return _build(_joined(titles, texts), len(texts), k1=K1, b=B, chunk=chunk, max_postings=max_postings,
-                      progress=progress, kb_folder=None)
+                      progress=progress, kb_folder=None, scratch=None if scratch is None else Path(scratch))
 
     @classmethod
     def for_kb_folder(cls, kb_folder: str | Path, titles: Sequence[str], texts: Sequence[str], *, fingerprint: str = "",
                       max_postings: int | None = MAX_POSTINGS, progress: Progress | None = None) -> "LexicalIndex":
         """The KB's BM25 index: the one saved in `lexical_path(kb_folder)` when it was built from
         these passages with these constants (count, `passages_fingerprint`, the KB's vector
-        `fingerprint`, K1 and B), memory-mapped; else built as `for_passages` builds it and saved
-        there for the next start.
+        `fingerprint`, K1 and B), memory-mapped; else built as `for_passages` builds it, with a
+        scratch folder inside the KB folder, and saved there for the next start.
 
         A saved index that is stale or unreadable is rebuilt (logged); a folder that cannot be
-        written costs only the rebuild next time (logged). Raises IndexTooLargeError, naming the
-        command that prebuilds it, when building would pass `max_postings`.
+        written costs only the rebuild next time (logged), and that build is in memory. Raises
+        IndexTooLargeError, naming the command that prebuilds it, when building would pass
+        `max_postings`.
         """
         path = lexical_path(kb_folder)
         key = f"{passages_fingerprint(titles, texts)}:{fingerprint}:k1={K1}:b={B}"
@@ -184,13 +190,28 @@ class LexicalIndex:
                 return index
             except (KnowledgeBaseError, ValueError) as err:
                 log.warning("saved BM25 index at %s is unusable (%s); rebuilding it", path, err)
-        index = _build(_joined(titles, texts), len(texts), k1=K1, b=B, chunk=CHUNK_PASSAGES, max_postings=max_postings,
-                       progress=progress, kb_folder=Path(kb_folder))
+        def build(scratch: Path | None) -> LexicalIndex:
+            return _build(_joined(titles, texts), len(texts), k1=K1, b=B, chunk=CHUNK_PASSAGES, max_postings=max_postings,
+                          progress=progress, kb_folder=Path(kb_folder), scratch=scratch)
+
         try:
-            return cls.load(index.save(path, fingerprint=key))
+            scratch = Path(tempfile.mkdtemp(prefix=f".{LEXICAL_DIR}-build.", dir=kb_folder))
         except OSError as err:
-            log.warning("could not save the BM25 index in %s (%s); it will be rebuilt next start", path, err)
-            return index
+            log.warning("cannot write in %s (%s); BM25 is built in memory and will be rebuilt next start", kb_folder, err)
+            return build(None)
+        try:
+            try:
+                index = build(scratch)
+            except OSError as err:  # a disk that filled up while the postings waited there
+                log.warning("BM25's scratch files in %s failed (%s); building it in memory", scratch, err)
+                return build(None)
+            try:
+                return cls.load(index.save(path, fingerprint=key))
+            except OSError as err:
+                log.warning("could not save the BM25 index in %s (%s); it will be rebuilt next start", path, err)
+                return cls(index.vocabulary, index.offsets, np.array(index.docs), np.array(index.weights), index.size)
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
 
     def save(self, folder: str | Path, *, fingerprint: str = "") -> Path:
         """Write the arrays as .npy files and a meta.json into `folder`, replacing what is there.
@@ -309,48 +330,85 @@ def _joined(titles: Iterable[str], texts: Iterable[str]) -> Iterator[str]:
 
 
 def _build(texts: Iterator[str], total: int, *, k1: float, b: float, chunk: int, max_postings: int | None,
-           progress: Progress | None, kb_folder: Path | None) -> LexicalIndex:
+           progress: Progress | None, kb_folder: Path | None, scratch: Path | None) -> LexicalIndex:
     if chunk < 1:
         raise ValueError(f"chunk must be at least 1 passage, not {chunk}")
     started = time.perf_counter()
-    vocabulary: dict[str, int] = {}
+    words: dict[str, int] = {}
     lengths = np.zeros(total, dtype=np.float32)  # (N,) words per passage, stopwords left out
-    chunks: list[_Postings] = []
+    frequency = np.zeros(0, dtype=np.int64)  # (V,) passages per term so far
+    chunks: list[_Postings | Path] = []
     done = postings = 0
     while batch := list(islice(texts, chunk)):
         if done + len(batch) > total:
             raise ValueError(f"got more than the {total} texts announced")
-        chunks.append(_chunk_postings(batch, done, vocabulary, lengths))
+        part = _chunk_postings(batch, done, words, lengths)
+        counts = np.bincount(part.terms, minlength=len(words))
+        counts[: len(frequency)] += frequency
+        frequency = counts
         done += len(batch)
-        postings += len(chunks[-1].terms)
+        postings += len(part.terms)
         if max_postings is not None and postings > max_postings:
             raise _too_large(postings, done, total, max_postings, kb_folder)
+        chunks.append(part if scratch is None else _stash(part, scratch / f"chunk-{len(chunks)}.npz"))
         if progress is not None:
             progress(done, total)
     lengths = lengths[:done]  # fewer titles than texts: the passages that pair up, as zip does
-    index = _merge(chunks, Vocabulary.from_dict(vocabulary), lengths, k1=k1, b=b)
+    vocabulary = Vocabulary.from_dict(words)
+    del words  # the build's largest Python object, gone before the postings are placed
+    index = _merge(chunks, frequency, vocabulary, lengths, k1=k1, b=b, scratch=scratch)
     log.info("BM25 over %d passages: %d terms, %d postings in %.1f s", done, len(vocabulary), postings,
              time.perf_counter() - started)
     return index
 
 
-def _merge(chunks: list[_Postings], vocabulary: Vocabulary, lengths: np.ndarray, *, k1: float, b: float) -> LexicalIndex:
+def _stash(part: _Postings, path: Path) -> Path:
+    np.savez(path, terms=part.terms, docs=part.docs, counts=part.counts)
+    return path
+
+
+def _unstash(path: Path) -> _Postings:
+    with np.load(path) as stored:
+        part = _Postings(stored["terms"], stored["docs"], stored["counts"])
+    path.unlink()
+    return part
+
+
+def _output(scratch: Path | None, name: str, dtype, count: int) -> np.ndarray:
+    """(count,) uninitialized, in memory or as a .npy file in scratch mapped for writing. The file's
+    blocks are allocated first: a full disk then fails here with OSError, not later as a SIGBUS."""
+    if scratch is None or count == 0:
+        return np.empty(count, dtype=dtype)
+    path = scratch / f"{name}.npy"
+    array = np.lib.format.open_memmap(path, mode="w+", dtype=dtype, shape=(count,))
+    if hasattr(os, "posix_fallocate"):
+        handle = os.open(path, os.O_RDWR)
+        try:
+            os.posix_fallocate(handle, 0, path.stat().st_size)
+        finally:
+            os.close(handle)
+    return array
+
+
+def _merge(chunks: list[_Postings | Path], frequency: np.ndarray, vocabulary: Vocabulary, lengths: np.ndarray, *,
+           k1: float, b: float, scratch: Path | None) -> LexicalIndex:
     """Place every chunk's postings at their term's place (a counting sort: chunks come in passage
-    order, so docs stay ascending within a term) and weigh them. Each chunk is dropped once placed."""
-    frequency = np.zeros(len(vocabulary), dtype=np.int64)  # (V,) passages per term
-    for part in chunks:
-        frequency += np.bincount(part.terms, minlength=len(vocabulary))
+    order, so docs stay ascending within a term) and weigh them. Each chunk is dropped once placed.
+
+    frequency (V,) counts each term's passages."""
     offsets = np.zeros(len(vocabulary) + 1, dtype=np.int64)
     np.cumsum(frequency, out=offsets[1:])
     n = max(len(lengths), 1)
     frequency = frequency.astype(np.float32)
     idf = np.log1p((n - frequency + 0.5) / (frequency + 0.5))  # (V,) never negative
     mean_length = max(float(lengths.mean()) if len(lengths) else 0.0, 1.0)
-    docs = np.empty(offsets[-1], dtype=np.int32)
-    weights = np.empty(offsets[-1], dtype=np.float32)
+    docs = _output(scratch, "docs", np.int32, int(offsets[-1]))  # (P,)
+    weights = _output(scratch, "weights", np.float32, int(offsets[-1]))  # (P,)
     cursor = offsets[:-1].copy()  # (V,) where each term's next posting goes
     while chunks:
         part = chunks.pop(0)
+        if isinstance(part, Path):
+            part = _unstash(part)
         starts = np.flatnonzero(np.diff(part.terms, prepend=-1))  # first posting of each term in this chunk
         runs = np.diff(starts, append=len(part.terms))
         place = cursor[part.terms] + np.arange(len(part.terms)) - np.repeat(starts, runs)
@@ -375,6 +433,6 @@ def _too_large(postings: int, done: int, total: int, max_postings: int, kb_folde
                 "`python -m rag_demo build-bm25 KB_FOLDER`")
     return IndexTooLargeError(
         f"BM25 over these {total:,} passages would hold about {expected:,} postings, past the limit of {max_postings:,} "
-        f"(lexical.MAX_POSTINGS while serving: building takes about 18 bytes a posting), so bm25 and hybrid retrieval "
+        f"(lexical.MAX_POSTINGS while serving), so bm25 and hybrid retrieval "
         f"are off for this knowledge base; {how}, or use dense retrieval"
     )

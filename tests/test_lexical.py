@@ -109,12 +109,15 @@ def assert_same_index(index, vocabulary, offsets, docs, weights):
     assert (index.offsets.dtype, index.docs.dtype, index.weights.dtype) == (np.int64, np.int32, np.float32)
 
 
+@pytest.mark.parametrize("on_disk", [False, True])
 @pytest.mark.parametrize("chunk", [1, 2, 7, 40, 41, 1000])
 @pytest.mark.parametrize("seed", [0, 1, 2])
-def test_streamed_build_equals_the_one_pass_build(seed, chunk):
+def test_streamed_build_equals_the_one_pass_build(seed, chunk, on_disk, tmp_path):
     texts = random_texts(seed, 41)
-    index = LexicalIndex.build(texts, chunk=chunk)
+    index = LexicalIndex.build(texts, chunk=chunk, scratch=tmp_path if on_disk else None)
     assert_same_index(index, *one_pass_build(texts))
+    assert isinstance(index.docs, np.memmap) == on_disk
+    assert sorted(p.name for p in tmp_path.iterdir()) == (["docs.npy", "weights.npy"] if on_disk else [])
     oracle = LexicalIndex(*one_pass_build(texts), size=len(texts))
     for question in ["mozart flute flute", "deep lake baikal", "Zürich πλάτων 1791", "the of", "absent"]:
         np.testing.assert_array_equal(index.scores(question), oracle.scores(question))
@@ -215,6 +218,7 @@ def test_kb_folder_builds_once_then_loads_the_saved_index(tmp_path, builds):
     titles, texts = [f"title {i}" for i in range(30)], random_texts(7, 30)
     first = LexicalIndex.for_kb_folder(tmp_path, titles, texts, fingerprint="abc")
     assert builds == [30] and lexical_path(tmp_path).is_dir() and isinstance(first.docs, np.memmap)
+    assert [p.name for p in tmp_path.iterdir()] == ["bm25"]  # the scratch folder is gone
     again = LexicalIndex.for_kb_folder(tmp_path, titles, texts, fingerprint="abc")
     assert builds == [30] and isinstance(again.docs, np.memmap)
     oracle = LexicalIndex(*one_pass_build([f"{t} {x}" for t, x in zip(titles, texts)]), size=30)
@@ -247,14 +251,22 @@ def test_kb_folder_rebuilds_a_stale_saved_index(tmp_path, builds, change, caplog
     np.testing.assert_array_equal(index.scores("lake baikal"), oracle.scores("lake baikal"))
 
 
-def test_kb_folder_that_cannot_be_written_still_answers(tmp_path, monkeypatch, caplog):
-    def full_disk(self, folder, *, fingerprint=""):
+@pytest.mark.parametrize("fails", ["saving", "scratch files", "scratch folder"])
+def test_kb_folder_that_cannot_be_written_still_answers(tmp_path, monkeypatch, caplog, fails):
+    import tempfile
+
+    def full_disk(*args, **kwargs):
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(LexicalIndex, "save", full_disk)
+    target = {"saving": (LexicalIndex, "save"), "scratch files": ("rag_demo.lexical._stash",),
+              "scratch folder": (tempfile, "mkdtemp")}[fails]
+    monkeypatch.setattr(*target, full_disk)
+    titles, texts = ["Mozart", "Baikal"], ["magic flute", "deep lake"]
     with caplog.at_level("WARNING", logger="rag_demo.lexical"):
-        index = LexicalIndex.for_kb_folder(tmp_path, ["Mozart"], ["magic flute"])
-    assert index.top("flute", 1).tolist() == [0] and "could not save" in caplog.text
+        index = LexicalIndex.for_kb_folder(tmp_path, titles, texts)
+    assert "No space left" in caplog.text and list(tmp_path.iterdir()) == []
+    assert_same_index(index, *one_pass_build(["Mozart magic flute", "Baikal deep lake"]))
+    assert not isinstance(index.docs, np.memmap)  # nothing is left mapped from a folder that was removed
 
 
 # -- the size limit --------------------------------------------------------------------------------------
