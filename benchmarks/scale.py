@@ -1,11 +1,13 @@
 """Knowledge bases far larger than the demo's: build, size, memory, latency and recall per index.
 
-    python -m benchmarks.scale [--sizes 10k,100k,1m] [--kinds flat,hnsw,ivfpq] [--data DIR] [--json FILE]
+    python -m benchmarks.scale [--sizes 10k,100k,1m] [--kinds flat,hnsw,ivfpq,bm25] [--data DIR] [--json FILE]
 
 For each size N a synthetic KB of N passages is written the way a large KB is kept (titles and
 texts as a `datasets` folder, 384-dim float16 vectors in a memory-mapped embeddings.npy); the
 vectors are drawn around topic centres (`benchmarks.synthetic.synthetic_vectors`) so that recall
-against exact search means something. Then, per index variant, two child processes:
+against exact search means something, and each text is 100 words drawn from a Zipf law over
+4M words (`synthetic_texts`), so that BM25's postings are as skewed as a real corpus's.
+Then, per index variant, two child processes:
 
 - build: builds the index over the memory-mapped vectors and caches it beside the KB
   (build seconds, bytes on disk, the build's peak resident memory);
@@ -18,17 +20,25 @@ flat is the chunked exact search over the memory-mapped float16 vectors (nothing
 bytes are the vectors file); ivfpq re-ranks its candidates with exact products read from that
 file (`--reranks`: one row per number of candidates, 0 for the codes' own ranking). HNSW is
 skipped above `--hnsw-max` rows (its build is the slow one on 2 cores).
+
+bm25 gets a table of its own: the build child builds the KB's BM25 index and saves it in the KB
+folder (`LexicalIndex.for_kb_folder`), and also measures what its vocabulary would take as a
+Python dict; the serve child opens it memory-mapped and answers `--queries` questions of 6 words
+drawn from a random passage each ("source in top 10": how often that passage is among BM25's
+top 10).
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import logging
 import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -37,8 +47,10 @@ ROOT = Path(__file__).resolve().parents[1]  # children run `-m benchmarks.scale`
 
 log = logging.getLogger("scale")
 
-KINDS = ("flat", "hnsw", "ivfpq")
+KINDS = ("flat", "hnsw", "ivfpq", "bm25")
 K = 10
+ZIPF_WORDS = 1 << 22  # the synthetic language's words; 1M passages use 3.1M of them
+ZIPF_EXPONENT = 1.1  # word frequency ~ 1 / rank^1.1
 
 
 @dataclass(frozen=True)
@@ -49,6 +61,9 @@ class Plan:
     block: int = 100_000  # vectors drawn and written per block
     hnsw_max: int = 1_000_000  # larger KBs skip HNSW: its build took 4-6 min at 1M rows on 2 cores, and grows faster than N
     reranks: tuple[int, ...] = (0, 100)  # IVF-PQ served as its codes rank (0) and with this many candidates re-scored
+    words: int = 100  # per synthetic passage, as DPR's passages
+    language: int = ZIPF_WORDS  # words the passages are drawn from
+    question_words: int = 6  # per BM25 question, drawn from one passage
 
 
 def parse_size(text: str) -> int:
@@ -82,8 +97,44 @@ def memory_mb() -> dict:
 
 
 # -- data ------------------------------------------------------------------------------------------
+def spelled(rank: int) -> str:
+    """A word for a rank: base 26 in letters, two or more of them, so frequent words are short.
+
+    >>> spelled(0), spelled(1), spelled(26 * 26 - 26)
+    ('ba', 'bb', 'baa')
+    """
+    letters = ""
+    rank += 26
+    while rank:
+        rank, digit = divmod(rank, 26)
+        letters = chr(ord("a") + digit) + letters
+    return letters
+
+
+@functools.lru_cache(maxsize=1)
+def zipf_language(size: int = ZIPF_WORDS, exponent: float = ZIPF_EXPONENT):
+    """(words, cdf): `size` words by rank and the cumulative probability of ranks 0..size-1."""
+    import numpy as np
+
+    cdf = np.cumsum(np.arange(1, size + 1, dtype=np.float64) ** -exponent)
+    return [spelled(rank) for rank in range(size)], cdf / cdf[-1]
+
+
+def synthetic_texts(n: int, *, seed: int, words: int = 100, language: int = ZIPF_WORDS) -> list[str]:
+    """n texts of `words` words drawn from `language` by Zipf's law; text i is the same whatever n
+    (drawn in blocks of 10,000)."""
+    import numpy as np
+
+    language, cdf = zipf_language(language)
+    texts = []
+    for block in range(0, n, 10_000):
+        ranks = np.searchsorted(cdf, np.random.default_rng([seed, block]).random((10_000, words)))  # (10000, words)
+        texts += [" ".join([language[r] for r in row]) for row in ranks[: n - block].tolist()]
+    return texts
+
+
 def ensure_kb(folder: Path, n: int, plan: Plan) -> Path:
-    """A synthetic KB of n passages at folder (written once, then reused)."""
+    """A synthetic KB of n passages at folder (written once, then reused), without its BM25 index."""
     from benchmarks.synthetic import synthetic_vectors
     from rag_demo.corpus import KB_META, write_kb
 
@@ -94,7 +145,7 @@ def ensure_kb(folder: Path, n: int, plan: Plan) -> Path:
     blocks = (synthetic_vectors(min(plan.block, n - start), plan.dim, topics(n, plan), seed=1000 + start // plan.block)
               for start in range(0, n, plan.block))
     write_kb(folder, name=f"synthetic-{n}", titles=[f"passage {i}" for i in range(n)],
-             texts=[f"synthetic passage number {i}" for i in range(n)], vectors=blocks, dim=plan.dim, dtype="float16")
+             texts=synthetic_texts(n, seed=7, words=plan.words, language=plan.language), vectors=blocks, dim=plan.dim, dtype="float16", bm25=False)
     log.info("wrote %s in %.0f s", folder, time.perf_counter() - started)
     return folder
 
@@ -152,6 +203,72 @@ def child_serve(spec: dict) -> dict:
             "shown": len(shown), **memory_mb()}
 
 
+def anon_peak(stop: threading.Event, seen: list[float]) -> None:
+    """Sample RssAnon every 20 ms until stopped. VmHWM also counts file pages the build wrote
+    through a mapping, which the kernel can write back and drop; anonymous memory it cannot."""
+    from rag_demo.heap import status_mb
+
+    while not stop.wait(0.02):
+        seen.append(status_mb("RssAnon") or 0.0)
+
+
+def child_build_bm25(spec: dict) -> dict:
+    """Build the KB's BM25 index and save it in the KB folder."""
+    import shutil
+
+    from rag_demo.corpus import load_kb
+    from rag_demo.lexical import LexicalIndex, lexical_path
+
+    kb = load_kb(spec["kb"])
+    shutil.rmtree(lexical_path(kb.path), ignore_errors=True)
+    stop, seen = threading.Event(), [memory_mb()["RssAnon"]]
+    sampler = threading.Thread(target=anon_peak, args=(stop, seen), daemon=True)
+    sampler.start()
+    started = time.perf_counter()
+    index = LexicalIndex.for_kb_folder(kb.path, kb.titles, kb.texts, fingerprint=kb.fingerprint, max_postings=None)
+    stop.set()
+    sampler.join()
+    built = {"build_s": time.perf_counter() - started, "build_peak_mb": memory_mb()["VmHWM"], "build_anon_peak_mb": max(seen),
+             "bytes": sum(f.stat().st_size for f in lexical_path(kb.path).iterdir()),
+             "terms": len(index.vocabulary), "postings": len(index.docs),
+             "vocabulary_bytes": sum(a.nbytes for a in (index.vocabulary.term_bytes, index.vocabulary.term_starts,
+                                                       index.vocabulary.term_ids))}
+    return built
+
+
+def child_serve_bm25(spec: dict) -> dict:
+    """Open the KB and its saved BM25 index, answer each question alone; then what its vocabulary
+    would take as a Python dict (measured here: the build child's freed objects would hide it)."""
+    import numpy as np
+
+    from rag_demo.corpus import load_kb
+    from rag_demo.heap import status_mb
+    from rag_demo.lexical import LexicalIndex
+
+    kb = load_kb(spec["kb"])
+    started = time.perf_counter()
+    # max_postings=0: a saved index that did not fit would be refused, never silently rebuilt and timed as an open
+    index = LexicalIndex.for_kb_folder(kb.path, kb.titles, kb.texts, fingerprint=kb.fingerprint, max_postings=0)
+    open_ms = (time.perf_counter() - started) * 1000
+    rng = np.random.default_rng(1)
+    sources = rng.choice(len(kb), size=min(spec["queries"], len(kb)), replace=False).tolist()
+    questions = [" ".join(rng.choice(kb.texts[row].split(), size=spec["question_words"], replace=False)) for row in sources]
+    index.top(questions[0], K)  # first touch: code paths
+    times, hits = [], 0
+    for row, question in zip(sources, questions):
+        started = time.perf_counter()
+        top = index.top(question, K)
+        times.append((time.perf_counter() - started) * 1000)
+        hits += row in top.tolist()
+    served = {"open_ms": open_ms, "ms_per_question": statistics.median(times), "source_at_10": hits / len(sources),
+              **memory_mb()}
+    before = status_mb("VmRSS")
+    as_dict = dict(zip(index.vocabulary, range(len(index.vocabulary))))  # str keys, int values: what a build holds
+    served["dict_mb"] = status_mb("VmRSS") - before
+    del as_dict
+    return served
+
+
 def run_child(role: str, spec: dict, timeout: float) -> dict:
     """Run one child (`role` build or serve) in a fresh interpreter; its last stdout line is JSON."""
     out = subprocess.run([sys.executable, "-m", "benchmarks.scale", "--child", role, json.dumps(spec)], capture_output=True,
@@ -180,6 +297,20 @@ def table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def bm25_table(rows: list[dict]) -> str:
+    head = ("| N | terms | postings | build s | build peak MB | build RssAnon peak MB | bytes on disk | "
+            "vocabulary MB: arrays / as a dict | open ms | VmRSS MB | VmHWM MB | RssAnon MB | ms / question | source in top 10 |\n"
+            "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    lines = [head]
+    for r in rows:
+        lines.append(f"| {r['n']:,} | {r['terms']:,} | {r['postings']:,} | {r['build_s']:.1f} | {_mb(r['build_peak_mb'])} | "
+                     f"{_mb(r['build_anon_peak_mb'])} | "
+                     f"{r['bytes']:,} | {r['vocabulary_bytes'] / 2**20:,.0f} / {r['dict_mb']:,.0f} | {r['open_ms']:.1f} | "
+                     f"{_mb(r['VmRSS'])} | {_mb(r['VmHWM'])} | {_mb(r['RssAnon'])} | {r['ms_per_question']:.1f} | "
+                     f"{r['source_at_10']:.2f} |")
+    return "\n".join(lines)
+
+
 def label(n: int, kind: str, *, rerank: int = 100) -> str:
     config = index_config(n, kind, rerank=rerank)
     if kind == "flat":
@@ -192,10 +323,11 @@ def label(n: int, kind: str, *, rerank: int = 100) -> str:
 def run(sizes: list[int], kinds: list[str], data: Path, plan: Plan, *, timeout: float) -> list[dict]:
     rows = []
     for n in sizes:
-        kb = ensure_kb(data / f"kb-{n}-{plan.dim}", n, plan)
+        kb = ensure_kb(data / f"kb-{n}-{plan.dim}-zipf", n, plan)
         queries = ensure_queries(data / f"queries-{n}-{plan.dim}-{plan.queries}.npy", n, plan)
         exact = data / f"exact-{n}-{plan.dim}-{plan.queries}.npy"
-        for kind in ["flat"] + [k for k in kinds if k != "flat"]:  # flat first: it writes the exact answers
+        dense = [k for k in kinds if k != "bm25"]
+        for kind in ["flat"] + [k for k in dense if k != "flat"] if dense else []:  # flat first: it writes the exact answers
             if kind == "hnsw" and n > plan.hnsw_max:
                 rows.append({"n": n, "kind": kind, "skipped": f"not built above {plan.hnsw_max:,} rows (--hnsw-max)"})
                 continue
@@ -207,6 +339,11 @@ def run(sizes: list[int], kinds: list[str], data: Path, plan: Plan, *, timeout: 
                 if kind != "flat" or "flat" in kinds:
                     rows.append({"n": n, "kind": kind, "label": label(n, kind, rerank=rerank), **built, **served})
             log.info("N=%d %s done in %.0f s", n, kind, time.perf_counter() - started)
+        if "bm25" in kinds:
+            spec = {"kb": str(kb), "kind": "bm25", "queries": plan.queries, "question_words": plan.question_words}
+            started = time.perf_counter()
+            rows.append({"n": n, "kind": "bm25", **run_child("build-bm25", spec, timeout), **run_child("serve-bm25", spec, timeout)})
+            log.info("N=%d bm25 done in %.0f s", n, time.perf_counter() - started)
     return rows
 
 
@@ -225,7 +362,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.child:
         role, spec = args.child
-        print(json.dumps((child_build if role == "build" else child_serve)(json.loads(spec))))
+        children = {"build": child_build, "serve": child_serve, "build-bm25": child_build_bm25, "serve-bm25": child_serve_bm25}
+        print(json.dumps(children[role](json.loads(spec))))
         return 0
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     kinds = [k.strip() for k in args.kinds.split(",") if k.strip()]
@@ -238,7 +376,8 @@ def main(argv: list[str] | None = None) -> int:
         data = Path(args.data) if args.data else Path(scratch)
         data.mkdir(parents=True, exist_ok=True)
         rows = run(sizes, kinds, data, plan, timeout=args.timeout)
-    print(table(rows))
+    dense, bm25 = [r for r in rows if r["kind"] != "bm25"], [r for r in rows if r["kind"] == "bm25"]
+    print("\n\n".join(([table(dense)] if dense else []) + ([bm25_table(bm25)] if bm25 else [])))
     if args.json:
         Path(args.json).write_text(json.dumps({"plan": asdict(plan), "rows": rows}, indent=1))
     return 0

@@ -1,4 +1,4 @@
-"""Command line: `python -m rag_demo ask|score|compare|build-kb|prepare|eval ...`.
+"""Command line: `python -m rag_demo ask|score|compare|build-kb|build-bm25|prepare|eval ...`.
 
 Bad input ends with one line on stderr and exit code 2; `--json` prints the same object the
 web API returns.
@@ -122,6 +122,12 @@ def build_parser() -> argparse.ArgumentParser:
     build.add_argument("--vectors", default="arrow", choices=("arrow",) + VECTOR_DTYPES,
                        help="arrow: an embeddings column (transformers' layout, default); float16/float32: a "
                             "memory-mapped embeddings.npy beside the passages, for large KBs")
+
+    bm25 = commands.add_parser("build-bm25", help="build a KB folder's BM25 index once and save it there; bm25 and "
+                               "hybrid retrieval then open it from disk (for KBs past lexical.MAX_POSTINGS)")
+    bm25.add_argument("kb", help="a KB folder")
+    bm25.add_argument("--max-postings", type=_count(), default=None,
+                      help="refuse past this many postings (default: no limit; a build takes about 18 bytes a posting)")
 
     prepare = commands.add_parser("prepare", help="fetch, convert, embed and index the offline default ahead of time, "
                                   "and check the example questions")
@@ -328,6 +334,23 @@ def cmd_build_kb(args) -> int:
     return 0
 
 
+def cmd_build_bm25(args) -> int:
+    import numpy as np
+
+    from .corpus import load_kb
+    from .lexical import LexicalIndex, lexical_path
+
+    kb = load_kb(args.kb)
+    progress = _progress()
+    index = LexicalIndex.for_kb_folder(kb.path, kb.titles, kb.texts, fingerprint=kb.fingerprint, max_postings=args.max_postings,
+                                       progress=lambda done, total: progress("indexing passages for BM25", done, total))
+    if not isinstance(index.docs, np.memmap):  # for_kb_folder answers from memory when it cannot save
+        raise UsageError(f"could not write {lexical_path(kb.path)} (see the warning above); make the KB folder writable")
+    print(f"BM25 of {index.size:,} passages ({len(index.vocabulary):,} terms, {len(index.docs):,} postings) "
+          f"is in {lexical_path(kb.path)}")
+    return 0
+
+
 def cmd_prepare(args) -> int:
     from .offline.prepare import prepare
 
@@ -391,8 +414,8 @@ def cmd_eval(args) -> int:
     return 0
 
 
-COMMANDS = {"ask": cmd_ask, "score": cmd_score, "compare": cmd_compare, "build-kb": cmd_build_kb, "prepare": cmd_prepare,
-            "eval": cmd_eval}
+COMMANDS = {"ask": cmd_ask, "score": cmd_score, "compare": cmd_compare, "build-kb": cmd_build_kb, "build-bm25": cmd_build_bm25,
+            "prepare": cmd_prepare, "eval": cmd_eval}
 
 
 def main(argv: list[str] | None = None) -> int:

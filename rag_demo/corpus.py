@@ -5,7 +5,8 @@ A knowledge base (KB) is a `datasets` dataset saved with `save_to_disk`, with co
 index), plus a small `rag_demo_kb.json` that records how the embeddings were made.
 
 Large KBs may keep their embeddings in a float16 (or float32) `embeddings.npy` beside the
-title and text columns instead (`write_kb`); it is memory-mapped, never read whole. From
+title and text columns instead (`write_kb`); it is memory-mapped, never read whole, and the KB's
+BM25 index is saved with it (`lexical.lexical_path`), so hybrid retrieval opens it from disk. From
 LAZY_ROWS passages on, titles and texts stay in the memory-mapped Arrow files too (`store`).
 A faiss index saved beside a dataset folder by transformers' scripts (`<folder>*.faiss`) comes
 with the KB and serves the index kind it is (`index.cached_index`).
@@ -27,7 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .errors import InputError, KnowledgeBaseError
+from .errors import IndexTooLargeError, InputError, KnowledgeBaseError
 from .store import BlockRows, ColumnRows, arrow_rows, row_chunks
 
 log = logging.getLogger(__name__)
@@ -260,9 +261,10 @@ def save_kb(kb: KnowledgeBase, out_dir: str | Path, *, vectors: str = "arrow") -
 
 
 def write_kb(out_dir: str | Path, *, name: str, titles: Sequence[str], texts: Sequence[str], vectors: Iterable[np.ndarray],
-             dim: int, dtype: str = "float16", encoder: str = "") -> Path:
+             dim: int, dtype: str = "float16", encoder: str = "", bm25: bool = True) -> Path:
     """Write a large KB atomically: titles and texts as a `datasets` dataset, the (N, D) vectors,
-    given as consecutive (n_i, D) blocks, streamed into `embeddings.npy` of `dtype` beside it.
+    given as consecutive (n_i, D) blocks, streamed into `embeddings.npy` of `dtype` beside it,
+    and with `bm25` its BM25 index (`prebuild_bm25`).
 
     Only one block of vectors is in memory at a time (titles and texts are, as Arrow strings).
     The fingerprint is of the stored (rounded) values, so loading recomputes the same one.
@@ -295,11 +297,33 @@ def write_kb(out_dir: str | Path, *, name: str, titles: Sequence[str], texts: Se
         if written != count:
             raise KnowledgeBaseError(f"got {written} vectors for {count} passages; give one vector per passage")
         stat = npy.stat()
+        if bm25:
+            prebuild_bm25(staging, titles, texts, digest.hexdigest()[:16], shown_as=Path(out_dir))
         return {"name": name, "encoder": encoder, "fingerprint": digest.hexdigest()[:16], "count": count, "dim": int(dim),
                 "vectors": VECTORS_FILE, "dtype": dtype, "normalized": normalized,
                 "vectors_bytes": stat.st_size, "vectors_mtime_ns": stat.st_mtime_ns}
 
     return _publish(Path(out_dir), write)
+
+
+def prebuild_bm25(folder: Path, titles: Sequence[str], texts: Sequence[str], fingerprint: str, *,
+                  shown_as: Path | None = None) -> bool:
+    """Save the KB's BM25 index in its folder, where `lexical.LexicalIndex.for_kb_folder` finds it.
+
+    False, logged with the command that builds it, when the KB passes `lexical.MAX_POSTINGS`:
+    writing a KB must not fail for want of its BM25 form. `shown_as` is the folder to name there
+    (the KB's final place while it is written into a staging folder).
+    """
+    from . import lexical
+
+    try:
+        lexical.LexicalIndex.for_kb_folder(folder, titles, texts, fingerprint=fingerprint, max_postings=lexical.MAX_POSTINGS)
+    except IndexTooLargeError:
+        log.warning("%s is saved without its BM25 index: it has more than %s postings (lexical.MAX_POSTINGS), so bm25 "
+                    "and hybrid retrieval are off for it until you run `python -m rag_demo build-bm25 %s`",
+                    shown_as or folder, f"{lexical.MAX_POSTINGS:,}", shown_as or folder)
+        return False
+    return True
 
 
 def _publish(out_dir: Path, write) -> Path:

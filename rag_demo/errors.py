@@ -19,3 +19,7 @@ class ModelLoadError(RagDemoError):
 
 class CacheError(RagDemoError):
     """The cache folder cannot be written or holds something unusable."""
+
+
+class IndexTooLargeError(KnowledgeBaseError):
+    """An index of a KB is too large to build while serving; the message names the command that prebuilds it."""

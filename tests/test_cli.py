@@ -255,3 +255,22 @@ def test_a_checkpoint_over_a_kb_folder_builds_nothing_of_the_offline_default(sav
         assert out.returncode == 0, out.stderr
         assert json.loads(out.stdout)["passages"]
     assert list(cache.iterdir()) == []
+
+
+def test_build_bm25_saves_a_kb_folders_index(tmp_path, capsys, monkeypatch):
+    import numpy as np
+
+    from rag_demo.cli import main
+    from rag_demo.corpus import Passage, load_kb, make_kb, save_kb
+    from rag_demo.lexical import LexicalIndex, lexical_path
+
+    passages = [Passage("Mozart", "magic flute vienna"), Passage("Baikal", "deep lake siberia")]
+    folder = save_kb(make_kb("x", passages, np.eye(2, 4)), tmp_path / "kb")  # arrow KBs are saved without BM25
+    assert main(["build-bm25", str(folder), "--max-postings", "4"]) == 2  # 8 postings
+    assert "bm25 and hybrid retrieval are off" in capsys.readouterr().err and not lexical_path(folder).exists()
+    assert main(["build-bm25", str(folder)]) == 0
+    assert f"BM25 of 2 passages (8 terms, 8 postings) is in {lexical_path(folder)}" in capsys.readouterr().out
+    kb = load_kb(folder)
+    monkeypatch.setattr("rag_demo.lexical._build", None)  # what retrieval opens is the saved index, not a rebuild
+    index = LexicalIndex.for_kb_folder(folder, kb.titles, kb.texts, fingerprint=kb.fingerprint)
+    assert index.top("siberia", 2).tolist() == [1] and index.size == 2

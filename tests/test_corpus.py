@@ -164,3 +164,35 @@ def test_vectors_file_that_does_not_fit_is_refused(tmp_path):
     np.save(tmp_path / "kb" / VECTORS_FILE, np.ones((3, 4), dtype=np.float16))
     with pytest.raises(KnowledgeBaseError, match="one vector per passage"):
         load_kb(tmp_path / "kb")
+
+
+TITLES, TEXTS = ["Mozart", "Baikal", "Penny"], ["magic flute vienna", "deep lake siberia", "black stamp 1840"]
+
+
+def test_a_written_kb_carries_its_bm25_index(tmp_path, monkeypatch):
+    from rag_demo import lexical
+    from rag_demo.corpus import write_kb
+
+    write_kb(tmp_path / "kb", name="x", titles=TITLES, texts=TEXTS, vectors=[np.eye(3, 4)], dim=4)
+    kb = load_kb(tmp_path / "kb")
+
+    def no_build(*args, **kwargs):
+        raise AssertionError("the saved index should have been opened")
+
+    monkeypatch.setattr(lexical, "_build", no_build)
+    index = lexical.LexicalIndex.for_kb_folder(kb.path, kb.titles, kb.texts, fingerprint=kb.fingerprint)
+    assert index.top("siberia lake", 3).tolist() == [1] and isinstance(index.docs, np.memmap)
+
+
+def test_a_kb_past_the_bm25_limit_is_written_without_it(tmp_path, monkeypatch, caplog):
+    from rag_demo import lexical
+    from rag_demo.corpus import write_kb
+
+    monkeypatch.setattr(lexical, "MAX_POSTINGS", 5)  # the three passages hold 12
+    with caplog.at_level("WARNING", logger="rag_demo.corpus"):
+        write_kb(tmp_path / "kb", name="x", titles=TITLES, texts=TEXTS, vectors=[np.eye(3, 4)], dim=4)
+    assert f"run `python -m rag_demo build-bm25 {tmp_path / 'kb'}`" in caplog.text
+    assert not lexical.lexical_path(tmp_path / "kb").exists() and len(load_kb(tmp_path / "kb")) == 3
+    monkeypatch.undo()
+    write_kb(tmp_path / "kb", name="x", titles=TITLES, texts=TEXTS, vectors=[np.eye(3, 4)], dim=4, bm25=False)
+    assert not lexical.lexical_path(tmp_path / "kb").exists()

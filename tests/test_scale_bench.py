@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections import Counter
+
 import pytest
 
 
@@ -20,7 +22,7 @@ def test_sizes_and_parameters(scale):
 
 
 def test_toy_run_of_every_step(scale, tmp_path):
-    plan = scale.Plan(dim=16, queries=5, block=700, per_topic=50)
+    plan = scale.Plan(dim=16, queries=5, block=700, per_topic=50, language=50_000)
     kb = scale.ensure_kb(tmp_path / "kb", 2000, plan)
     queries = scale.ensure_queries(tmp_path / "q.npy", 2000, plan)
     rows = []
@@ -43,3 +45,24 @@ def test_a_child_runs_as_its_own_process(scale, tmp_path):
             "queries": str(scale.ensure_queries(tmp_path / "q.npy", 500, plan)), "exact": str(tmp_path / "exact.npy")}
     served = scale.run_child("serve", spec, timeout=300)
     assert served["recall_at_10"] == 1.0 and served["shown"] == 10
+
+
+def test_synthetic_texts_are_zipf_and_stable(scale):
+    assert [scale.spelled(r) for r in (0, 1, 25, 26, 650)] == ["ba", "bb", "bz", "ca", "baa"]
+    texts = scale.synthetic_texts(12_000, seed=3, words=50, language=50_000)
+    assert len(texts) == 12_000 and all(len(t.split()) == 50 for t in texts[::1000])
+    assert scale.synthetic_texts(10_001, seed=3, words=50, language=50_000)[10_000] == texts[10_000]  # whatever n
+    counts = sorted(Counter(" ".join(texts[:2000]).split()).values(), reverse=True)
+    assert counts[0] > 20 * counts[100] and counts[-1] == 1  # a few words everywhere, many once
+
+
+def test_toy_run_of_bm25(scale, tmp_path):
+    plan = scale.Plan(dim=16, queries=5, block=700, per_topic=50, words=30, language=50_000)
+    kb = scale.ensure_kb(tmp_path / "kb", 2000, plan)
+    assert not (kb / "bm25").exists()  # built and timed by the build child, not with the KB
+    spec = {"kb": str(kb), "kind": "bm25", "queries": 5, "question_words": 6}
+    row = {"n": 2000, "kind": "bm25", **scale.child_build_bm25(spec), **scale.child_serve_bm25(spec)}
+    assert row["postings"] > 2000 * 10 and row["terms"] > 1000 and row["bytes"] > row["postings"] * 8
+    assert row["source_at_10"] >= 0.8 and row["ms_per_question"] > 0 and row["open_ms"] > 0 and row["dict_mb"] >= 0
+    text = scale.bm25_table([row])
+    assert text.count("\n") == 2 and f"| 2,000 | {row['terms']:,} | {row['postings']:,} |" in text
