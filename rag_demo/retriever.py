@@ -27,7 +27,7 @@ from .config import (BM25_SCALE, DEFAULT_ENCODER, DEFAULT_LEXICAL_WEIGHT, INDEX_
                      RetrievalConfig)
 from .corpus import KnowledgeBase, Passage, load_kb, make_kb
 from .encoders import Encoder
-from .errors import InputError, KnowledgeBaseError
+from .errors import IndexTooLargeError, InputError, KnowledgeBaseError
 from .flat import inner_products
 from .index import SearchIndex, cached_index, index_cache_paths, measure, prebuilt_kind, recall_at_k
 from .lexical import LexicalIndex, best_rows
@@ -162,9 +162,20 @@ class Retriever:
         return self._kept(knowledge, kind, build)
 
     def lexical_index(self, kb: str | KnowledgeBase | None = None) -> LexicalIndex:
-        """The KB's BM25 index, built on first use (about a second for the default KBs) and kept like its vector indexes."""
+        """The KB's BM25 index, built on first use (about a second for the default KBs) and kept like its vector indexes.
+
+        A registered KB folder keeps it in `bm25/` beside the passages. Raises `IndexTooLargeError`
+        (its message names the command that prebuilds it) when a KB is too large to index while serving.
+        """
         knowledge = self.resolve_kb(kb)
-        return self._kept(knowledge, "bm25", lambda registered: LexicalIndex.for_passages(knowledge.titles, knowledge.texts))
+
+        def build(registered: bool) -> LexicalIndex:
+            if registered and knowledge.path is not None:  # saved beside the passages: opened, not rebuilt, next start
+                return LexicalIndex.for_kb_folder(knowledge.path, knowledge.titles, knowledge.texts,
+                                                  fingerprint=knowledge.fingerprint)
+            return LexicalIndex.for_passages(knowledge.titles, knowledge.texts)
+
+        return self._kept(knowledge, "bm25", build)
 
     def index_reports(self, kb: str | KnowledgeBase | None = None, *, k: int = 10) -> list[IndexReport]:
         """Build time, bytes, recall@k against flat and query latency of each index variant."""
@@ -191,7 +202,10 @@ class Retriever:
     def warm_up(self) -> None:
         """Load each registered KB's exact index, the approximate ones already saved beside it, and its BM25 index."""
         for name, kb in self.kbs.items():
-            self.lexical_index(name)  # every retriever offers bm25
+            try:
+                self.lexical_index(name)  # every retriever offers bm25
+            except IndexTooLargeError as err:  # asks that need BM25 say so; dense still serves
+                log.warning("%s", err)
             if not kb.has_vectors:
                 continue
             self.search_index(name, "flat")
