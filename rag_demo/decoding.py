@@ -15,7 +15,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from .generator import DecodeState, Generator
+from .decode_state import DecodeState
+from .generator import Generator
 from .marginalize import next_token_marginal
 
 NEG = -1.0e9  # transformers' "impossible" score; -inf would turn sums into NaN

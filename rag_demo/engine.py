@@ -22,7 +22,8 @@ from .config import DECODINGS, LIMITS, VARIANTS, EngineConfig
 from .corpus import KnowledgeBase, Passage
 from .encoders import Encoder
 from .errors import InputError
-from .generator import DecodeState, Generator, Target, generator_from_model
+from .decode_state import DecodeState, Target
+from .generator import Generator, generator_from_model
 from .index import SearchIndex
 from .marginalize import (
     rag_sequence_logprob,

@@ -11,11 +11,10 @@ KV cache, so one forward pass gives every passage's next-token distribution.
 
 from __future__ import annotations
 
-import copy
 import functools
 import logging
 import threading
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -24,6 +23,7 @@ from . import prompts
 from .adapters import adapters_active, base_weights, load_adapters
 from .config import GeneratorConfig
 from .corpus import Passage
+from .decode_state import DecodeState, Target, copy_cache, index_rows, rebinding_layers, row_bytes
 from .errors import ModelLoadError
 from .kernels import PACKED_ATTENTION, register_packed_attention, use_few_rows_head
 
@@ -31,72 +31,6 @@ log = logging.getLogger(__name__)
 
 PACK_TOKENS = 1024  # causal prefill: rows are packed into forwards of at most this many tokens
 CONTINUATION_BYTES = 256 * 2**20  # teacher forcing: about this much memory (logits, cache copies) at once
-
-
-@dataclass
-class DecodeState:
-    """Per-row decoding state. R rows; S encoder positions; L prompt + generated positions."""
-
-    logprobs: torch.Tensor  # (R, V) float32 log p(next token | row so far)
-    cache: object  # transformers Cache
-    encoder_hidden: torch.Tensor | None = None  # (R, S, H) seq2seq only
-    encoder_mask: torch.Tensor | None = None  # (R, S)
-    attention_mask: torch.Tensor | None = None  # (R, L) causal only
-    next_position: torch.Tensor | None = None  # (R,) causal only
-
-    @property
-    def rows(self) -> int:
-        return int(self.logprobs.shape[0])
-
-
-@dataclass(frozen=True)
-class Target:
-    """An answer as the generator scores it: `prefix` is fed, `ids` are scored (EOS / stop included)."""
-
-    prefix: tuple[int, ...]
-    ids: tuple[int, ...]
-
-
-def _index_rows(tensor: torch.Tensor | None, rows: torch.Tensor) -> torch.Tensor | None:
-    return None if tensor is None else tensor.index_select(0, rows)
-
-
-def _row_bytes(state: DecodeState) -> int:
-    """Bytes of one row's cache and encoder states (what a fork copies per row)."""
-    cache = state.cache
-    caches = [cache.self_attention_cache, cache.cross_attention_cache] if hasattr(cache, "self_attention_cache") else [cache]
-    tensors = [state.encoder_hidden] + [getattr(layer, name, None) for c in caches for layer in getattr(c, "layers", ())
-                                        for name in ("keys", "values")]
-    total = sum(t.numel() * t.element_size() for t in tensors if isinstance(t, torch.Tensor))
-    return total // max(state.rows, 1)
-
-
-def copy_cache(cache):
-    """A new cache object over the same key/value tensors.
-
-    Dynamic cache layers never write into their tensors (`update` concatenates, `reorder_cache`
-    index-selects; both rebind), so a copy of the layer objects is an independent cache at no cost.
-    """
-    if hasattr(cache, "self_attention_cache"):  # EncoderDecoderCache
-        copied = copy.copy(cache)
-        copied.self_attention_cache = copy_cache(cache.self_attention_cache)
-        copied.cross_attention_cache = copy_cache(cache.cross_attention_cache)
-        copied.is_updated = dict(cache.is_updated)
-        return copied
-    from transformers import DynamicCache
-
-    if not isinstance(cache, DynamicCache) or not all(type(layer) in _rebinding_layers() for layer in cache.layers):
-        return copy.deepcopy(cache)
-    copied = copy.copy(cache)
-    copied.layers = [copy.copy(layer) for layer in cache.layers]
-    return copied
-
-
-@functools.cache
-def _rebinding_layers() -> tuple[type, ...]:
-    from transformers.cache_utils import DynamicLayer, DynamicSlidingWindowLayer
-
-    return (DynamicLayer, DynamicSlidingWindowLayer)
 
 
 class Generator:
@@ -145,10 +79,10 @@ class Generator:
         return replace(
             state,
             logprobs=state.logprobs.index_select(0, rows.to(state.logprobs.device)),
-            encoder_hidden=_index_rows(state.encoder_hidden, rows),
-            encoder_mask=_index_rows(state.encoder_mask, rows),
-            attention_mask=_index_rows(state.attention_mask, rows),
-            next_position=_index_rows(state.next_position, rows),
+            encoder_hidden=index_rows(state.encoder_hidden, rows),
+            encoder_mask=index_rows(state.encoder_mask, rows),
+            attention_mask=index_rows(state.attention_mask, rows),
+            next_position=index_rows(state.next_position, rows),
         )
 
     def fork(self, state: DecodeState, rows: torch.Tensor) -> DecodeState:
@@ -172,12 +106,12 @@ class Generator:
         # right-padded to the longest; pairs sorted by length and each slice cut to its own longest
         # compute (almost) no padding.
         lengths = mask.sum(dim=1).tolist()
-        vocab, row_bytes = state.logprobs.shape[-1], 2 * _row_bytes(state)
+        vocab, pair_bytes = state.logprobs.shape[-1], 2 * row_bytes(state)
         rest = torch.zeros(pairs, length - 1)
         order = sorted(range(pairs), key=lambda i: lengths[i])
         while order:
             take = 1
-            while take < len(order) and (take + 1) * (3 * (lengths[order[take]] - 1) * vocab * 4 + row_bytes) <= CONTINUATION_BYTES:
+            while take < len(order) and (take + 1) * (3 * (lengths[order[take]] - 1) * vocab * 4 + pair_bytes) <= CONTINUATION_BYTES:
                 take += 1
             picked, order = order[:take], order[take:]
             width = max(lengths[i] for i in picked)
@@ -499,7 +433,7 @@ class CausalGenerator(Generator):
         if self.model.config._attn_implementation not in ("sdpa", "eager", PACKED_ATTENTION):
             return ()
         layers = DynamicCache(config=self.model.config).layers
-        if not layers or not all(type(layer) in _rebinding_layers() for layer in layers):
+        if not layers or not all(type(layer) in rebinding_layers() for layer in layers):
             return ()
         return tuple(float(getattr(layer, "sliding_window", None) or float("inf")) for layer in layers)
 

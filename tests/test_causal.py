@@ -133,7 +133,7 @@ def test_teacher_forcing_in_slices_equals_one_pass(causal_engine, monkeypatch):
 
 
 def test_row_bytes_counts_every_layer_of_the_cache(causal_engine):
-    from rag_demo.generator import _row_bytes
+    from rag_demo.decode_state import row_bytes
 
     gen = causal_engine.generator
     state = gen.start(causal_engine._inputs(causal_engine.retrieve(QUESTION, k=3)), gen.generation_prefix())
@@ -141,4 +141,4 @@ def test_row_bytes_counts_every_layer_of_the_cache(causal_engine):
     positions = state.attention_mask.shape[1]
     head_dim = config.hidden_size // config.num_attention_heads
     # keys and values, every layer, float32
-    assert _row_bytes(state) == 2 * config.num_hidden_layers * config.num_key_value_heads * positions * head_dim * 4
+    assert row_bytes(state) == 2 * config.num_hidden_layers * config.num_key_value_heads * positions * head_dim * 4

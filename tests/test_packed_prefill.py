@@ -6,7 +6,8 @@ import pytest
 import torch
 
 from rag_demo.config import GeneratorConfig
-from rag_demo.generator import CausalGenerator, copy_cache
+from rag_demo.decode_state import copy_cache
+from rag_demo.generator import CausalGenerator
 from rag_demo.kernels import PACKED_ATTENTION
 from tests import tiny
 
