@@ -2,11 +2,14 @@
 
     python -m benchmarks.reader_methods --n 300 --seed 0            # the gold passage alone (the reading ceiling)
     python -m benchmarks.reader_methods --n 100 --seed 0 --k 5      # retrieved passages, both variants
+    python -m benchmarks.reader_methods --n 100 --readers lora:examples=1200   # the adapter against another recipe
 
-Builds the offline default if needed, then trains a full fine-tune in this process with the same
-questions and prompt (every weight but the embeddings, AdamW 2e-5; about 15 minutes on 2 CPU
-cores; nothing is cached) and asks the same sampled held-out questions of the converted
-generator, the adapter and the full fine-tune. Prints one markdown table.
+Builds the offline default if needed, then asks the same sampled held-out questions of the cached
+adapter and of each of `--readers`: `base` (the converted generator), `full` (a full fine-tune
+trained here with the same questions and prompt: every weight but the embeddings, AdamW 2e-5;
+about 15 minutes on 2 CPU cores) and `lora:FIELD=VALUE+...` (another adapter recipe, trained here:
+the default `ReaderTuningConfig` with those fields changed). Nothing trained here is cached. Prints
+one markdown table.
 """
 
 from __future__ import annotations
@@ -33,11 +36,26 @@ def _cell(report: dict, key: str) -> str:
     return f"{100 * value:.1f} ({100 * bounds[0]:.1f}-{100 * bounds[1]:.1f})" if bounds else f"{100 * value:.1f}"
 
 
+def _recipe(fields: str) -> ReaderTuningConfig:
+    """The default adapter recipe with FIELD=VALUE pairs (joined by '+') changed, each value read as its field's type."""
+    base = ReaderTuningConfig()
+    changes = {}
+    for pair in filter(None, fields.split("+")):
+        key, _, value = pair.partition("=")
+        if not hasattr(base, key) or not value:
+            raise SystemExit(f"{pair!r}: not FIELD=VALUE of ReaderTuningConfig")
+        changes[key] = type(getattr(base, key))(value)
+    return replace(base, **changes)
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n", type=int, default=300, help="held-out questions per KB")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--k", type=int, default=None, help="retrieve k passages instead of reading the gold one")
+    parser.add_argument("--readers", default="base,full",
+                        help="besides the cached adapter, comma-separated: base, full, lora:FIELD=VALUE+... "
+                             "(e.g. lora:examples=1200 or lora:epochs=2+rank=32)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     prepared = prepare()
@@ -54,13 +72,20 @@ def main(argv=None) -> int:
 
     rows = measure(f"LoRA adapter ({prepared.reader_adapter_path.name})")
     adapter_generator = engine.generator
-    engine.generator = load_generator(replace(GeneratorConfig(), tuned=False), path=str(prepared.generator_path))
-    rows += measure("converted generator, no fine-tuning")
-    started = time.perf_counter()
-    info = train_reader(engine.generator, prepared.kb_paths, tuning=FULL_RECIPE)
-    logging.info("full fine-tune: %.0f s, answer loss %.3f -> %.3f", time.perf_counter() - started,
-                 info["answer_loss_before"], info["answer_loss_after"])
-    rows += measure("full fine-tune (every weight but the embeddings)")
+    for reader in filter(None, args.readers.split(",")):
+        name, _, fields = reader.strip().partition(":")
+        if name not in ("base", "full", "lora"):
+            parser.error(f"unknown reader {reader!r}: use base, full or lora:FIELD=VALUE+...")
+        engine.generator = load_generator(replace(GeneratorConfig(), tuned=False), path=str(prepared.generator_path))
+        if name == "base":
+            rows += measure("converted generator, no fine-tuning")
+            continue
+        recipe = FULL_RECIPE if name == "full" else _recipe(fields)
+        started = time.perf_counter()
+        info = train_reader(engine.generator, prepared.kb_paths, tuning=recipe)
+        logging.info("%s: trained in %.0f s, answer loss %.3f -> %.3f", reader, time.perf_counter() - started,
+                     info["answer_loss_before"], info["answer_loss_after"])
+        rows += measure("full fine-tune (every weight but the embeddings)" if name == "full" else f"LoRA adapter, {fields}")
     engine.generator = adapter_generator
     print(f"\n{'gold passage alone' if gold else f'k={args.k} retrieved'}, n={args.n} per KB, seed={args.seed}\n")
     print("| reader | KB | variant | n | EM (95% CI) | real-world answer (95% CI) |")
