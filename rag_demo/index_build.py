@@ -28,6 +28,7 @@ from pathlib import Path
 import numpy as np
 
 from .config import INDEX_KINDS, IndexConfig
+from .corpus import sha256_file
 from .errors import InputError
 from .store import CHUNK_ROWS, gather_rows, in_memory, row_chunks
 
@@ -106,7 +107,8 @@ class Checkpoint:
 
     `<path>.partial` is the faiss index with its first rows added; `<path>.partial.json` says how
     many, for which KB (`fingerprint`) and index parameters (`params`), and the partial file's
-    size. Both are written to a temporary file and renamed into place.
+    size and sha256 (faiss reads a file with a flipped byte without complaint, and the build
+    would carry it into the final index). Both are written to a temporary file and renamed into place.
     """
 
     path: Path
@@ -144,6 +146,8 @@ class Checkpoint:
                 raise ValueError(f"it records {rows!r} rows added")
             if meta.get("bytes") != self.partial.stat().st_size:
                 raise ValueError("its index file's size differs from the recorded size")
+            if meta.get("sha256") != sha256_file(self.partial):
+                raise ValueError("its index file differs from the recorded sha256")
             index = faiss.read_index(str(self.partial))  # read, not mapped: the build adds to it
             if index.ntotal != rows or index.d != dim or not index.is_trained:
                 raise ValueError(f"its index holds {index.ntotal} rows of dim {index.d}, not {rows} of {dim}")
@@ -169,7 +173,8 @@ class Checkpoint:
             os.close(handle)
             staged.append(tmp)
             faiss.write_index(index, tmp)
-            record = self._expected(kind, n, dim, block_rows) | {"rows": rows, "bytes": os.path.getsize(tmp)}
+            written = {"rows": rows, "bytes": os.path.getsize(tmp), "sha256": sha256_file(Path(tmp))}
+            record = self._expected(kind, n, dim, block_rows) | written
             handle, tmp_meta = tempfile.mkstemp(prefix=f".{self.meta.name}.", dir=self.path.parent)
             staged.append(tmp_meta)
             with os.fdopen(handle, "w") as out:

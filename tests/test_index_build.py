@@ -153,6 +153,13 @@ def test_a_checkpoint_of_another_kb_or_a_damaged_one_is_removed_not_used(on_disk
 
     assert "another fingerprint" in interrupted_then(other_kb)
     assert "size" in interrupted_then(lambda: partial.write_bytes(partial.read_bytes()[:100]))
+
+    def flipped_byte():
+        content = bytearray(partial.read_bytes())
+        content[len(content) // 2] ^= 0xFF  # faiss would read it without complaint
+        partial.write_bytes(bytes(content))
+
+    assert "sha256" in interrupted_then(flipped_byte)
     assert "rows" in interrupted_then(lambda: meta.write_text(json.dumps(json.loads(meta.read_text()) | {"rows": 1234})))
     assert "Expecting value" in interrupted_then(lambda: meta.write_text("not json"))
 
