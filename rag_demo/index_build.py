@@ -151,9 +151,9 @@ class Checkpoint:
             index = faiss.read_index(str(self.partial))  # read, not mapped: the build adds to it
             if index.ntotal != rows or index.d != dim or not index.is_trained:
                 raise ValueError(f"its index holds {index.ntotal} rows of dim {index.d}, not {rows} of {dim}")
-        except (OSError, ValueError, RuntimeError, KeyError, TypeError, AttributeError) as err:  # JSONDecodeError is a ValueError
+        except (OSError, ValueError, RuntimeError, KeyError, TypeError, AttributeError) as err:  # bad JSON: ValueError
             log.warning("the checkpoint of %s is not resumable (%s); removing it and building from the start",
-                        self.path.name, (str(err).splitlines() or [type(err).__name__])[0][:200])
+                        self.path.name, _first_line(err))
             self.discard()
             return None
         if kind == "hnsw":
@@ -194,6 +194,10 @@ class Checkpoint:
                 log.warning("could not remove %s (%s)", path, err)
 
 
+def _first_line(err: Exception) -> str:
+    return (str(err).splitlines() or [type(err).__name__])[0][:200]
+
+
 def build_faiss(kind: str, xb, config: IndexConfig, *, progress: Callable[[int, int], None] | None = None,
                 checkpoint: Checkpoint | None = None, block_rows: int | None = None):
     """Build a faiss index of `kind` over (N, D) vectors (inner product), block by block.
@@ -232,7 +236,7 @@ def build_faiss(kind: str, xb, config: IndexConfig, *, progress: Callable[[int, 
                 checkpoint.save(index, done, kind, n, dim, block_rows)
             except (OSError, RuntimeError) as err:  # faiss reports a failed write as a RuntimeError
                 log.warning("could not save a checkpoint of the %s build in %s (%s); building on without one",
-                            kind, checkpoint.path.parent, str(err).splitlines()[0][:200])
+                            kind, checkpoint.path.parent, _first_line(err))
                 checkpoint = None
             last_saved = time.monotonic()
         if progress is not None:
