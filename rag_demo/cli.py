@@ -1,4 +1,4 @@
-"""Command line: `python -m rag_demo ask|score|compare|build-kb|build-bm25|prepare|eval ...`.
+"""Command line: `python -m rag_demo ask|score|compare|build-kb|build-bm25|build-index|prepare|eval ...`.
 
 Bad input ends with one line on stderr and exit code 2; `--json` prints the same object the
 web API returns.
@@ -128,6 +128,11 @@ def build_parser() -> argparse.ArgumentParser:
     bm25.add_argument("kb", help="a KB folder")
     bm25.add_argument("--max-postings", type=_count(), default=None,
                       help="refuse past this many postings (default: no limit; a build takes about 18 bytes a posting)")
+
+    build_index = commands.add_parser("build-index", help="build a KB folder's approximate index once, with progress, "
+                                      "where asks with --index look for it; an interrupted build resumes when run again")
+    build_index.add_argument("kb", help="a KB folder")
+    build_index.add_argument("--kind", required=True, choices=[kind for kind in INDEX_KINDS if kind != "flat"])
 
     prepare = commands.add_parser("prepare", help="fetch, convert, embed and index the offline default ahead of time, "
                                   "and check the example questions")
@@ -351,6 +356,35 @@ def cmd_build_bm25(args) -> int:
     return 0
 
 
+def cmd_build_index(args) -> int:
+    from .corpus import load_kb
+    from .index import cached_index, index_cache_paths, prebuilt_kind
+
+    kb = load_kb(args.kb)
+    if kb.index_file is not None and prebuilt_kind(kb.index_file) == args.kind:
+        print(f"{kb.path} serves the {args.kind} index that came with it, {kb.index_file}; nothing to build")
+        return 0
+    config = EngineConfig().index  # the parameters asks use, so that they find this file
+    folder = kb.path / "indexes"
+    path, _ = index_cache_paths(args.kind, kb.fingerprint, folder, config)
+    progress, built = _progress(), []
+
+    def rows(done: int, total: int) -> None:
+        built.append(done)
+        progress(f"building the {args.kind} index", done, total)
+
+    try:
+        index = cached_index(args.kind, kb.embeddings, kb.fingerprint, folder, config, prebuilt=kb.index_file, progress=rows)
+    except KeyboardInterrupt:
+        print(f"rag_demo: run the same command again to go on from the last checkpoint in {folder}", file=sys.stderr)
+        raise
+    if not path.is_file():  # cached_index answers from memory when it cannot save
+        raise UsageError(f"could not write {path} (see the warning above); make the KB folder writable")
+    print(f"{args.kind} index of {len(kb):,} passages ({index.nbytes:,} bytes) "
+          f"{'is' if built else 'was already'} in {path}")
+    return 0
+
+
 def cmd_prepare(args) -> int:
     from .offline.prepare import prepare
 
@@ -415,7 +449,7 @@ def cmd_eval(args) -> int:
 
 
 COMMANDS = {"ask": cmd_ask, "score": cmd_score, "compare": cmd_compare, "build-kb": cmd_build_kb, "build-bm25": cmd_build_bm25,
-            "prepare": cmd_prepare, "eval": cmd_eval}
+            "build-index": cmd_build_index, "prepare": cmd_prepare, "eval": cmd_eval}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -134,8 +134,9 @@ class RagEngine:
     def resolve_retriever(self, retriever: str | None) -> str:
         return self.retriever.resolve_retriever(retriever)
 
-    def search_index(self, kb: str | KnowledgeBase | None = None, kind: str = "flat") -> SearchIndex:
-        return self.retriever.search_index(kb, kind)
+    def search_index(self, kb: str | KnowledgeBase | None = None, kind: str = "flat", *,
+                     progress: Progress | None = None) -> SearchIndex:
+        return self.retriever.search_index(kb, kind, progress=progress)
 
     def index_reports(self, kb: str | KnowledgeBase | None = None, *, k: int = 10) -> list[IndexReport]:
         return self.retriever.index_reports(kb, k=k)

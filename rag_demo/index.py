@@ -7,9 +7,10 @@
 
 Approximate variants are scored by recall@k against flat, which is the oracle. Built indexes
 are cached beside the KB, keyed by the KB's fingerprint and the index parameters, and read back
-memory-mapped. A KB kept on disk (a .npy memmap or an Arrow column, see `store`) is searched
-exactly in chunks (`flat.search`), never copied whole; IVF-PQ may re-rank its candidates with
-the stored vectors (`IndexConfig.ivf_rerank`). A faiss index that came with a KB (transformers'
+memory-mapped; they are built block by block, with progress and checkpoints that an interrupted
+build resumes from (`index_build`). A KB kept on disk (a .npy memmap or an Arrow column, see
+`store`) is searched exactly in chunks (`flat.search`), never copied whole; IVF-PQ may re-rank
+its candidates with the stored vectors (`IndexConfig.ivf_rerank`). A faiss index that came with a KB (transformers'
 format) serves the kind it is, with the search parameters saved in it.
 """
 
@@ -19,11 +20,11 @@ import functools
 import hashlib
 import json
 import logging
-import math
 import os
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -35,8 +36,9 @@ from .corpus import sha256_file
 from .errors import InputError, KnowledgeBaseError
 from .flat import rerank, search_tensor
 from .flat import search as flat_search
+from .index_build import CHECKPOINT_SECONDS, Checkpoint, apply_search_params, build_faiss
 from .results import IndexReport
-from .store import Workspace, abs_mean, gather_rows, in_memory, row_chunks
+from .store import Workspace, abs_mean, gather_rows, in_memory
 
 log = logging.getLogger(__name__)
 
@@ -81,16 +83,6 @@ def has_faiss() -> bool:
     return True
 
 
-def _default_nlist(n: int) -> int:
-    # faiss wants about 39 training points per centroid; more lists make search cheaper
-    return max(1, min(int(4 * math.sqrt(n)), n // 39))
-
-
-def _pq_subquantizers(dim: int, wanted: int | None) -> int:
-    target = wanted or max(1, dim // 4)
-    return max(m for m in range(1, target + 1) if dim % m == 0)
-
-
 def params_key(kind: str, config: IndexConfig) -> str:
     relevant = {"kind": kind, "faiss_index_version": 1}
     if kind == "hnsw":
@@ -100,66 +92,6 @@ def params_key(kind: str, config: IndexConfig) -> str:
         if config.ivf_train_rows is not None:  # only when set, so the keys of indexes built before stay valid
             relevant |= {"train": config.ivf_train_rows}
     return hashlib.sha256(json.dumps(relevant, sort_keys=True).encode()).hexdigest()[:10]
-
-
-def training_rows(n: int, nlist: int, wanted: int | None, *, seed: int = 0) -> np.ndarray | None:
-    """Row ids (sorted) to train IVF-PQ on, or None for all n rows.
-
-    faiss itself trains on at most 256 points per list and samples the rest away, but only after
-    it was handed every row as one float32 matrix; drawing the sample first keeps a KB on disk
-    from being copied whole. Sorted ids read a memory-mapped file front to back.
-
-    >>> training_rows(100, 2, None) is None, training_rows(100, 2, 10).tolist()
-    (True, [1, 3, 7, 17, 25, 29, 47, 58, 77, 81])
-    """
-    cap = wanted if wanted is not None else 256 * nlist
-    if n <= cap:
-        return None
-    return np.sort(np.random.default_rng(seed).choice(n, size=cap, replace=False))
-
-
-def build_faiss(kind: str, xb, config: IndexConfig):
-    """Build a faiss index of `kind` over (N, D) vectors (inner product).
-
-    An in-memory float32 matrix is handed to faiss as it is; other row sources (`store`) are
-    trained on a sample and added in chunks, so only one chunk is ever widened to float32.
-    """
-    import faiss
-
-    n, dim = xb.shape
-    whole = in_memory(xb)
-    if kind == "flat":
-        index = faiss.IndexFlatIP(dim)
-    elif kind == "hnsw":
-        index = faiss.IndexHNSWFlat(dim, config.hnsw_m, faiss.METRIC_INNER_PRODUCT)
-        index.hnsw.efConstruction = config.hnsw_ef_construction
-    elif kind == "ivfpq":
-        nlist = config.ivf_nlist or _default_nlist(n)
-        quantizer = faiss.IndexFlatIP(dim)
-        bits = 8 if n >= 256 * 39 else max(1, min(8, int(math.log2(max(n // 39, 2)))))
-        index = faiss.IndexIVFPQ(quantizer, dim, nlist, _pq_subquantizers(dim, config.pq_bytes), bits, faiss.METRIC_INNER_PRODUCT)
-        # in-memory rows go to faiss whole, as they always did, unless a sample size is set
-        sample = None if (whole and config.ivf_train_rows is None) else training_rows(n, nlist, config.ivf_train_rows)
-        if sample is None and whole:
-            index.train(xb)
-        else:
-            index.train(gather_rows(xb, np.arange(n) if sample is None else sample))
-    else:
-        raise InputError(f"unknown index {kind!r}; choose one of {', '.join(INDEX_KINDS)}")
-    if whole:
-        index.add(xb)  # in one call, as before: HNSW's graph depends on how rows are batched
-    else:
-        for _, block in row_chunks(xb):
-            index.add(np.ascontiguousarray(block, dtype=np.float32))
-    apply_search_params(kind, index, config)
-    return index
-
-
-def apply_search_params(kind: str, index, config: IndexConfig) -> None:
-    if kind == "hnsw":
-        index.hnsw.efSearch = config.hnsw_ef_search
-    elif kind == "ivfpq":
-        index.nprobe = min(config.ivf_nprobe, index.nlist)
 
 
 def _serialized_bytes(index) -> int:
@@ -203,11 +135,14 @@ def prebuilt_kind(path: Path) -> str | None:
 
 
 def build_index(kind: str, xb, config: IndexConfig, *, device: torch.device | None = None,
-                count_bytes: bool = True) -> SearchIndex:
+                count_bytes: bool = True, progress: Callable[[int, int], None] | None = None,
+                checkpoint: Checkpoint | None = None) -> SearchIndex:
     """Build `kind` over xb (N, D). flat on a CUDA device is an fp16 torch matrix on the GPU (and a
     float32 torch matrix on the CPU when faiss is not installed). flat over a KB on disk (`store`)
     is no copy at all: it is searched in chunks, on every visible CUDA device when `device` is one.
-    `count_bytes=False` leaves nbytes 0 (serializing a large index just to count it doubles memory)."""
+    A faiss index is built block by block (`index_build.build_faiss`: `progress(done, total)` rows
+    added, resumable from `checkpoint`). `count_bytes=False` leaves nbytes 0 (serializing a large
+    index just to count it doubles memory)."""
     if kind not in INDEX_KINDS:
         raise InputError(f"unknown index {kind!r}; choose one of {', '.join(INDEX_KINDS)}")
     started = time.perf_counter()
@@ -219,7 +154,7 @@ def build_index(kind: str, xb, config: IndexConfig, *, device: torch.device | No
     if kind == "flat" and (on_gpu or not has_faiss()):
         vectors = torch.from_numpy(np.ascontiguousarray(xb)).to(device if on_gpu else "cpu", torch.float16 if on_gpu else torch.float32)
         return SearchIndex(kind, None, vectors, time.perf_counter() - started, vectors.numel() * vectors.element_size())
-    index = build_faiss(kind, xb, config)
+    index = build_faiss(kind, xb, config, progress=progress, checkpoint=checkpoint)
     return SearchIndex(kind, index, None, time.perf_counter() - started, _serialized_bytes(index) if count_bytes else 0,
                        rows=xb if rerank else None, rerank=rerank)
 
@@ -255,13 +190,19 @@ def load_prebuilt(kind: str, path: Path, xb, config: IndexConfig) -> SearchIndex
 
 
 def cached_index(kind: str, xb, fingerprint: str, cache_dir: Path | None, config: IndexConfig,
-                 *, device: torch.device | None = None, prebuilt: Path | None = None) -> SearchIndex:
+                 *, device: torch.device | None = None, prebuilt: Path | None = None,
+                 progress: Callable[[int, int], None] | None = None,
+                 checkpoint_seconds: float = CHECKPOINT_SECONDS) -> SearchIndex:
     """Load `kind` from `cache_dir` when it was built for this KB fingerprint, else build and save it.
 
     `prebuilt`, a faiss file that came with the KB, is used when it is of this kind. A cache file
     that cannot be read, or whose size or sha256 differs from what was recorded when it was
     written, is rebuilt (logged); a cache folder that cannot be written only costs the rebuild
     next time (logged), never the answer. Cached indexes are read back memory-mapped.
+
+    A build reports `progress(done, total)` rows added and, every `checkpoint_seconds` of adding,
+    saves the index so far beside the final file (`index_build.Checkpoint`); an interrupted build
+    goes on from its checkpoint next time, and the checkpoint is removed once the index is saved.
     """
     if prebuilt is not None and prebuilt_kind(prebuilt) == kind:
         return load_prebuilt(kind, prebuilt, xb, config)
@@ -269,7 +210,7 @@ def cached_index(kind: str, xb, fingerprint: str, cache_dir: Path | None, config
         log.warning("%s is a faiss index type that is none of %s; the KB's own %s index is used instead",
                     prebuilt, ", ".join(INDEX_KINDS), kind)
     if kind == "flat" or cache_dir is None:
-        return build_index(kind, xb, config, device=device)
+        return build_index(kind, xb, config, device=device, progress=progress)
     import faiss
 
     path, meta_path = index_cache_paths(kind, fingerprint, cache_dir, config)
@@ -290,7 +231,8 @@ def cached_index(kind: str, xb, fingerprint: str, cache_dir: Path | None, config
                                rows=xb if rerank else None, rerank=rerank)
         except (ValueError, RuntimeError, KeyError, json.JSONDecodeError) as err:
             log.warning("cached %s index at %s is unusable (%s); rebuilding it", kind, path, err)
-    built = build_index(kind, xb, config, count_bytes=False)
+    checkpoint = Checkpoint(path, fingerprint, params_key(kind, config), every_seconds=checkpoint_seconds)
+    built = build_index(kind, xb, config, count_bytes=False, progress=progress, checkpoint=checkpoint)
     tmp = None
     try:
         cache_dir.mkdir(parents=True, exist_ok=True)
@@ -301,6 +243,7 @@ def cached_index(kind: str, xb, fingerprint: str, cache_dir: Path | None, config
         os.replace(tmp, path)
         meta_path.write_text(json.dumps({"build_seconds": built.build_seconds, "bytes": size, "sha256": digest, "kind": kind}))
         built.nbytes = size
+        checkpoint.discard()
     except (OSError, RuntimeError) as err:  # faiss reports a failed write as a RuntimeError
         log.warning("could not cache the %s index in %s (%s); it will be rebuilt next start", kind, cache_dir, err)
         if tmp is not None:

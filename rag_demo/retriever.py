@@ -145,8 +145,10 @@ class Retriever:
         return table.get(normalize_answer(question), ())
 
     # -- indexes ----------------------------------------------------------------------------------
-    def search_index(self, kb: str | KnowledgeBase | None = None, kind: str = "flat") -> SearchIndex:
-        """The `kind` index of a knowledge base, built or loaded on first use."""
+    def search_index(self, kb: str | KnowledgeBase | None = None, kind: str = "flat", *,
+                     progress: Progress | None = None) -> SearchIndex:
+        """The `kind` index of a knowledge base, built or loaded on first use; a build reports
+        `progress(stage, done, total)` in rows added (an index already held or saved reports nothing)."""
         if kind not in INDEX_KINDS:
             raise InputError(f"unknown index {kind!r}; choose one of {', '.join(INDEX_KINDS)}")
         knowledge = self.resolve_kb(kb)
@@ -156,8 +158,10 @@ class Retriever:
             cache_dir = (knowledge.path / "indexes") if (registered and knowledge.path is not None) else None
             if cache_dir is None and registered and self.index_cache is not None:
                 cache_dir = self.index_cache / knowledge.fingerprint
+            rows = None if progress is None else (
+                lambda done, total: progress(f"building the {kind} index of {knowledge.name}", done, total))
             return cached_index(kind, knowledge.embeddings, knowledge.fingerprint, cache_dir, self.index_config,
-                                device=self.encoder.device, prebuilt=knowledge.index_file)
+                                device=self.encoder.device, prebuilt=knowledge.index_file, progress=rows)
 
         return self._kept(knowledge, kind, build)
 

@@ -175,8 +175,10 @@ def _whole_file_map(xb) -> bool:
     return isinstance(xb, np.memmap) and isinstance(xb.base, mmap.mmap) and xb.flags.c_contiguous and bool(xb.filename)
 
 
-def row_chunks(xb, rows: int = CHUNK_ROWS, *, workspace: Workspace | None = None) -> Iterator[tuple[int, np.ndarray]]:
-    """(start, block) for consecutive blocks of at most `rows` rows of xb (N, D), in xb's dtype.
+def row_chunks(xb, rows: int = CHUNK_ROWS, *, workspace: Workspace | None = None,
+               start: int = 0) -> Iterator[tuple[int, np.ndarray]]:
+    """(start, block) for consecutive blocks of at most `rows` rows of xb (N, D), in xb's dtype,
+    from row `start` on (a multiple of `rows` keeps the blocks of a walk from row 0).
 
     A memmap of a whole .npy is read with plain file reads into one reused buffer, so a scan's
     resident memory is that buffer, not the file: pages read through a mapping stay counted in
@@ -184,12 +186,15 @@ def row_chunks(xb, rows: int = CHUNK_ROWS, *, workspace: Workspace | None = None
     use it before asking for the next. Buffers come from `workspace` (a fresh one when None).
     """
     n = len(xb)
+    first = start
+    if first >= n:
+        return
     workspace = workspace if workspace is not None else Workspace()
     if _whole_file_map(xb):
         row_bytes = xb.shape[1] * xb.dtype.itemsize
         buffer = workspace.get("read", (min(rows, n), xb.shape[1]), xb.dtype)
         with Path(xb.filename).open("rb", buffering=0) as handle:
-            for start in range(0, n, rows):
+            for start in range(first, n, rows):
                 block = buffer[: min(rows, n - start)]
                 handle.seek(xb.offset + start * row_bytes)
                 view = memoryview(block).cast("B")
@@ -202,9 +207,13 @@ def row_chunks(xb, rows: int = CHUNK_ROWS, *, workspace: Workspace | None = None
                 yield start, block
         return
     if isinstance(xb, BlockRows):
-        yield from _block_chunks(xb, rows, workspace)
+        if first:  # the rows from `first` on as blocks of their own: no record batch before it is read
+            at = bisect.bisect_right(xb.starts, first) - 1
+            xb = BlockRows((xb.blocks[at][first - xb.starts[at] :], *xb.blocks[at + 1 :]))
+        for start, block in _block_chunks(xb, rows, workspace):
+            yield first + start, block
         return
-    for start in range(0, n, rows):
+    for start in range(first, n, rows):
         yield start, xb[start : start + rows]
 
 

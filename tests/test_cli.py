@@ -274,3 +274,25 @@ def test_build_bm25_saves_a_kb_folders_index(tmp_path, capsys, monkeypatch):
     monkeypatch.setattr("rag_demo.lexical._build", None)  # what retrieval opens is the saved index, not a rebuild
     index = LexicalIndex.for_kb_folder(folder, kb.titles, kb.texts, fingerprint=kb.fingerprint)
     assert index.top("siberia", 2).tolist() == [1] and index.size == 2
+
+
+def test_build_index_saves_a_kb_folders_index_where_asks_look(tmp_path, capsys):
+    import numpy as np
+
+    from rag_demo.cli import main
+    from rag_demo.config import EngineConfig
+    from rag_demo.corpus import Passage, load_kb, make_kb, save_kb
+    from rag_demo.index import index_cache_paths
+
+    vectors = np.random.default_rng(0).standard_normal((400, 8)).astype(np.float32)
+    passages = [Passage(f"title {i}", f"text {i}") for i in range(400)]
+    folder = save_kb(make_kb("x", passages, vectors), tmp_path / "kb", vectors="float16")  # read from disk, streamed
+    assert main(["build-index", str(folder), "--kind", "ivfpq"]) == 0
+    out = capsys.readouterr()
+    kb = load_kb(folder)
+    path, _ = index_cache_paths("ivfpq", kb.fingerprint, folder / "indexes", EngineConfig().index)
+    assert f"ivfpq index of 400 passages ({path.stat().st_size:,} bytes) is in {path}" in out.out
+    assert "building the ivfpq index: [" in out.err and "400/400" in out.err
+    assert main(["build-index", str(folder), "--kind", "ivfpq"]) == 0
+    assert "was already in" in capsys.readouterr().out
+    assert main(["build-index", str(folder), "--kind", "flat"]) == 2  # exact search needs no index

@@ -100,6 +100,12 @@ def test_memmap_and_arrow_blocks_search_like_the_array(data, tmp_path):
     assert starts == list(range(0, 1000, 100))
     assert np.array_equal(np.concatenate([b.copy() for _, b in row_chunks(blocks, 100)]), half)
     assert np.array_equal(gather_rows(blocks, [999, 0, 2, 3]), half[[999, 0, 2, 3]].astype(np.float32))
+    for rows in (mapped, blocks, half):  # a walk resumed part way: the same blocks as the rest of a whole walk
+        whole = [(start, b.copy()) for start, b in row_chunks(rows, 100) if start >= 300]
+        resumed = [(start, b.copy()) for start, b in row_chunks(rows, 100, start=300)]
+        assert [s for s, _ in resumed] == [s for s, _ in whole] == list(range(300, 1000, 100))
+        assert all(np.array_equal(a, b) for (_, a), (_, b) in zip(resumed, whole))
+        assert list(row_chunks(rows, 100, start=1000)) == []
 
 
 def test_a_scan_of_a_mapped_file_keeps_it_out_of_resident_memory(tmp_path):

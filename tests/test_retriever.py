@@ -169,3 +169,13 @@ def test_a_kb_without_vectors_yet_is_served_by_bm25_and_says_so(encoder, tiny_kb
             needs_vectors()
     retriever.warm_up()  # BM25 only: nothing to load for the vectors
     assert {what for _, what in retriever.held()} <= {"bm25", "gold"} and (text.fingerprint, "bm25") in retriever.held()
+
+
+def test_an_index_build_reports_its_progress_once(encoder, tiny_kb):
+    retriever = Retriever(encoder=encoder, kbs={"tiny": tiny_kb})
+    heard = []
+    retriever.search_index("tiny", "ivfpq", progress=lambda stage, done, total: heard.append((stage, done, total)))
+    n = len(tiny_kb)
+    assert heard[0] == ("building the ivfpq index of tiny", 0, n) and heard[-1] == ("building the ivfpq index of tiny", n, n)
+    retriever.search_index("tiny", "ivfpq", progress=lambda *args: heard.append(args))  # held: nothing is built
+    assert len(heard) == 2
