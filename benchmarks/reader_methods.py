@@ -56,6 +56,9 @@ def main(argv=None) -> int:
     parser.add_argument("--readers", default="base,full",
                         help="besides the cached adapter, comma-separated: base, full, lora:FIELD=VALUE+... "
                              "(e.g. lora:examples=1200 or lora:epochs=2+rank=32)")
+    parser.add_argument("--kbs", default="", help="comma-separated knowledge bases to ask (default: both)")
+    parser.add_argument("--float32", action="store_true",
+                        help="train here in float32 even where bfloat16 autocast is native (the cached build uses autocast)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     prepared = prepare()
@@ -65,8 +68,9 @@ def main(argv=None) -> int:
 
     def measure(label: str) -> list[tuple[str, dict]]:
         started = time.perf_counter()
-        reports = evaluate_table(engine, kbs=engine.kb_names, ks=(args.k or 1,), n=args.n, seed=args.seed,
-                                 variants=variants, gold_passage=gold)
+        kbs = tuple(filter(None, args.kbs.split(","))) or engine.kb_names
+        reports = evaluate_table(engine, kbs=kbs, ks=(args.k or 1,), n=args.n, seed=args.seed, variants=variants,
+                                 gold_passage=gold)
         logging.info("%s: %.0f s", label, time.perf_counter() - started)
         return [(label, r) for r in reports]
 
@@ -82,10 +86,11 @@ def main(argv=None) -> int:
             continue
         recipe = FULL_RECIPE if name == "full" else _recipe(fields)
         started = time.perf_counter()
-        info = train_reader(engine.generator, prepared.kb_paths, tuning=recipe)
+        info = train_reader(engine.generator, prepared.kb_paths, tuning=recipe, autocast=not args.float32)
         logging.info("%s: trained in %.0f s, answer loss %.3f -> %.3f", reader, time.perf_counter() - started,
                      info["answer_loss_before"], info["answer_loss_after"])
-        rows += measure("full fine-tune (every weight but the embeddings)" if name == "full" else f"LoRA adapter, {fields}")
+        rows += measure(f"full fine-tune (every weight but the embeddings), {info['precision']}" if name == "full"
+                        else f"LoRA adapter trained here, {fields or 'the default recipe'}, {info['precision']}")
     engine.generator = adapter_generator
     print(f"\n{'gold passage alone' if gold else f'k={args.k} retrieved'}, n={args.n} per KB, seed={args.seed}\n")
     print("| reader | KB | variant | n | EM (95% CI) | real-world answer (95% CI) |")
