@@ -31,18 +31,19 @@ def default_engines(progress: Progress) -> Iterator[Stage]:
     from rag_demo.loading import staged_default_engines
 
     for engine, readiness in staged_default_engines(EngineConfig(), progress=progress):
+        engine.retriever.warm_up()  # BM25 and the indexes before the first ask, not during it
         if not readiness.complete:
-            engine.retriever.warm_up()  # BM25 and the indexes before the first ask, not during it
             yield Stage(engine, readiness.serving(), readiness.building())
             continue
-        # examples the demo answers right first: asked once per setup (saved), here or by `prepare`
+        # Full quality serves at once; what follows only orders the example questions (asked once per
+        # setup, saved) and warms the caches, and a visitor's ask meanwhile just shares the cores.
+        yield Stage(engine, readiness.serving())
         feature_checked_examples(engine, progress=progress)
         progress("warming up: one example question", 0, 1)
         seconds = engine.warm_up()
         progress("warming up: one example question", 1, 1)
         log.info("warm-up ask took %.1f s", seconds)
         heap.release_free_memory()  # loading parsed large files (the tokenizer's JSON) into memory now free
-        yield Stage(engine, readiness.serving())
 
 
 def server_options(environ: Mapping[str, str]) -> dict:

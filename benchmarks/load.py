@@ -163,7 +163,7 @@ def launch_app(port: int, log_path: Path) -> subprocess.Popen:
 
 
 def wait_until_ready(url: str, options: dict, timeout_s: float, process: subprocess.Popen | None = None) -> float:
-    """Ask once, retrying until the engine answers (a first start prepares models); returns seconds waited."""
+    """Ask once, retrying until the complete engine answers (a first start builds in stages); returns seconds waited."""
     from gradio_client import Client
 
     started = time.monotonic()
@@ -173,6 +173,9 @@ def wait_until_ready(url: str, options: dict, timeout_s: float, process: subproc
             raise SystemExit(f"the app exited with code {process.returncode} before it was ready")
         try:
             client = Client(url, verbose=False, analytics_enabled=False, download_files=False)
+            # a first start answers early, with parts still building: load only the complete engine
+            if not client.predict(api_name="/status_json").get("complete"):
+                raise RuntimeError("the engine is still building")
             client.predict("warm-up question: who wrote hamlet", *_ask_args(options), api_name="/ask_json")
             return time.monotonic() - started
         except Exception as err:  # not up yet: connection refused, or the engine still preparing

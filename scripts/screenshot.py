@@ -3,8 +3,8 @@
     python scripts/screenshot.py                     # docs/screenshot-ask.png, docs/screenshot-swap.png
     python scripts/screenshot.py --question "who sings what you want do for love?" --out /tmp/shots
 
-Starts `app.create_demo()` on 127.0.0.1 (a first start builds the caches, about 36 minutes),
-waits until the engine is ready, clicks an example question in the Ask tab (variant "both"),
+Starts `app.create_demo()` on 127.0.0.1 (a first start answers within minutes and builds the rest
+in about 15), waits until the complete engine serves (the banner goes), clicks an example question in the Ask tab (variant "both"),
 asks it once more so the timings shown are a warm engine's, then asks the same question in the
 Swap tab, and saves full-page PNGs 1280 px wide (reduced to a 256-colour palette if one is over
 380 KB). Never runs `playwright install`: it drives /usr/bin/chromium (`apt-get install chromium`).
