@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from ..config import DEFAULT_KBS, EncoderConfig, GeneratorConfig
@@ -84,12 +84,11 @@ class Readiness:
         return f"{part} building ({self.stage + 1} of {STAGES})"
 
 
-def _text_stage(data, generator_path: Path, encoder_path: str) -> Readiness:
+def _text_stage(data, base: PreparedPaths) -> Readiness:
     kbs = {name: text_only_kb(name, data.passages[name]) for name in DEFAULT_KBS}
     # Example questions before any retrieval check: the held-out candidates, in their seeded order.
     questions = tuple(data.examples[i].question for i in data.candidates[:EXAMPLES_PER_KB])
-    return Readiness(PreparedPaths(generator_path=generator_path, encoder_path=encoder_path), stage=1,
-                     text_kbs=kbs, text_examples={name: questions for name in kbs})
+    return Readiness(base, stage=1, text_kbs=kbs, text_examples={name: questions for name in kbs})
 
 
 def prepare_in_stages(
@@ -116,48 +115,44 @@ def prepare_in_stages(
         question_path = cached_tuned_encoder(encoder_config, cache=root)
         reads = wants_reading_adapter(generator_config)
         adapter_path = cached_tuned_generator(generator_config, cache=root)
+        base = PreparedPaths(generator_path=generator_path, encoder_path=encoder_path)
         if not build_kbs:
             if tunes and question_path is None:
                 log.info("no fine-tuned question encoder is cached (it is built with the default KBs); using the packaged one")
             if reads and adapter_path is None:
                 log.info("no reading adapter is cached (it is built with the default KBs); the converted generator reads")
-            yield Readiness(PreparedPaths(generator_path=generator_path, encoder_path=encoder_path,
-                                          question_encoder_path=question_path, reader_adapter_path=adapter_path), stage=STAGES)
+            yield Readiness(replace(base, question_encoder_path=question_path, reader_adapter_path=adapter_path), stage=STAGES)
             return
         kb_paths = default_kb_paths(encoder_config.model, encoder_config.max_length, cache=root)
         key = kb_key(encoder_config.model, encoder_config.max_length)
         kbs_ready = all(marker_problem(path, key) is None for path in kb_paths.values())
         if kbs_ready and (question_path or not tunes) and (adapter_path or not reads):
-            yield Readiness(PreparedPaths(generator_path=generator_path, encoder_path=encoder_path, kb_paths=kb_paths,
-                                          question_encoder_path=question_path, reader_adapter_path=adapter_path), stage=STAGES)
+            yield Readiness(replace(base, kb_paths=kb_paths, question_encoder_path=question_path,
+                                    reader_adapter_path=adapter_path), stage=STAGES)
             return
-        paths = PreparedPaths(generator_path=generator_path, encoder_path=encoder_path)
         if not kbs_ready or (tunes and question_path is None):
             from ..encoders import load_encoder
 
             data = None
             if not kbs_ready:
                 data = read_default_data(ensure_source(cache=root, progress=progress))  # before the encoder takes memory
-                yield _text_stage(data, generator_path, encoder_path)
+                yield _text_stage(data, base)
             encoder = load_encoder(encoder_config)
             kb_paths = ensure_default_kbs(encoder, cache=root, progress=progress, data=data)
-            paths = PreparedPaths(generator_path=generator_path, encoder_path=encoder_path, kb_paths=kb_paths)
             if tunes:
-                yield Readiness(paths, stage=2)
+                yield Readiness(replace(base, kb_paths=kb_paths), stage=2)
                 question_path = ensure_tuned_encoder(encoder, encoder_config, kb_paths["nq-wiki"], cache=root,
                                                      progress=progress)
             del encoder
-        paths = PreparedPaths(generator_path=generator_path, encoder_path=encoder_path, kb_paths=kb_paths,
-                              question_encoder_path=question_path)
         if reads and adapter_path is None:
-            yield Readiness(paths, stage=3)
+            yield Readiness(replace(base, kb_paths=kb_paths, question_encoder_path=question_path), stage=3)
             adapter_path = ensure_tuned_generator(generator_path, kb_paths, generator_config=generator_config,
                                                   cache=root, progress=progress)
         if timeline.steps:
             log.info("offline default built under %s:\n%s", root, timeline.table())
         log.info("offline default ready in %.1f s", time.perf_counter() - started)
-        yield Readiness(PreparedPaths(generator_path=generator_path, encoder_path=encoder_path, kb_paths=kb_paths,
-                                      question_encoder_path=question_path, reader_adapter_path=adapter_path), stage=STAGES)
+        yield Readiness(replace(base, kb_paths=kb_paths, question_encoder_path=question_path,
+                                reader_adapter_path=adapter_path), stage=STAGES)
 
 
 def prepare(
