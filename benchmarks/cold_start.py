@@ -59,6 +59,15 @@ def _client(url: str):
     return Client(url, verbose=False, analytics_enabled=False, download_files=False)
 
 
+def _launch(cache: Path, log_path: Path):
+    """(`python app.py` on `cache`, started now on a free port; its address; seconds since it started, as a function)."""
+    os.environ["RAG_DEMO_CACHE"] = str(cache)
+    port = _free_port()
+    started = time.monotonic()
+    process = launch_app(port, log_path)
+    return process, f"http://127.0.0.1:{port}/", lambda: time.monotonic() - started
+
+
 def _connect(url: str, process: subprocess.Popen, timeout_s: float):
     started = time.monotonic()
     while time.monotonic() - started < timeout_s:
@@ -100,12 +109,7 @@ def _stop(process: subprocess.Popen) -> None:
 
 def measure_cold(cache: Path, *, question: str, timeout_s: float, log_dir: Path) -> ColdStart:
     report = ColdStart()
-    os.environ["RAG_DEMO_CACHE"] = str(cache)
-    port = _free_port()
-    url = f"http://127.0.0.1:{port}/"
-    t0 = time.monotonic()
-    process = launch_app(port, log_dir / "cold-start-app.log")
-    now = lambda: time.monotonic() - t0  # noqa: E731
+    process, url, now = _launch(cache, log_dir / "cold-start-app.log")
     try:
         client = _connect(url, process, 300)
         report.events.append(Event(now(), "page up"))
@@ -149,12 +153,7 @@ def measure_cold(cache: Path, *, question: str, timeout_s: float, log_dir: Path)
 def measure_warm(cache: Path, *, question: str, log_dir: Path, report: ColdStart | None = None) -> ColdStart:
     """`python app.py` on a cache that holds everything: seconds to the first answer, and the peak memory."""
     report = report or ColdStart()
-    os.environ["RAG_DEMO_CACHE"] = str(cache)
-    port = _free_port()
-    url = f"http://127.0.0.1:{port}/"
-    t0 = time.monotonic()
-    process = launch_app(port, log_dir / "warm-start-app.log")
-    now = lambda: time.monotonic() - t0  # noqa: E731
+    process, url, now = _launch(cache, log_dir / "warm-start-app.log")
     try:
         client = _connect(url, process, 120)
         while now() < 300:

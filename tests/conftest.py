@@ -95,3 +95,14 @@ def offline_source(tmp_path, monkeypatch):
     monkeypatch.setattr(source, "SOURCE_SHA256", hashlib.sha256(payload).hexdigest())
     monkeypatch.setattr(source, "_pip_download_command", failing_pip)
     return cache, payload
+
+
+@pytest.fixture(scope="module")
+def vectors():
+    """(3000, 32) unit vectors around 20 centres: clustered like embeddings, so approximate indexes have recall to lose."""
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    centers = rng.normal(size=(20, 32))
+    xb = centers[rng.integers(0, 20, 3000)] + 0.3 * rng.normal(size=(3000, 32))
+    return (xb / np.linalg.norm(xb, axis=1, keepdims=True)).astype(np.float32)

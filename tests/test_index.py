@@ -9,14 +9,6 @@ from rag_demo.config import IndexConfig
 from rag_demo.index import build_index, cached_index, measure, recall_at_k
 
 
-@pytest.fixture(scope="module")
-def vectors():
-    rng = np.random.default_rng(0)
-    centers = rng.normal(size=(20, 32))
-    xb = centers[rng.integers(0, 20, 3000)] + 0.3 * rng.normal(size=(3000, 32))
-    return (xb / np.linalg.norm(xb, axis=1, keepdims=True)).astype(np.float32)
-
-
 def test_flat_is_exact(vectors):
     flat = build_index("flat", vectors, IndexConfig())
     xq = vectors[:7]

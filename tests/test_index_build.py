@@ -20,14 +20,6 @@ class Interrupted(Exception):
 
 
 @pytest.fixture(scope="module")
-def vectors():
-    rng = np.random.default_rng(0)
-    centers = rng.normal(size=(20, 32))
-    xb = centers[rng.integers(0, 20, 3000)] + 0.3 * rng.normal(size=(3000, 32))
-    return (xb / np.linalg.norm(xb, axis=1, keepdims=True)).astype(np.float32)
-
-
-@pytest.fixture(scope="module")
 def on_disk(vectors, tmp_path_factory):
     path = tmp_path_factory.mktemp("disk") / "v.npy"
     np.save(path, vectors.astype(np.float16))

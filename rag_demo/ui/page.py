@@ -100,6 +100,10 @@ def build_demo(engine: Engine, *, limits: UploadLimits = UploadLimits(), files: 
         return gr.Dropdown(kb_choices, value=value, label=label, elem_id=elem_id, min_width=150,
                            allow_custom_value=True, elem_classes=["rag-fit-dropdown"])
 
+    def question_box(elem_id: str) -> gr.Textbox:
+        return gr.Textbox(label="Question", lines=2, max_lines=4, elem_id=elem_id, max_length=QUESTION_BOX_CHARS,
+                          placeholder="Ask a factual question, or click an example below")
+
     def index_dropdown(elem_id: str) -> gr.Dropdown:
         return gr.Dropdown(INDEX_CHOICES, value="flat", label="Index variant", elem_id=elem_id, min_width=150)
 
@@ -127,8 +131,7 @@ def build_demo(engine: Engine, *, limits: UploadLimits = UploadLimits(), files: 
             with gr.Tab("Ask", id="ask", elem_id="tab-ask"):
                 with gr.Row():
                     with gr.Column(scale=1, min_width=330, elem_classes=["rag-sidebar"]):
-                        question = gr.Textbox(label="Question", lines=2, max_lines=4, elem_id="question",
-                                              max_length=QUESTION_BOX_CHARS, placeholder="Ask a factual question, or click an example below")
+                        question = question_box("question")
                         ask_btn = gr.Button("Ask", variant="primary", elem_id="ask-btn", size="md")
                         variant = gr.Radio(VARIANT_CHOICES, value="both", label="RAG variant", elem_id="variant")
                         with gr.Row():
@@ -169,8 +172,7 @@ def build_demo(engine: Engine, *, limits: UploadLimits = UploadLimits(), files: 
             with gr.Tab("Swap the index", id="swap", elem_id="tab-swap"):
                 with gr.Row():
                     with gr.Column(scale=1, min_width=330, elem_classes=["rag-sidebar"]):
-                        swap_question = gr.Textbox(label="Question", lines=2, max_lines=4, elem_id="swap-question",
-                                                   max_length=QUESTION_BOX_CHARS, placeholder="Ask a factual question, or click an example below")
+                        swap_question = question_box("swap-question")
                         swap_btn = gr.Button("Ask both", variant="primary", elem_id="swap-btn", size="md")
                         # one per line: two side by side cut long KB names such as "nq-counterfactual"
                         swap_left = kb_dropdown("swap-left", default, "Left knowledge base")
