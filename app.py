@@ -16,7 +16,6 @@ from collections.abc import Callable, Iterator, Mapping
 from rag_demo import heap
 from rag_demo.background import BackgroundEngine, Engine, Stage
 from rag_demo.progress import Progress
-from rag_demo.ui import build_demo, launch_options
 
 log = logging.getLogger("rag_demo.app")
 
@@ -57,8 +56,14 @@ def server_options(environ: Mapping[str, str]) -> dict:
 
 
 def create_demo(factory: Callable[[Progress], Engine | Iterator[Stage]] = default_engines):
-    """Start building the engine in the background and return the page that waits for it."""
-    return build_demo(BackgroundEngine(factory).start())
+    """Start building the engine in the background and return the page that waits for it.
+
+    The engine's thread starts before gradio is imported: on a warm start the models load while
+    the page is built, instead of after it."""
+    engine = BackgroundEngine(factory).start()
+    from rag_demo.ui import build_demo
+
+    return build_demo(engine)
 
 
 def main(factory: Callable[[Progress], Engine | Iterator[Stage]] = default_engines) -> None:
@@ -66,6 +71,8 @@ def main(factory: Callable[[Progress], Engine | Iterator[Stage]] = default_engin
     # before the server starts its worker threads, so that they share two malloc arenas (rag_demo.heap)
     heap.limit_arenas(2)
     demo = create_demo(factory)
+    from rag_demo.ui import launch_options
+
     options = server_options(os.environ)
     log.info("serving on %s:%s", options["server_name"], options["server_port"] or "7860+")
     demo.launch(**options, max_file_size="10mb", **launch_options())

@@ -86,7 +86,7 @@ def main(argv=None) -> int:
             continue
         recipe = FULL_RECIPE if name == "full" else _recipe(fields)
         started = time.perf_counter()
-        info = train_reader(engine.generator, prepared.kb_paths, tuning=recipe, autocast=not args.float32)
+        info = train_reader(engine.generator, prepared.kb_paths, tuning=recipe, autocast=not args.float32, check_before=True)
         logging.info("%s: trained in %.0f s, answer loss %.3f -> %.3f", reader, time.perf_counter() - started,
                      info["answer_loss_before"], info["answer_loss_after"])
         rows += measure(f"full fine-tune (every weight but the embeddings), {info['precision']}" if name == "full"

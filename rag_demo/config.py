@@ -99,6 +99,7 @@ class ReaderTuningConfig:
     alpha: float = 32.0
     learning_rate: float = 5e-4
     batch_size: int = 8
+    sort_window: int = 8  # batches per window sorted by length (`tuning.length_sorted_batches`); 1: plain shuffle
     seed: int = 0
 
 

@@ -224,8 +224,10 @@ def tune_reader(
     if any(tuple(example.prompt_ids[:len(shared_ids)]) != tuple(shared_ids) for example in examples):
         raise ValueError("every prompt must begin with the shared block")
     torch.manual_seed(config.seed)
-    order = np.concatenate([np.random.default_rng(config.seed + epoch).permutation(len(examples))
-                            for epoch in range(config.epochs)])
+    batches = [batch for epoch in range(config.epochs)
+               for batch in length_sorted_batches([len(example.prompt_ids) + len(example.answer_ids) for example in examples],
+                                                  batch_size=config.batch_size, window=config.sort_window,
+                                                  seed=config.seed + epoch)]
     if config.method == "lora":
         if adapter_switch(model) is None:
             add_adapters(model, AdapterShape(rank=config.rank, alpha=config.alpha), seed=config.seed)
@@ -245,13 +247,13 @@ def tune_reader(
     model.train()
     device = next(model.parameters()).device
     optimizer = torch.optim.AdamW(trained, lr=config.learning_rate, weight_decay=0.0)
-    total = -(-len(order) // config.batch_size)
+    total = len(batches)
     warmup = max(1, total // 10)
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: min(1.0, (step + 1) / warmup) * (total - step) / total)
     started, running = time.perf_counter(), []
     try:
         for step in range(total):
-            batch = [examples[i] for i in order[step * config.batch_size:(step + 1) * config.batch_size]]
+            batch = [examples[i] for i in batches[step]]
             with build_autocast(device, enabled=autocast):
                 loss = reading_loss(model, shared_ids, batch)
             optimizer.zero_grad(set_to_none=True)
@@ -268,6 +270,28 @@ def tune_reader(
     log.info("generator: mean answer loss %.3f over the first tenth of the steps, %.3f over the last (%.0f s)",
              float(np.mean(running[:warmup])), float(np.mean(running[-warmup:])), time.perf_counter() - started)
     return model.eval()
+
+
+def length_sorted_batches(lengths: Sequence[int], *, batch_size: int, window: int, seed: int) -> list[list[int]]:
+    """One epoch's batches of indices into `lengths`: a seeded shuffle, cut into windows of
+    `window` batches, each window sorted by length and cut into batches, the batches shuffled.
+
+    Rows are padded to their batch's longest, so batching rows of similar length wastes less of a
+    step on padding, while the shuffle keeps each batch a random draw from a window. `window` 1 is
+    the plain shuffle.
+    """
+    if batch_size < 1 or window < 1:
+        raise ValueError("batch_size and window must be at least 1")
+    rng = np.random.default_rng(seed)
+    order = rng.permutation(len(lengths))
+    span = batch_size * window
+    batches = []
+    for start in range(0, len(order), span):
+        chunk = sorted(order[start:start + span].tolist(), key=lambda i: lengths[i]) if window > 1 else order[start:start + span].tolist()
+        batches += [chunk[i:i + batch_size] for i in range(0, len(chunk), batch_size)]
+    if window > 1:
+        batches = [batches[i] for i in rng.permutation(len(batches))]
+    return batches
 
 
 def shared_prefix(examples: Sequence[ReadingExample]) -> tuple[int, ...]:
@@ -288,6 +312,8 @@ def mean_answer_loss(model: torch.nn.Module, shared_ids: Sequence[int], examples
     if not examples:
         return float("nan")
     total, tokens = 0.0, 0
+    # by length, so that rows pad little: the mean does not depend on the order
+    examples = sorted(examples, key=lambda example: len(example.prompt_ids) + len(example.answer_ids))
     with torch.no_grad():
         for start in range(0, len(examples), batch_size):
             batch = examples[start:start + batch_size]

@@ -54,6 +54,42 @@ def test_a_first_start_serves_bm25_first_then_each_part_as_it_is_built(default_s
     assert len(warm) == 1 and warm[0].complete and warm[0].paths == full.paths
 
 
+def test_staged_engines_answer_at_each_stage_and_load_each_part_once(default_setup, monkeypatch):
+    """One engine per stage; a KB folder or a model that did not change is handed on, not loaded again."""
+    from rag_demo import loading
+    from rag_demo.config import EngineConfig
+
+    cache, encoder_config = default_setup
+    monkeypatch.setenv("RAG_DEMO_CACHE", str(cache))
+    loads = {"kbs": 0, "encoder": 0, "generator": 0}
+
+    def counting(name, load):
+        def wrapped(*args, **kwargs):
+            loads[name] += 1
+            return load(*args, **kwargs)
+        return wrapped
+
+    monkeypatch.setattr(loading, "load_kbs", counting("kbs", loading.load_kbs))
+    monkeypatch.setattr(loading, "load_encoder", counting("encoder", loading.load_encoder))
+    monkeypatch.setattr(loading, "load_generator", counting("generator", loading.load_generator))
+    config = EngineConfig(encoder=encoder_config)
+    engines = []
+    for engine, readiness in loading.staged_default_engines(config):
+        question = engine.example_questions()[0]
+        result = engine.ask(question, k=2, closed_book=False, max_new_tokens=3)
+        assert set(result.variants) == {"token", "sequence"} and all(len(v.token_ids) <= 3 for v in result.variants.values())
+        engines.append((engine, readiness))
+    assert [r.stage for _, r in engines] == [1, 2, 3, 4]
+    (text, _), (dense, _), (questions, _), (full, _) = engines
+    assert not any(kb.has_vectors for kb in text.kbs.values()) and all(kb.has_vectors for kb in dense.kbs.values())
+    # the KB folders load once (stage 2) and serve stages 3 and 4 as they are
+    assert loads["kbs"] == 1 and all(full.kbs[name] is dense.kbs[name] for name in dense.kbs)
+    assert full.kbs is not dense.kbs
+    # the encoder changes at stage 3, the generator (its reading adapter) at stage 4
+    assert loads["encoder"] == 2 and dense.encoder is text.encoder and full.encoder is questions.encoder
+    assert loads["generator"] == 2 and questions.generator is text.generator and full.generator is not text.generator
+
+
 def test_own_kbs_with_the_default_generator_convert_it_and_build_nothing_else(default_setup):
     cache, config = default_setup
     stages = list(prepare_in_stages(cache=cache, encoder_config=config, build_kbs=False))

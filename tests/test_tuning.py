@@ -242,6 +242,25 @@ def test_shared_prefix_is_the_common_start_less_its_last_token():
     assert tuning.shared_prefix([tuning.ReadingExample((4,), (2,)), *examples]) == ()
 
 
+def test_length_sorted_batches_cover_each_example_once_and_pad_less():
+    lengths = np.random.default_rng(1).integers(20, 400, size=203).tolist()
+    plain = tuning.length_sorted_batches(lengths, batch_size=8, window=1, seed=3)
+    # window 1 is the plain seeded shuffle the reader trained with before
+    assert [i for batch in plain for i in batch] == np.random.default_rng(3).permutation(203).tolist()
+    sorted_ = tuning.length_sorted_batches(lengths, batch_size=8, window=8, seed=3)
+    for batches in (plain, sorted_):
+        assert sorted(i for batch in batches for i in batch) == list(range(203))
+        assert all(1 <= len(batch) <= 8 for batch in batches) and len(batches) == 26
+    padded = lambda batches: sum(len(batch) * max(lengths[i] for i in batch) for batch in batches)  # noqa: E731
+    assert padded(sorted_) < 0.8 * padded(plain)
+    # the batches come in a shuffled order, not shortest first
+    maxima = [max(lengths[i] for i in batch) for batch in sorted_]
+    assert maxima != sorted(maxima)
+    assert tuning.length_sorted_batches(lengths, batch_size=8, window=8, seed=3) == sorted_
+    with pytest.raises(ValueError):
+        tuning.length_sorted_batches(lengths, batch_size=8, window=0, seed=3)
+
+
 def test_reading_loss_with_the_shared_block_cached_equals_plain_full_forwards(reader):
     """Right padding, positions after the cached block, and the labels line up with one unpadded
     forward per example (no cache): the mean answer-token NLL is the same."""
