@@ -6,7 +6,7 @@ The dependency runs one way: this module builds engines, and the engine knows no
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -144,10 +144,8 @@ def engine_from_config(config: EngineConfig = EngineConfig(), *, kb_paths: dict[
     generator_path = str(prepared.generator_path) if uses_default_generator else None
     adapter = prepared.reader_adapter_path if uses_default_generator else None
     generator = load_generator(config.generator, path=generator_path, device=device, adapter=adapter)
-    examples = {name: [q.question for q in items]
-                for name, items in examples_by_kb({name: kb.path for name, kb in kbs.items()}).items()}
     return RagEngine(encoder=encoder, generator=generator, kbs=kbs, config=config,
-                     index_cache=cache_root() / "indexes", examples=examples)
+                     index_cache=cache_root() / "indexes", examples=_example_questions(kbs))
 
 
 def staged_default_engines(config: EngineConfig = EngineConfig(), *, progress=None) -> Iterator[tuple[RagEngine, Readiness]]:
@@ -158,43 +156,32 @@ def staged_default_engines(config: EngineConfig = EngineConfig(), *, progress=No
     question side, the reading adapter). A model that did not change is handed on, not loaded
     again. With everything cached there is one engine, the complete one.
     """
-    from concurrent.futures import ThreadPoolExecutor
-
     from .offline.prepare import prepare_in_stages
 
     device = pick_device(config.device)
-    encoder = generator = question_path = adapter = None
-    loaded_kbs: tuple[dict, dict] | None = None
-    kb_paths_loaded = None
-    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="kb-loader") as loader:
-        for readiness in prepare_in_stages(progress=progress, encoder_config=config.encoder, generator_config=config.generator):
-            paths = readiness.paths
-            pending = None
-            if paths.kb_paths and paths.kb_paths != kb_paths_loaded:
-                # KB folders load (Arrow, vectors, example questions) while the models load below:
-                # mostly I/O and numpy, which leave the other core to torch.
-                pending = loader.submit(_load_kbs_and_examples, dict(paths.kb_paths))
-            elif not paths.kb_paths:
-                loaded_kbs = (dict(readiness.text_kbs),
-                              {name: list(questions) for name, questions in readiness.text_examples.items()})
-            # A replaced model stays alive in the engine it served until that engine's last ask returns.
-            if encoder is None or question_path != paths.question_encoder_path:
-                question_path = paths.question_encoder_path
-                encoder = load_encoder(config.encoder, device=device, question_path=question_path)
-            if generator is None or adapter != paths.reader_adapter_path:
-                adapter = paths.reader_adapter_path
-                generator = load_generator(config.generator, path=str(paths.generator_path), device=device, adapter=adapter)
-            if pending is not None:
-                loaded_kbs, kb_paths_loaded = pending.result(), paths.kb_paths
-            kbs, examples = loaded_kbs
-            # each engine gets its own dicts: a KB list changed in one (a KB added on the page) stays there
-            engine = RagEngine(encoder=encoder, generator=generator, kbs=dict(kbs), config=config,
-                               index_cache=cache_root() / "indexes", examples={name: list(qs) for name, qs in examples.items()})
-            yield engine, readiness
+    encoder = generator = question_path = adapter = kb_paths = None
+    for readiness in prepare_in_stages(progress=progress, encoder_config=config.encoder, generator_config=config.generator):
+        paths = readiness.paths
+        if not paths.kb_paths:
+            kbs, examples = dict(readiness.text_kbs), {name: list(qs) for name, qs in readiness.text_examples.items()}
+        elif paths.kb_paths != kb_paths:  # the KB folders are built once (stage 2); later stages reuse them
+            kb_paths = paths.kb_paths
+            kbs = load_kbs({name: str(path) for name, path in kb_paths.items()})
+            examples = _example_questions(kbs)
+        # A replaced model stays alive in the engine it served until that engine's last ask returns.
+        if encoder is None or question_path != paths.question_encoder_path:
+            question_path = paths.question_encoder_path
+            encoder = load_encoder(config.encoder, device=device, question_path=question_path)
+        if generator is None or adapter != paths.reader_adapter_path:
+            adapter = paths.reader_adapter_path
+            generator = load_generator(config.generator, path=str(paths.generator_path), device=device, adapter=adapter)
+        # each engine gets its own dicts: a KB added to one (on the page) stays there
+        engine = RagEngine(encoder=encoder, generator=generator, kbs=dict(kbs), config=config,
+                           index_cache=cache_root() / "indexes", examples={name: list(qs) for name, qs in examples.items()})
+        yield engine, readiness
 
 
-def _load_kbs_and_examples(kb_paths: Mapping[str, Path]) -> tuple[dict[str, KnowledgeBase], dict[str, list[str]]]:
-    kbs = load_kbs({name: str(path) for name, path in kb_paths.items()})
-    examples = {name: [q.question for q in items]
-                for name, items in examples_by_kb({name: kb.path for name, kb in kbs.items()}).items()}
-    return kbs, examples
+def _example_questions(kbs: dict[str, KnowledgeBase]) -> dict[str, list[str]]:
+    """Each KB folder's example questions (none for a KB without a questions file)."""
+    return {name: [q.question for q in items]
+            for name, items in examples_by_kb({name: kb.path for name, kb in kbs.items()}).items()}

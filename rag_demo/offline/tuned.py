@@ -268,7 +268,6 @@ def train_reader(generator, kb_paths: Mapping[str, Path], *, tuning: ReaderTunin
     return {
         "training_questions": len(examples), "counterfactual": sum(name == "nq-counterfactual" for name, _ in training),
         "checked_questions": len(check_examples),
-        "answer_loss_before": before if check_examples and before is not None else None,
-        "answer_loss_after": after if check_examples else None,
+        "answer_loss_before": before if check_examples else None, "answer_loss_after": after if check_examples else None,
         "precision": build_precision(device, enabled=autocast),
     }
