@@ -28,6 +28,7 @@ import torch.nn.functional as F
 
 ADAPTER_WEIGHTS = "adapter.safetensors"
 ADAPTER_CONFIG = "adapter.json"
+ADAPTER_NO_ANSWER = "no_answer.json"  # present when the adapter learned `prompts.NO_ANSWER`
 
 
 @dataclass(frozen=True)
@@ -119,7 +120,9 @@ def adapters_active(model: torch.nn.Module) -> bool:
     return switch is not None and switch.on
 
 
-def save_adapters(model: torch.nn.Module, folder: Path) -> None:
+def save_adapters(model: torch.nn.Module, folder: Path, *, no_answer: bool = False) -> None:
+    """The adapters' weights and shape in `folder`; `no_answer`: they were trained to write
+    `prompts.NO_ANSWER` after a passage that does not answer (see `reads_no_answer`)."""
     from safetensors.torch import save_file
 
     tensors = {name: p.detach().to("cpu", torch.float32).contiguous() for name, p in adapter_parameters(model).items()}
@@ -127,6 +130,13 @@ def save_adapters(model: torch.nn.Module, folder: Path) -> None:
         raise ValueError("this model has no adapters to save")
     save_file(tensors, str(Path(folder) / ADAPTER_WEIGHTS))
     (Path(folder) / ADAPTER_CONFIG).write_text(json.dumps(asdict(model.adapter_shape)))
+    if no_answer:
+        (Path(folder) / ADAPTER_NO_ANSWER).write_text("{}")
+
+
+def reads_no_answer(folder: str | Path) -> bool:
+    """Whether the adapter saved in `folder` was trained to say when a passage does not answer."""
+    return (Path(folder) / ADAPTER_NO_ANSWER).is_file()
 
 
 def is_adapter_folder(folder: str | Path) -> bool:

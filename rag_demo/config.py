@@ -100,6 +100,9 @@ class ReaderTuningConfig:
     learning_rate: float = 5e-4
     batch_size: int = 8
     sort_window: int = 8  # batches per window sorted by length (`tuning.length_sorted_batches`); 1: plain shuffle
+    # training questions also read once with a passage that does not hold their answer (a high BM25
+    # match in the same KB), the target `prompts.NO_ANSWER`; 0 trains on gold passages only
+    distractors: int = 0
     seed: int = 0
 
 

@@ -380,6 +380,7 @@ class RagEngine:
         with torch.inference_mode():
             step(f"reading the {counted(docs, 'passage')}")
             state = gen.start(self._inputs(retrieval), prefix)
+            no_answer = self._no_answer_probs(state)
             answers: dict[str, tuple[tuple[int, ...], list, dict[int, torch.Tensor]]] = {}
             if "token" in variants:
                 step("RAG-Token: writing the answer, one token at a time over all passages")
@@ -418,7 +419,17 @@ class RagEngine:
             variants=results, closed_book=closed_result, timings_ms=timings,
             notices=notices + retrieval.notices, index_recall=retrieval.index_recall, scale=retrieval.scale,
             retriever=retrieval.retriever, lexical_weight=retrieval.lexical_weight, extractive=extractive,
+            no_answer=no_answer,
         )
+
+    def _no_answer_probs(self, state: DecodeState) -> tuple[float, ...]:
+        """(K,) per passage, the probability that the reader's first token is the no-answer marker
+        (`prompts.NO_ANSWER`): how sure it is that the passage does not answer; () without a marker."""
+        ids = getattr(self.generator, "no_answer_ids", frozenset())
+        if not ids:
+            return ()
+        first = state.logprobs[:, torch.tensor(sorted(ids), device=state.logprobs.device)]  # (K, M)
+        return tuple(float(p) for p in first.logsumexp(-1).exp().cpu())
 
     def _closed_book_answer(self, state: DecodeState, prefix, max_new_tokens: int) -> ClosedBookResult:
         gen = self.generator
@@ -465,6 +476,7 @@ class RagEngine:
             docs = len(retrieval.passages)
             step(f"reading the {counted(docs, 'passage')}")
             state = gen.start(self._inputs(retrieval), targets[0].prefix)
+            no_answer = self._no_answer_probs(state)
             step("scoring the answer under each passage")
             all_rows = list(range(state.rows))
             per_ending = self._doc_token_logprobs(state, [t.ids for t in targets], [all_rows] * len(targets))
@@ -488,5 +500,5 @@ class RagEngine:
             question=question, kb=retrieval.kb, index=index, k=k, passages=retrieval.passages,
             variants=results, closed_book=closed_result, timings_ms=timings,
             notices=notices + answer_notices + retrieval.notices, index_recall=retrieval.index_recall, scale=retrieval.scale,
-            retriever=retrieval.retriever, lexical_weight=retrieval.lexical_weight,
+            retriever=retrieval.retriever, lexical_weight=retrieval.lexical_weight, no_answer=no_answer,
         )

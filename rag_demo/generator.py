@@ -20,7 +20,7 @@ from pathlib import Path
 import torch
 
 from . import prompts
-from .adapters import adapters_active, base_weights, load_adapters
+from .adapters import adapters_active, base_weights, load_adapters, reads_no_answer
 from .config import GeneratorConfig
 from .corpus import Passage
 from .decode_state import DecodeState, Target, copy_cache, index_rows, rebinding_layers, row_bytes
@@ -44,6 +44,8 @@ class Generator:
         self.config = config
         self.name = name
         self.weights = ""  # folder name of the reading adapter, or of the weights when not `name` itself
+        # its reading adapter learned to write `prompts.NO_ANSWER` after a passage that does not answer
+        self.reads_no_answer = False
         self.device = next(model.parameters()).device
 
     def base_weights(self):
@@ -62,6 +64,16 @@ class Generator:
         if ids is None:
             ids = self.tokenizer.eos_token_id
         return frozenset(ids if isinstance(ids, (list, tuple)) else [ids])
+
+    @property
+    def no_answer_ids(self) -> frozenset[int]:
+        """Tokens no answer may begin with: how this generator says a passage does not answer.
+        None unless its reader learned to (`reads_no_answer`) and its prompt has the marker."""
+        return self._no_answer_first if self.reads_no_answer else frozenset()
+
+    @property
+    def _no_answer_first(self) -> frozenset[int]:
+        return frozenset()
 
     def token_text(self, token_id: int) -> str:
         return self.tokenizer.decode([token_id])
@@ -250,6 +262,13 @@ class CausalGenerator(Generator):
         newline_tokens = {i for token, i in vocab.items() if "\n" in token or "Ċ" in token}  # Ċ: byte-level BPE's newline
         newline_tokens |= set(self.tokenizer(prompts.ANSWER_STOP, add_special_tokens=False)["input_ids"][-1:])
         return self.eos_ids | frozenset(newline_tokens)
+
+    @functools.cached_property
+    def _no_answer_first(self) -> frozenset[int]:
+        """The first token of `prompts.NO_ANSWER` as it follows 'Answer:'. A reader trained with
+        distractor passages writes it where a passage does not answer; no answer begins with it, so
+        that mass stays out of every answer (`decoding.logits_processors`)."""
+        return frozenset(self.answer_target(prompts.NO_ANSWER).ids[:1])
 
     def answer_target(self, answer: str) -> Target:
         """The answer as it follows 'Answer:', ended as the worked examples end theirs (`prompts.ANSWER_STOP`)."""
@@ -607,4 +626,5 @@ def load_generator(config: GeneratorConfig, *, path: str | None = None, device: 
     model.to(device or torch.device("cpu"))
     generator = generator_from_model(model, tokenizer, config, name=config.model)
     generator.weights = Path(adapter).name if adapter is not None else (Path(path).name if path else "")
+    generator.reads_no_answer = adapter is not None and reads_no_answer(adapter)
     return generator

@@ -52,6 +52,13 @@ CLOSED_BOOK_EXAMPLES = (
 # What follows every worked example's answer, so what the generator writes to end its own; a
 # scored answer ends with it too, so Score gives the page's own answer the probability Ask showed.
 ANSWER_STOP = "\n\n"
+# What the reading adapter is trained to write after a passage that does not hold the answer
+# (`ReaderTuningConfig.distractors`). A reader that only ever saw gold passages names some entity of
+# every passage with near certainty, so p(y|x,z) cannot tell the passage that answers from the
+# others and RAG's marginal follows p(z|x) alone. Decoding never begins an answer with this
+# marker's first token (`Generator.no_answer_ids`): the probability the reader puts on it is how
+# sure it is that a passage does not answer, and it stays out of every answer's probability.
+NO_ANSWER = "(no answer)"
 
 
 def _passage_block(title: str, text: str) -> str:

@@ -83,6 +83,10 @@ class AskResult:
     retriever: str = "dense"  # "dense" (the paper's), "bm25" (word matching alone) or "hybrid" (dense + BM25)
     lexical_weight: float = 0.0  # BM25's weight in the logits (0 for dense)
     extractive: bool = False  # answers were constrained to copy a run of a retrieved passage
+    # (K,) per passage, the probability the reader gives to beginning with the no-answer marker
+    # (`prompts.NO_ANSWER`): how sure it is that the passage does not answer. No answer may begin
+    # with it, so this mass is in no answer's p(y|x). () when the generator has no such marker.
+    no_answer: tuple[float, ...] = ()
 
     def to_json(self) -> dict:
         return asdict(self)

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 
 from rag_demo.config import EngineConfig, GeneratorConfig
 from rag_demo.generator import CausalGenerator
+from rag_demo.prompts import NO_ANSWER
 
 QUESTION = "who wrote a farewell to arms"
 
@@ -142,3 +145,30 @@ def test_row_bytes_counts_every_layer_of_the_cache(causal_engine):
     head_dim = config.hidden_size // config.num_attention_heads
     # keys and values, every layer, float32
     assert row_bytes(state) == 2 * config.num_hidden_layers * config.num_key_value_heads * positions * head_dim * 4
+
+
+def test_no_answer_marker_never_begins_an_answer(causal_engine):
+    gen = causal_engine.generator
+    assert gen.no_answer_ids == frozenset()  # a reader never trained on distractors: nothing is banned
+    gen.reads_no_answer = True
+    try:
+        assert gen.no_answer_ids == frozenset(gen.answer_target(NO_ANSWER).ids[:1])
+        free = causal_engine.ask(QUESTION, k=3, max_new_tokens=4, closed_book=False)
+        firsts = {free.variants[v].token_ids[0] for v in ("token", "sequence")}
+        gen.__dict__["_no_answer_first"] = frozenset(firsts)  # as if the reader said "no answer" where it now answers
+        banned = causal_engine.ask(QUESTION, k=3, max_new_tokens=4, closed_book=False)
+        beams = causal_engine.ask(QUESTION, k=3, max_new_tokens=4, num_beams=2, closed_book=False)
+    finally:
+        gen.reads_no_answer = False
+        gen.__dict__.pop("_no_answer_first", None)
+    assert causal_engine.ask(QUESTION, k=3, max_new_tokens=1, closed_book=False).no_answer == ()
+    first_probs = {free.variants[v].token_ids[0]: [math.exp(row) for row in free.variants[v].doc_token_logprobs[0]]
+                   for v in ("token", "sequence")}
+    expected = [sum(probs[z] for probs in first_probs.values()) for z in range(3)]
+    assert banned.no_answer == pytest.approx(expected, rel=1e-4)  # what each passage gave the marker's first token
+    assert len(free.no_answer) == 3 and all(0 <= p <= 1 for p in free.no_answer)
+    for result in (banned, beams):
+        for variant in result.variants.values():
+            assert variant.token_ids[0] not in firsts
+            # the reported probabilities stay the model's own: the ban only steers the choice
+            assert sum(variant.token_logprobs) == pytest.approx(variant.logprob, abs=1e-4)

@@ -20,6 +20,7 @@ from rag_demo.adapters import adapter_parameters
 from rag_demo.config import EncoderConfig, GeneratorConfig, ReaderTuningConfig, TuningConfig
 from rag_demo.corpus import Passage, make_kb, save_kb
 from rag_demo.encoders import load_encoder
+from rag_demo.decode_state import Target
 from rag_demo.generator import CausalGenerator, load_generator
 from rag_demo.lexical import LexicalIndex
 from rag_demo.offline.cache import MARKER, marker_problem, write_marker
@@ -28,7 +29,9 @@ from rag_demo.offline.kbs import default_kb_paths
 from rag_demo.offline.prepare import prepare
 from rag_demo.offline.tuned import (
     cached_tuned_encoder,
+    _reading_examples,
     cached_tuned_generator,
+    distractor_rows,
     ensure_tuned_encoder,
     reading_questions,
     training_split,
@@ -36,6 +39,7 @@ from rag_demo.offline.tuned import (
     tuned_encoder_path,
     tuned_generator_path,
 )
+from rag_demo.prompts import NO_ANSWER
 from rag_demo.questions import QUESTIONS_FILE, KBQuestion, load_questions, split_questions
 from tests import tiny
 
@@ -349,3 +353,36 @@ def test_reading_questions_train_on_both_kbs_and_check_on_held_out_ones(tmp_path
     assert training == reading_questions(paths, ReaderTuningConfig(examples=100, counterfactual_share=0.5))[0]
     only_wiki, _ = reading_questions(paths, ReaderTuningConfig(examples=50, counterfactual_share=0.0))
     assert {kb for kb, _ in only_wiki} == {"nq-wiki"}
+
+
+def test_distractors_match_the_question_but_hold_neither_answer(tmp_path):
+    texts = ["The Old Man and the Sea is a novella written by Ernest Hemingway in 1951.",  # gold
+             "Hemingway wrote the old man and the sea in Cuba; the sea was his subject.",  # holds the answer
+             "The old man and the sea were painted by Winslow Homer; the sea was his subject.",  # looks like one
+             "Mozart composed The Magic Flute.", "Lake Baikal is deep.", "The Penny Black was a stamp."]
+    titles = [""] * len(texts)
+    folder = tmp_path / "kb"
+    save_kb(make_kb("kb", [Passage(t, x) for t, x in zip(titles, texts)], np.eye(len(texts), 8, dtype=np.float32)), folder)
+    LexicalIndex.for_passages(titles, texts).save(folder / "bm25")
+    kbs = {"nq-wiki": make_kb("nq-wiki", [Passage(t, x) for t, x in zip(titles, texts)], np.eye(len(texts), 8, dtype=np.float32))}
+    question = KBQuestion("who wrote the old man and the sea", "Ernest Hemingway", "Mark Twain", "Ernest Hemingway", 0)
+    unmatched = KBQuestion("zebra quagga okapi", "Okapi", "Okapi", "Okapi", 3)
+    rows = distractor_rows({"nq-wiki": folder}, kbs, [("nq-wiki", question), ("nq-wiki", unmatched), ("nq-wiki", question)],
+                           2, seed=0)
+    assert rows == [("nq-wiki", question, 2)]  # the second has no matching passage; the third is past the count
+    examples = _reading_examples(CausalGeneratorStub(), kbs, [("nq-wiki", question)], rows)
+    assert [e.answer_ids for e in examples] == [("Ernest Hemingway",), (NO_ANSWER,)]
+    assert "Winslow Homer" in examples[1].prompt_ids[0] and "novella" in examples[0].prompt_ids[0]
+
+
+class CausalGeneratorStub:
+    """Just enough of a generator for `_reading_examples`: the prompt and target as one 'token' each."""
+
+    def format_input(self, question, passage):
+        return f"{passage.text} {question}"
+
+    def tokenizer(self, text):
+        return {"input_ids": [text]}
+
+    def answer_target(self, answer):
+        return Target(prefix=(), ids=(answer,))

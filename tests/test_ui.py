@@ -973,3 +973,11 @@ def test_the_page_controls_stop_at_the_limits(ui_engine):
     assert [by_id[name].max_length for name in ("question", "swap-question", "mine-question", "score-question")] == [
         LIMITS.max_question_chars + 1] * 4
     assert by_id["score-answer"].max_length == LIMITS.max_answer_chars + 1
+
+
+def test_passage_cards_show_the_readers_no_answer_verdict_when_there_is_one():
+    passages = evil_result().passages
+    shown = format_passages_html(passages, no_answer=[0.97, 0.012][:len(passages)])
+    assert re.findall(r"p\(no answer\) <b>([0-9.]+)</b>", shown) == ["0.97", "0.01"][:len(passages)]
+    assert "no answer" not in format_passages_html(passages)  # a generator without the marker: nothing to show
+    assert "no answer" not in format_passages_html(passages, no_answer=[0.5] * (len(passages) + 1))  # not one per passage

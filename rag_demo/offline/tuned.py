@@ -25,7 +25,7 @@ from ..config import (
 )
 from ..corpus import KnowledgeBase, Passage, load_kb
 from ..progress import Progress, counted
-from ..questions import SPLIT_VERSION, KBQuestion, load_questions, split_questions
+from ..questions import SPLIT_VERSION, KBQuestion, load_questions, normalize_answer, split_questions
 from .cache import is_complete, marker_problem, publish, report, resolve_root, staged, timed, writing
 from .gguf import generator_key
 from .kbs import KB_FORMAT, kb_key
@@ -138,10 +138,20 @@ def _prompt_digest() -> str:
     return hashlib.sha256(json.dumps(parts).encode()).hexdigest()[:16]
 
 
+def _recipe_text(tuning: ReaderTuningConfig) -> str:
+    """The recipe as the key names it. Without distractors it reads as it did before that field
+    existed, so adapters built then stay valid; with them the marker they learned is named too."""
+    from ..prompts import NO_ANSWER
+
+    if not tuning.distractors:
+        return repr(tuning).replace(", distractors=0", "")
+    return f"{tuning!r}:no_answer={NO_ANSWER}"
+
+
 def tuned_generator_key(generator_config: GeneratorConfig = GeneratorConfig(), tuning: ReaderTuningConfig = ReaderTuningConfig()) -> str:
     """What the fine-tuned generator is made from: the converted generator, the KBs' text (not their
     embeddings: any encoder's default KBs hold the same passages), the recipe and the prompt."""
-    return (f"{generator_key()[1]}:{SOURCE_SHA256}:kb{KB_FORMAT}:reader{READER_FORMAT}:{tuning}"
+    return (f"{generator_key()[1]}:{SOURCE_SHA256}:kb{KB_FORMAT}:reader{READER_FORMAT}:{_recipe_text(tuning)}"
             f":prompt={_prompt_digest()}:max_prompt_tokens={generator_config.max_prompt_tokens}:split={SPLIT_VERSION}")
 
 
@@ -192,15 +202,52 @@ def reading_questions(kb_paths: Mapping[str, Path], tuning: ReaderTuningConfig =
     return chosen, check
 
 
-def _reading_examples(generator, kbs: Mapping[str, KnowledgeBase], questions: list[tuple[str, KBQuestion]]):
+DISTRACTOR_CANDIDATES = 3  # a question's distractor is drawn from its best BM25 matches that do not hold its answer
+
+
+def distractor_rows(kb_paths: Mapping[str, Path], kbs: Mapping[str, KnowledgeBase],
+                    questions: list[tuple[str, KBQuestion]], count: int, *, seed: int) -> list[tuple[str, KBQuestion, int]]:
+    """(KB name, question, row) for the first `count` of `questions`: a passage of the same KB that
+    ranks high for the question by BM25 but holds neither its gold passage's answer nor the
+    real-world one, so it looks like an answer and is not. These are what a reader meets among
+    the top k; a question without such a passage among its best 50 matches gets none."""
+    from ..lexical import LexicalIndex, lexical_path
+
+    lexical = {name: LexicalIndex.load(lexical_path(path)) for name, path in kb_paths.items()}
+    rng = random.Random(seed)
+    rows = []
+    for name, question in questions[:count]:
+        kb = kbs[name]
+        answers = [normalize_answer(a) for a in (question.passage_answer, question.answer) if a]
+        picks = []
+        for row in lexical[name].top(question.question, 50).tolist():
+            if row == question.gold_id:
+                continue
+            text = f" {normalize_answer(kb.titles[row] + ' ' + kb.texts[row])} "
+            if any(f" {answer} " in text for answer in answers if answer):
+                continue
+            picks.append(row)
+            if len(picks) == DISTRACTOR_CANDIDATES:
+                break
+        if picks:
+            rows.append((name, question, rng.choice(picks)))
+    return rows
+
+
+def _reading_examples(generator, kbs: Mapping[str, KnowledgeBase], questions: list[tuple[str, KBQuestion]],
+                      distractors: list[tuple[str, KBQuestion, int]] = ()):
+    """Each question read with its gold passage, the target its answer; each distractor read with
+    its passage, the target `prompts.NO_ANSWER`."""
+    from ..prompts import NO_ANSWER
     from ..tuning import ReadingExample
 
+    reads = [(name, question, question.gold_id, question.passage_answer) for name, question in questions]
+    reads += [(name, question, row, NO_ANSWER) for name, question, row in distractors]
     examples = []
-    for name, question in questions:
+    for name, question, row, target in reads:
         kb = kbs[name]
-        prompt = generator.format_input(question.question, Passage(kb.titles[question.gold_id], kb.texts[question.gold_id]))
-        examples.append(ReadingExample(tuple(generator.tokenizer(prompt)["input_ids"]),
-                                       generator.answer_target(question.passage_answer).ids))
+        prompt = generator.format_input(question.question, Passage(kb.titles[row], kb.texts[row]))
+        examples.append(ReadingExample(tuple(generator.tokenizer(prompt)["input_ids"]), generator.answer_target(target).ids))
     return examples
 
 
@@ -228,7 +275,7 @@ def ensure_tuned_generator(generator_path: Path, kb_paths: Mapping[str, Path], *
     generator = load_generator(replace(generator_config, tuned=False, dtype="float32"), path=str(generator_path), device=device)
     info = train_reader(generator, kb_paths, tuning=tuning, progress=progress)
     with staged(folder) as staging, writing(staging):
-        save_adapters(generator.model, staging)
+        save_adapters(generator.model, staging, no_answer=generator.reads_no_answer)
         publish(staging, folder, key, info)
     return folder
 
@@ -248,7 +295,8 @@ def train_reader(generator, kb_paths: Mapping[str, Path], *, tuning: ReaderTunin
 
     kbs = {name: load_kb(path, name=name) for name, path in kb_paths.items()}
     training, check = reading_questions(kb_paths, tuning)
-    examples = _reading_examples(generator, kbs, training)
+    distractors = distractor_rows(kb_paths, kbs, training, tuning.distractors, seed=tuning.seed) if tuning.distractors else []
+    examples = _reading_examples(generator, kbs, training, distractors)
     check_examples = _reading_examples(generator, kbs, check)
     shared = shared_prefix(examples + check_examples)
     device = generator.model.device
@@ -256,17 +304,19 @@ def train_reader(generator, kb_paths: Mapping[str, Path], *, tuning: ReaderTunin
     if check_before:
         with build_autocast(device, enabled=autocast):
             before = mean_answer_loss(generator.model, shared, check_examples)
-    stage = f"fine-tuning the generator on {counted(len(examples), 'question')}"
+    stage = f"fine-tuning the generator on {counted(len(training), 'question')}" + (
+        f" and {counted(len(distractors), 'distractor passage')}" if distractors else "")
     report(progress, stage, 0, 1)
     with timed(stage):
         tune_reader(generator.model, shared, examples, config=tuning, autocast=autocast,
                     progress=lambda done, total: report(progress, stage, done, total))
+    generator.reads_no_answer = bool(distractors)
     with build_autocast(device, enabled=autocast):
         after = mean_answer_loss(generator.model, shared, check_examples)
     log.info("answer loss on %d held-out gold passages after fine-tuning: %.3f%s", len(check_examples), after,
              "" if before is None else f" ({before:.3f} before)")
     return {
-        "training_questions": len(examples), "counterfactual": sum(name == "nq-counterfactual" for name, _ in training),
+        "training_questions": len(training), "distractors": len(distractors), "counterfactual": sum(name == "nq-counterfactual" for name, _ in training),
         "checked_questions": len(check_examples),
         "answer_loss_before": before if check_examples else None, "answer_loss_after": after if check_examples else None,
         "precision": build_precision(device, enabled=autocast),

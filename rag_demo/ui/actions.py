@@ -316,7 +316,7 @@ class DemoActions:
         return AskView(
             status="",
             answer=format_answer_html(result),
-            passages=format_passages_html(result.passages, retriever=result.retriever),
+            passages=format_passages_html(result.passages, retriever=result.retriever, no_answer=result.no_answer),
             doc_prob=_plot_update(plots.doc_prob_figure(result)),
             heat_token=_plot_update(heat.get("token")),
             heat_seq=_plot_update(heat.get("sequence")),
@@ -432,7 +432,7 @@ class DemoActions:
         except Exception as err:  # the UI boundary
             return changed(MineAnswerView, status=_failure(err))
         return MineAnswerView(status="", answer=format_answer_html(result),
-                              passages=format_passages_html(result.passages, retriever=result.retriever))
+                              passages=format_passages_html(result.passages, retriever=result.retriever, no_answer=result.no_answer))
 
     # ---- Score your answer ----------------------------------------------------------------------
     def score(self, question: str, answer: str, kb_choice: str | None, k: float, index: str,

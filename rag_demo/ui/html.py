@@ -296,16 +296,24 @@ def _score_names(p: RetrievedPassage, retriever: str) -> str:
 GOLD_MARK = '<span class="rag-gold" title="the passage this question was written from">gold</span>'
 
 
+NO_ANSWER_TIP = ("how sure the reader is that this passage does not answer: the probability it gives to beginning "
+                 "its answer with (no answer). No answer may begin that way, so this share is in no answer's p(y|x)")
+
+
 def format_passages_html(passages: Sequence[RetrievedPassage], *, max_chars: int | None = None,
-                         retriever: str = "dense", gold_ids: Collection[int] = ()) -> str:
+                         retriever: str = "dense", gold_ids: Collection[int] = (), no_answer: Sequence[float] = ()) -> str:
     """Passage cards: rank, title, the retriever's scores by name, p(z|x) with a bar, and the text.
 
-    Passages whose row is in `gold_ids` are marked gold."""
+    Passages whose row is in `gold_ids` are marked gold; `no_answer` (one per passage, from
+    `AskResult.no_answer`) adds the reader's verdict that a passage does not answer."""
     if not passages:
         return '<div class="rag-empty">No passages retrieved.</div>'
     cards = []
-    for p in passages:
+    verdicts = list(no_answer) if len(no_answer) == len(passages) else [None] * len(passages)
+    for p, verdict in zip(passages, verdicts):
         color = plots.passage_color(p.rank)
+        reader = ("" if verdict is None else
+                  f' · <span title="{esc(NO_ANSWER_TIP)}">p(no answer) <b>{verdict:.2f}</b></span>')
         text = p.text if max_chars is None else plots.shorten(p.text, max_chars)
         gold = p.id in gold_ids
         cards.append(
@@ -313,7 +321,7 @@ def format_passages_html(passages: Sequence[RetrievedPassage], *, max_chars: int
             f'<div class="rag-passage-head"><span class="rag-rank" style="background:{color}">#{p.rank}</span>'
             f'<span class="rag-passage-title">{esc(p.title) if p.title.strip() else _untitled(p.id)}</span>'
             f'{GOLD_MARK if gold else ""}'
-            f'<span class="rag-passage-nums">{_score_names(p, retriever)} · p(z|x) <b>{p.prob:.3f}</b></span></div>'
+            f'<span class="rag-passage-nums">{_score_names(p, retriever)} · p(z|x) <b>{p.prob:.3f}</b>{reader}</span></div>'
             f'<div class="rag-pbar"><span style="width:{100 * p.prob:.1f}%;background:{color}"></span></div>'
             f'<div class="rag-passage-text">{esc(text)}</div></div>'
         )
