@@ -21,7 +21,8 @@ import torch
 
 from . import prompts
 from .adapters import adapters_active, base_weights, load_adapters, reads_no_answer
-from .config import GeneratorConfig
+from .tokenizing import drop_construction_tables, load_tokenizer
+from .config import DEFAULT_GENERATOR, GeneratorConfig
 from .corpus import Passage
 from .decode_state import DecodeState, Target, copy_cache, index_rows, rebinding_layers, row_bytes
 from .errors import ModelLoadError
@@ -575,21 +576,6 @@ class CausalGenerator(Generator):
 
 
 
-def drop_construction_tables(tokenizer) -> None:
-    """Free the Python copies of vocabulary and merges that a Rust-backed tokenizer was built from.
-
-    transformers keeps them on the tokenizer after handing them to the Rust backend, which holds
-    its own. For Gemma-3's 262k entries and 515k merges that is about 140 MB of Python objects, a
-    sixth of the demo's resident memory outside the weights. Encoding and decoding use only the
-    backend; the demo never saves a loaded tokenizer (whose `save_pretrained` may want them).
-    """
-    if getattr(tokenizer, "_tokenizer", None) is None:
-        return
-    for name in ("_vocab", "_merges"):
-        if isinstance(getattr(tokenizer, name, None), (dict, list)):
-            setattr(tokenizer, name, None)
-
-
 def generator_from_model(model, tokenizer, config: GeneratorConfig, *, name: str) -> Generator:
     """Wrap a loaded transformers model in the generator interface that fits its architecture."""
     use_few_rows_head(model)
@@ -602,7 +588,7 @@ def load_generator(config: GeneratorConfig, *, path: str | None = None, device: 
                    adapter: str | Path | None = None) -> Generator:
     """Load a seq2seq or causal LM by hub id or folder (`path` overrides `config.model`), and the
     reading adapter saved in the folder `adapter` if one is given (`rag_demo.adapters`)."""
-    from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForSeq2SeqLM, AutoTokenizer
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForSeq2SeqLM
 
     from .encoders import load_pretrained
 
@@ -614,7 +600,7 @@ def load_generator(config: GeneratorConfig, *, path: str | None = None, device: 
     if not isinstance(dtype, torch.dtype):
         raise ModelLoadError(f"unknown dtype {config.dtype!r}; use float32, bfloat16 or float16")
     model = load_pretrained(loader, source, "generator", dtype=dtype)
-    tokenizer = load_pretrained(AutoTokenizer, source, "generator tokenizer")
+    tokenizer = load_tokenizer(source, converted=path is not None and config.model == DEFAULT_GENERATOR)
     drop_construction_tables(tokenizer)
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token

@@ -133,6 +133,21 @@ def test_large_kb_passages_and_arrow_vectors_stay_on_disk(tmp_path):
     assert np.array_equal(large.embeddings[[2499, 0, 1000]], small.embeddings[[2499, 0, 1000]])
 
 
+def test_foreign_dataset_vectors_load_exactly_as_float32_and_ragged_ones_are_refused(tmp_path):
+    from datasets import Dataset
+
+    vectors = np.random.default_rng(0).normal(size=(5, 4))  # float64, as a list column from Python floats
+    Dataset.from_dict({"title": ["t", None, "", "x", "y"], "text": ["a", "b", None, "d", "e"],
+                       "embeddings": vectors.tolist()}).save_to_disk(str(tmp_path / "plain"))
+    kb = load_kb(tmp_path / "plain")
+    assert kb.embeddings.dtype == np.float32 and np.array_equal(kb.embeddings, vectors.astype(np.float32))
+    assert list(kb.titles) == ["t", "", "", "x", "y"] and list(kb.texts) == ["a", "b", "", "d", "e"]
+    Dataset.from_dict({"title": ["a", "b"], "text": ["a", "b"], "embeddings": [[0.1, 0.2], [0.3]]}).save_to_disk(
+        str(tmp_path / "ragged"))
+    with pytest.raises(KnowledgeBaseError, match="same length"):
+        load_kb(tmp_path / "ragged")
+
+
 def test_a_faiss_file_beside_a_foreign_dataset_comes_with_it(tmp_path):
     from datasets import Dataset
 

@@ -112,16 +112,24 @@ def test_closed_book_is_the_base_generators_memory(engine):
     assert most <= len(page) / 4
 
 
-def test_generator_tokenizer_without_its_construction_tables_encodes_as_loaded(engine):
+def test_generator_tokenizer_built_directly_encodes_as_gemmas_own(engine):
     from transformers import AutoTokenizer
 
+    from rag_demo.generator import drop_construction_tables
+
     tokenizer = engine.generator.tokenizer
-    assert tokenizer._vocab is None and tokenizer._merges is None  # the ~140 MB of Python copies are gone
-    fresh = AutoTokenizer.from_pretrained(tokenizer.name_or_path)
-    assert fresh._merges  # a plain load keeps them, so the check above means something
+    assert type(tokenizer).__name__ == "TokenizersBackend"  # the direct build (`generator.load_tokenizer`)
+    assert getattr(tokenizer, "_vocab", None) is None and getattr(tokenizer, "_merges", None) is None  # no Python copies
+    fresh = AutoTokenizer.from_pretrained(tokenizer.name_or_path)  # Gemma's own tokenizer class
+    assert type(fresh).__name__ != type(tokenizer).__name__ and fresh._merges  # so the comparison means something
     for text in ("who played john coffey in the green mile?", "Ça va — 東京 🙂 <start_of_turn>user\n",
-                 "Answer: Michael Clarke Duncan\n"):
-        ids = tokenizer(text)["input_ids"]
-        assert ids == fresh(text)["input_ids"]
-        assert tokenizer.decode(ids) == fresh.decode(ids)
+                 "Answer: Michael Clarke Duncan\n", "  two  spaces\n\n\nand (no answer) <bos><eos><pad>", ""):
+        for special in (True, False):
+            ids = tokenizer(text, add_special_tokens=special)["input_ids"]
+            assert ids == fresh(text, add_special_tokens=special)["input_ids"]
+            assert tokenizer.decode(ids) == fresh.decode(ids)
+            assert tokenizer.decode(ids, skip_special_tokens=True) == fresh.decode(ids, skip_special_tokens=True)
     assert len(tokenizer) == len(fresh) and tokenizer.get_vocab() == fresh.get_vocab()
+    assert tokenizer.all_special_ids == fresh.all_special_ids and tokenizer.pad_token_id == fresh.pad_token_id
+    drop_construction_tables(fresh)
+    assert fresh._vocab is None and fresh._merges is None  # what a load through AutoTokenizer is left with
