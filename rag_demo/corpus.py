@@ -392,11 +392,7 @@ def load_kb(path: str | Path, *, name: str | None = None, index_file: str | Path
     lazy = len(dataset) >= lazy_from
     if npy is None and not lazy:  # the default KBs: everything in memory, as always
         # straight from the Arrow buffers: datasets' numpy format converts row by row (about 2 s per default KB)
-        try:
-            embeddings = np.concatenate([np.asarray(block, dtype=np.float32)
-                                         for block in arrow_rows(dataset.data.column("embeddings")).blocks])
-        except ValueError as err:
-            raise KnowledgeBaseError(f"{path}: {err}; every passage needs one vector of the same length") from None
+        embeddings = np.concatenate([np.asarray(block, dtype=np.float32) for block in _arrow_vectors(path, dataset).blocks])
         titles, texts = dataset.data.column("title").to_pylist(), dataset.data.column("text").to_pylist()
         passages = [Passage(title=str(t or ""), text=str(x or "")) for t, x in zip(titles, texts)]
         kb = make_kb(name, passages, embeddings, encoder=meta.get("encoder", ""), path=path, index_file=index_file)
@@ -414,13 +410,18 @@ def load_kb(path: str | Path, *, name: str | None = None, index_file: str | Path
     return kb
 
 
+def _arrow_vectors(path: Path, dataset) -> BlockRows:
+    """The `embeddings` column's (N, D) rows, read in place from the Arrow buffers."""
+    try:
+        return arrow_rows(dataset.data.column("embeddings"))
+    except ValueError as err:
+        raise KnowledgeBaseError(f"{path}: {err}; every passage needs one vector of the same length") from None
+
+
 def _disk_vectors(path: Path, dataset, npy: Path | None, meta: dict) -> tuple[np.ndarray | BlockRows, str, bool]:
     """(embeddings read in place, fingerprint, normalized) of a KB on disk."""
     if npy is None:
-        try:
-            embeddings = arrow_rows(dataset.data.column("embeddings"))
-        except ValueError as err:
-            raise KnowledgeBaseError(f"{path}: {err}; every passage needs one vector of the same length") from None
+        embeddings = _arrow_vectors(path, dataset)
         return embeddings, embeddings_fingerprint(embeddings), unit_rows(embeddings)
     if not npy.is_file():
         raise KnowledgeBaseError(f"{path} lacks its vectors file {npy.name}; rebuild the KB")

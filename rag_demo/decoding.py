@@ -58,9 +58,8 @@ def logits_processors(generator: Generator, *, prefix_len: int, max_new_tokens: 
         processors.append(ForcedBOSTokenLogitsProcessor(config.forced_bos_token_id))
     if config.forced_eos_token_id is not None:
         processors.append(ForcedEOSTokenLogitsProcessor(max_length, config.forced_eos_token_id))
-    no_answer = getattr(generator, "no_answer_ids", frozenset())
-    if no_answer:
-        processors.append(BanAtStart(no_answer, prefix_len=prefix_len))
+    if generator.no_answer_ids:
+        processors.append(BanAtStart(generator.no_answer_ids, prefix_len=prefix_len))
     if copy_from is not None:
         processors.append(CopySpans(copy_from, prefix_len=prefix_len, stop_ids=stop_ids))
     return processors

@@ -425,7 +425,7 @@ class RagEngine:
     def _no_answer_probs(self, state: DecodeState) -> tuple[float, ...]:
         """(K,) per passage, the probability that the reader's first token is the no-answer marker
         (`prompts.NO_ANSWER`): how sure it is that the passage does not answer; () without a marker."""
-        ids = getattr(self.generator, "no_answer_ids", frozenset())
+        ids = self.generator.no_answer_ids
         if not ids:
             return ()
         first = state.logprobs[:, torch.tensor(sorted(ids), device=state.logprobs.device)]  # (K, M)

@@ -25,7 +25,8 @@ from ..config import (
 )
 from ..corpus import KnowledgeBase, Passage, load_kb
 from ..progress import Progress, counted
-from ..questions import SPLIT_VERSION, KBQuestion, load_questions, normalize_answer, split_questions
+from ..evaluate import contains_answer
+from ..questions import SPLIT_VERSION, KBQuestion, load_questions, split_questions
 from .cache import is_complete, marker_problem, publish, report, resolve_root, staged, timed, writing
 from .gguf import generator_key
 from .kbs import KB_FORMAT, kb_key
@@ -218,13 +219,11 @@ def distractor_rows(kb_paths: Mapping[str, Path], kbs: Mapping[str, KnowledgeBas
     rows = []
     for name, question in questions[:count]:
         kb = kbs[name]
-        answers = [normalize_answer(a) for a in (question.passage_answer, question.answer) if a]
         picks = []
         for row in lexical[name].top(question.question, 50).tolist():
-            if row == question.gold_id:
-                continue
-            text = f" {normalize_answer(kb.titles[row] + ' ' + kb.texts[row])} "
-            if any(f" {answer} " in text for answer in answers if answer):
+            text = f"{kb.titles[row]} {kb.texts[row]}"
+            if row == question.gold_id or any(contains_answer(text, answer)
+                                              for answer in (question.passage_answer, question.answer)):
                 continue
             picks.append(row)
             if len(picks) == DISTRACTOR_CANDIDATES:
