@@ -35,6 +35,10 @@ ADAPTER_NO_ANSWER = "no_answer.json"  # present when the adapter learned `prompt
 class AdapterShape:
     rank: int = 16
     alpha: float = 32.0
+    # Blocks numbered below this (the `layers.N` of the module names) get no adapter. Training then
+    # back-propagates only through the blocks above it: with half the blocks left out, a step costs
+    # about three quarters of one that adapts them all.
+    first_layer: int = 0
 
 
 class AdapterSwitch(threading.local):
@@ -58,11 +62,47 @@ class AdaptedLinear(torch.nn.Linear):
         return out
 
 
-def adapted_layer_names(model: torch.nn.Module) -> list[str]:
-    """Every nn.Linear of `model` except its output head (tied to the token embeddings in Gemma)."""
+def block_number(name: str) -> int | None:
+    """The N of the first `layers.N` in a module name ("model.layers.12.mlp.up_proj" -> 12), or None.
+
+    >>> block_number("model.layers.12.mlp.up_proj"), block_number("lm_head")
+    (12, None)
+    """
+    parts = name.split(".")
+    return next((int(after) for before, after in zip(parts, parts[1:]) if before == "layers" and after.isdigit()), None)
+
+
+def adapted_layer_names(model: torch.nn.Module, first_layer: int = 0) -> list[str]:
+    """Every nn.Linear of `model` except its output head (tied to the token embeddings in Gemma),
+    and with `first_layer` > 0 only those in blocks numbered from `first_layer` up."""
     head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
-    return [name for name, module in model.named_modules()
-            if isinstance(module, torch.nn.Linear) and module is not head]
+    names = [name for name, module in model.named_modules()
+             if isinstance(module, torch.nn.Linear) and module is not head]
+    if first_layer <= 0:
+        return names
+    numbered = [(name, block_number(name)) for name in names]
+    if all(number is None for _, number in numbered):
+        raise ValueError("this model's layers are not numbered as layers.N, so first_layer cannot pick among them")
+    kept = [name for name, number in numbered if number is not None and number >= first_layer]
+    if not kept:
+        raise ValueError(f"first_layer {first_layer} leaves no layer to adapt")
+    return kept
+
+
+def first_block_for_share(model: torch.nn.Module, share: float) -> int:
+    """The `first_layer` that adapts the top `share` of the model's numbered blocks (at least one).
+
+    `share` 1 adapts every layer (0). A model whose layers are not numbered as layers.N must use 1.
+    """
+    if not 0 < share <= 1:
+        raise ValueError(f"the adapted share of blocks must be in (0, 1], not {share}")
+    if share == 1:
+        return 0
+    numbers = {block_number(name) for name in adapted_layer_names(model)} - {None}
+    if not numbers:
+        raise ValueError("this model's layers are not numbered as layers.N, so a share of them cannot be picked")
+    blocks = max(numbers) + 1
+    return blocks - max(1, math.ceil(blocks * share))
 
 
 def add_adapters(model: torch.nn.Module, shape: AdapterShape = AdapterShape(), *, seed: int = 0) -> AdapterSwitch:
@@ -74,7 +114,7 @@ def add_adapters(model: torch.nn.Module, shape: AdapterShape = AdapterShape(), *
         raise ValueError("this model already has adapters")
     switch = AdapterSwitch()
     generator = torch.Generator().manual_seed(seed)
-    for name in adapted_layer_names(model):
+    for name in adapted_layer_names(model, shape.first_layer):
         layer = model.get_submodule(name)
         weight = layer.weight
         down = torch.empty(shape.rank, layer.in_features, dtype=torch.float32)

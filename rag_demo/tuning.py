@@ -28,7 +28,7 @@ from typing import Callable, Sequence
 import numpy as np
 import torch
 
-from .adapters import AdapterShape, adapter_parameters, adapter_switch, add_adapters
+from .adapters import AdapterShape, adapter_parameters, adapter_switch, add_adapters, first_block_for_share
 from .config import ReaderTuningConfig, TuningConfig
 from .encoders import Encoder, mean_pooled
 from .lexical import LexicalIndex
@@ -230,7 +230,8 @@ def tune_reader(
                                                   seed=config.seed + epoch)]
     if config.method == "lora":
         if adapter_switch(model) is None:
-            add_adapters(model, AdapterShape(rank=config.rank, alpha=config.alpha), seed=config.seed)
+            first = first_block_for_share(model, config.adapted_share)
+            add_adapters(model, AdapterShape(rank=config.rank, alpha=config.alpha, first_layer=first), seed=config.seed)
         trained = list(adapter_parameters(model).values())
     elif config.method == "full":
         frozen = {id(model.get_input_embeddings().weight)}

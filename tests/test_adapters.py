@@ -14,11 +14,11 @@ from rag_demo.generator import CausalGenerator
 from tests.ui_engine import make_ui_engine
 
 
-def _tiny_llama(seed: int = 0):
+def _tiny_llama(seed: int = 0, layers: int = 2):
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(seed)
-    config = LlamaConfig(vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=2,
+    config = LlamaConfig(vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=layers,
                          num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=64)
     return LlamaForCausalLM(config).eval()
 
@@ -65,6 +65,9 @@ def test_switching_off_gives_the_base_model_exactly_and_only_in_this_thread():
 def test_saved_adapter_loads_alone_and_refuses_another_shape(tmp_path):
     model = _tiny_llama()
     adapters.add_adapters(model, adapters.AdapterShape(rank=4, alpha=8))
+    assert [adapters.first_block_for_share(_tiny_llama(layers=4), share) for share in (1.0, 0.5, 0.3, 0.01)] == [0, 2, 2, 3]
+    with pytest.raises(ValueError, match="share"):
+        adapters.first_block_for_share(model, 0.0)
     _perturb(model)
     adapters.save_adapters(model, tmp_path)
     assert adapters.is_adapter_folder(tmp_path) and not adapters.reads_no_answer(tmp_path)
@@ -128,3 +131,34 @@ def test_the_few_shot_cache_is_kept_apart_for_base_and_adapted_weights(engines):
     assert without is not with_adapter
     assert not torch.equal(without.layers[0].keys, with_adapter.layers[0].keys)
     assert isinstance(adapted, RagEngine)
+
+
+def test_adapters_from_a_first_layer_leave_the_blocks_below_untouched_and_untrained(tmp_path):
+    """With first_layer, only blocks from it up carry adapters, and training leaves the lower blocks
+    out of the backward pass: no lower hidden state requires grad."""
+    model = _tiny_llama(layers=4)
+    adapters.add_adapters(model, adapters.AdapterShape(rank=2, alpha=4, first_layer=2))
+    blocks = {adapters.block_number(name) for name in adapters.adapter_parameters(model)}
+    assert blocks == {2, 3}
+    trained = {id(p) for p in adapters.adapter_parameters(model).values()}
+    for parameter in model.parameters():  # as the reader's training sets them
+        parameter.requires_grad_(id(parameter) in trained)
+    seen = {}
+    for number, block in enumerate(model.model.layers):
+        block.register_forward_hook(lambda module, inputs, output, number=number:
+                                    seen.__setitem__(number, (output[0] if isinstance(output, tuple) else output).requires_grad))
+    model(input_ids=torch.tensor([[1, 2, 3]])).logits.sum().backward()
+    assert seen == {0: False, 1: False, 2: True, 3: True}
+    with pytest.raises(ValueError, match="leaves no layer"):
+        adapters.add_adapters(_tiny_llama(layers=4), adapters.AdapterShape(first_layer=4))
+    assert [adapters.first_block_for_share(_tiny_llama(layers=4), share) for share in (1.0, 0.5, 0.3, 0.01)] == [0, 2, 2, 3]
+    with pytest.raises(ValueError, match="share"):
+        adapters.first_block_for_share(model, 0.0)
+    _perturb(model)
+    adapters.save_adapters(model, tmp_path)
+    loaded = _tiny_llama(layers=4)
+    adapters.load_adapters(loaded, tmp_path)
+    assert set(adapters.adapter_parameters(loaded)) == set(adapters.adapter_parameters(model))
+    with torch.no_grad():
+        ids = torch.tensor([[1, 2, 3]])
+        assert torch.allclose(loaded(input_ids=ids).logits, model(input_ids=ids).logits)

@@ -99,3 +99,25 @@ def test_missing_generator_packages_name_requirements(tmp_path, monkeypatch):
     monkeypatch.setattr("rag_demo.offline.gguf.GENERATOR_MODULES", ("transformers", "no_such_module_for_rag_demo"))
     with pytest.raises(ModelLoadError, match=r"no_such_module_for_rag_demo: pip install -r requirements.txt"):
         ensure_generator(cache=tmp_path)
+
+
+def test_a_gguf_is_parsed_once_inside_the_block_and_afresh_outside(tmp_path):
+    import gguf
+    import numpy as np
+
+    from rag_demo.offline.gguf import gguf_parsed_once
+
+    path = tmp_path / "tiny.gguf"
+    writer = gguf.GGUFWriter(str(path), "llama")
+    writer.add_array("tokenizer.ggml.tokens", ["a", "b", "c"])
+    writer.add_tensor("weight", np.arange(6, dtype=np.float32).reshape(2, 3))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    original = gguf.GGUFReader
+    with gguf_parsed_once() as readers:
+        first, second = gguf.GGUFReader(path), gguf.GGUFReader(str(tmp_path / "." / "tiny.gguf"))
+        assert first is second and len(readers) == 1
+        assert np.array_equal(np.asarray(first.tensors[0].data).reshape(-1), np.arange(6, dtype=np.float32))
+    assert gguf.GGUFReader is original and gguf.GGUFReader(path) is not first

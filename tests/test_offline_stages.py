@@ -54,6 +54,47 @@ def test_a_first_start_serves_bm25_first_then_each_part_as_it_is_built(default_s
     assert len(warm) == 1 and warm[0].complete and warm[0].paths == full.paths
 
 
+def test_the_source_downloads_while_the_generator_converts(default_setup, monkeypatch, caplog):
+    """The fetch runs in a thread beside the conversion: a conversion that waits for the fetch to
+    begin would time out if the two ran one after the other. The fetch's steps join the timeline."""
+    from rag_demo.offline import prepare as prepare_module
+
+    cache, config = default_setup
+    fetch_began = threading.Event()
+    real_source, real_generator = prepare_module.ensure_source, prepare_module.ensure_generator
+
+    def fetching(**kwargs):
+        fetch_began.set()
+        with timed("downloading the sdist"):
+            return real_source(**kwargs)
+
+    def converting(**kwargs):
+        assert fetch_began.wait(timeout=20), "the source was not fetched while the generator converted"
+        return real_generator(**kwargs)
+
+    monkeypatch.setattr(prepare_module, "ensure_source", fetching)
+    monkeypatch.setattr(prepare_module, "ensure_generator", converting)
+    with caplog.at_level(logging.INFO, logger="rag_demo.offline.prepare"):
+        stages = list(prepare_in_stages(cache=cache, encoder_config=config))
+    assert stages[-1].complete
+    timeline = next(r.getMessage() for r in caplog.records if "offline default built" in r.getMessage())
+    assert "downloading the sdist" in timeline and "embedding" in timeline
+
+
+def test_a_failed_download_is_the_error_of_the_build(default_setup, monkeypatch):
+    from rag_demo.errors import CacheError
+    from rag_demo.offline import prepare as prepare_module
+
+    cache, config = default_setup
+
+    def failing(**kwargs):
+        raise CacheError("could not download bigbench 1.0.0: no network")
+
+    monkeypatch.setattr(prepare_module, "ensure_source", failing)
+    with pytest.raises(CacheError, match="no network"):
+        list(prepare_in_stages(cache=cache, encoder_config=config))
+
+
 def test_staged_engines_answer_at_each_stage_and_load_each_part_once(default_setup, monkeypatch):
     """One engine per stage; a KB folder or a model that did not change is handed on, not loaded again."""
     from rag_demo import loading

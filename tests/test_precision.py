@@ -51,7 +51,7 @@ def test_reader_tuned_under_autocast_learns_like_float32(reader):  # noqa: F811
     shared = tuning.shared_prefix(examples)
     before = tuning.mean_answer_loss(model, shared, examples)
     tuning.tune_reader(model, shared, examples * 4, autocast=True,
-                       config=ReaderTuningConfig(learning_rate=3e-2, batch_size=4, epochs=2))
+                       config=ReaderTuningConfig(learning_rate=3e-2, batch_size=4, epochs=2, adapted_share=1.0))
     after = tuning.mean_answer_loss(model, shared, examples)
     assert after < before - 2, (before, after)
     assert all(p.dtype == torch.float32 for p in model.parameters())

@@ -290,8 +290,8 @@ def test_reader_adapter_learns_the_answers_and_switches_off_to_the_base_model(re
     base = {name: p.detach().clone() for name, p in model.named_parameters()}
     before = tuning.mean_answer_loss(model, shared, examples)
     steps = []
-    returned = tuning.tune_reader(model, shared, examples * 4, config=ReaderTuningConfig(learning_rate=3e-2, batch_size=4, epochs=2),
-                                  progress=lambda done, total: steps.append((done, total)))
+    recipe = ReaderTuningConfig(learning_rate=3e-2, batch_size=4, epochs=2, adapted_share=1.0)  # a tiny model needs every block
+    returned = tuning.tune_reader(model, shared, examples * 4, config=recipe, progress=lambda done, total: steps.append((done, total)))
     after = tuning.mean_answer_loss(model, shared, examples)
     assert returned is model and not model.training
     assert after < before - 2, (before, after)  # nats per answer token
@@ -302,6 +302,17 @@ def test_reader_adapter_learns_the_answers_and_switches_off_to_the_base_model(re
         assert tuning.mean_answer_loss(model, shared, examples) == pytest.approx(before, rel=1e-6)
     assert not any(p.requires_grad for p in model.parameters())
     assert steps[-1] == (12, 12)
+
+
+def test_the_default_recipe_adapts_the_top_half_of_the_blocks(reader):
+    from rag_demo.adapters import block_number
+
+    generator, examples = reader
+    blocks = len(generator.model.model.layers)
+    assert blocks >= 2 and ReaderTuningConfig().adapted_share == 0.5
+    tuning.tune_reader(generator.model, tuning.shared_prefix(examples), examples[:2], config=ReaderTuningConfig(batch_size=2))
+    adapted = {block_number(name) for name in adapter_parameters(generator.model)}
+    assert adapted == set(range(blocks - (blocks + 1) // 2, blocks))
 
 
 def test_full_reader_tuning_learns_the_answers_and_leaves_the_embeddings(reader):

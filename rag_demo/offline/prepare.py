@@ -11,9 +11,11 @@ first start answers within minutes and improves while it builds:
 
 from __future__ import annotations
 
+import contextvars
 import logging
 import time
 from collections.abc import Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -22,7 +24,7 @@ from ..corpus import KnowledgeBase, text_only_kb
 from ..packaged import resolve_encoder_path
 from ..progress import Progress
 from .cache import build_lock, marker_problem, recording_timeline, resolve_root
-from .gguf import ensure_generator
+from .gguf import ensure_generator, generator_key
 from .kbs import EXAMPLES_PER_KB, default_kb_paths, ensure_default_kbs, kb_key
 from .source import ensure_source, read_default_data
 from .tuned import (
@@ -108,9 +110,18 @@ def prepare_in_stages(
     """
     root = resolve_root(cache)
     started = time.perf_counter()
-    with build_lock(root, progress), recording_timeline() as timeline:
-        generator_path = ensure_generator(cache=root, progress=progress)
+    with build_lock(root, progress), recording_timeline() as timeline, ThreadPoolExecutor(1) as fetching:
+        kb_paths = default_kb_paths(encoder_config.model, encoder_config.max_length, cache=root)
+        key = kb_key(encoder_config.model, encoder_config.max_length)
+        kbs_ready = all(marker_problem(path, key) is None for path in kb_paths.values())
+        # A missing model package is reported before anything is downloaded.
         encoder_path = resolve_encoder_path(encoder_config.model)
+        generator_key()
+        # The source's download waits on the network while the GGUF's conversion keeps the cores
+        # busy, so the two overlap; the thread copies this context to record into the same timeline.
+        source = (fetching.submit(contextvars.copy_context().run, ensure_source, cache=root, progress=progress)
+                  if build_kbs and not kbs_ready else None)
+        generator_path = ensure_generator(cache=root, progress=progress)
         tunes = wants_tuned_encoder(encoder_config)
         question_path = cached_tuned_encoder(encoder_config, cache=root)
         reads = wants_reading_adapter(generator_config)
@@ -123,9 +134,6 @@ def prepare_in_stages(
                 log.info("no reading adapter is cached (it is built with the default KBs); the converted generator reads")
             yield Readiness(replace(base, question_encoder_path=question_path, reader_adapter_path=adapter_path), stage=STAGES)
             return
-        kb_paths = default_kb_paths(encoder_config.model, encoder_config.max_length, cache=root)
-        key = kb_key(encoder_config.model, encoder_config.max_length)
-        kbs_ready = all(marker_problem(path, key) is None for path in kb_paths.values())
         if kbs_ready and (question_path or not tunes) and (adapter_path or not reads):
             yield Readiness(replace(base, kb_paths=kb_paths, question_encoder_path=question_path,
                                     reader_adapter_path=adapter_path), stage=STAGES)
@@ -135,7 +143,7 @@ def prepare_in_stages(
 
             data = None
             if not kbs_ready:
-                data = read_default_data(ensure_source(cache=root, progress=progress))  # before the encoder takes memory
+                data = read_default_data(source.result())  # before the encoder takes memory
                 yield _text_stage(data, base)
             encoder = load_encoder(encoder_config)
             kb_paths = ensure_default_kbs(encoder, cache=root, progress=progress, data=data)
