@@ -76,7 +76,7 @@ class EncoderConfig:
 class TuningConfig:
     """How the default question encoder is fine-tuned; part of its cache key, so a change retrains it."""
 
-    epochs: int = 1  # a second epoch took as long again and found the gold passage no more often (results.md)
+    epochs: int = 1  # a second epoch took as long again and found the gold passage no more often (docs/quality-notes.md)
     learning_rate: float = 5e-5
     batch_size: int = 64
     seed: int = 0
@@ -106,7 +106,7 @@ class ReaderTuningConfig:
     seed: int = 0
     # "lora" only: the share of the decoder blocks, from the top, that get adapters. Training
     # back-propagates only through those: with the top half, a step took 0.64 of one through all
-    # 18 of Gemma-3-270m's blocks, and the reading was as good (docs/results.md)
+    # 18 of Gemma-3-270m's blocks, and the reading was as good (docs/quality-notes.md)
     adapted_share: float = 0.5
 
 
