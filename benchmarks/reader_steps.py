@@ -44,8 +44,9 @@ def main(argv=None) -> int:
         first = first_block_for_share(generator.model, share)
         add_adapters(generator.model, AdapterShape(rank=recipe.rank, alpha=recipe.alpha, first_layer=first), seed=recipe.seed)
         trained = list(adapter_parameters(generator.model).values())
-        for parameter in generator.model.parameters():
-            parameter.requires_grad_(any(parameter is t for t in trained))
+        trained_ids = {id(parameter) for parameter in trained}
+        for parameter in generator.model.parameters():  # as `tuning.tune_reader` sets them
+            parameter.requires_grad_(id(parameter) in trained_ids)
         generator.model.train()
         copies.append((share, first, generator, torch.optim.AdamW(trained, lr=recipe.learning_rate)))
     examples = _reading_examples(copies[0][2], kbs, training)

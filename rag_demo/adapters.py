@@ -36,8 +36,8 @@ class AdapterShape:
     rank: int = 16
     alpha: float = 32.0
     # Blocks numbered below this (the `layers.N` of the module names) get no adapter. Training then
-    # back-propagates only through the blocks above it: with half the blocks left out, a step costs
-    # about three quarters of one that adapts them all.
+    # back-propagates only through the blocks from it up: with the lower half left out, a step of
+    # Gemma-3-270m's took 0.64 of one that adapts every block (benchmarks/reader_steps.py).
     first_layer: int = 0
 
 

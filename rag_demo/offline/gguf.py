@@ -70,9 +70,10 @@ def gguf_parsed_once() -> Iterator[dict]:
 def ensure_generator(*, cache: str | Path | None = None, progress: Progress | None = None) -> Path:
     """A folder with Gemma-3-270m as float32 safetensors and its tokenizer; built once from the GGUF.
 
-    Loading the GGUF takes ~30 s (transformers dequantizes every tensor and rebuilds the
-    262k-entry tokenizer; `gguf_parsed_once` spares two of its three parses), reloading the converted folder ~2 s. Weights stay float32: the
-    dequantized Q4_K values do not round-trip through bfloat16, so bf16 would change the logits.
+    Loading the GGUF takes ~30 s (transformers dequantizes every tensor and rebuilds the 262k-entry
+    tokenizer; `gguf_parsed_once` spares two of its three parses), reloading the converted folder
+    ~2 s. Weights stay float32: the dequantized Q4_K values do not round-trip through bfloat16, so
+    bf16 would change the logits.
     """
     root = resolve_root(cache)
     name, key = generator_key()

@@ -140,9 +140,9 @@ def _prompt_digest() -> str:
 
 
 def _recipe_text(tuning: ReaderTuningConfig) -> str:
-    """The recipe as the key names it. Without distractors, and with every block adapted, it reads
-    as it did before those fields existed, so adapters built so stay valid; with distractors the
-    marker they learned is named too."""
+    """The recipe as the key names it. A field at the value it implicitly had before it existed
+    (no distractors, every block adapted) is left out, so adapters built then keep their key; with
+    distractors the marker they learned is named too."""
     from ..prompts import NO_ANSWER
 
     text = repr(tuning).replace(", adapted_share=1.0", "")
