@@ -12,9 +12,10 @@ the retriever's own logits over every passage of the KB,
 
 BM25 is a fixed term, so the encoder learns what the hybrid score still gets wrong.
 
-Questions are split by gold passage (`questions.split_questions`): a question whose passage is held out
-is never trained on, and only those questions are evaluated; near-duplicate questions share a
-passage, so they fall on the same side. The UI's example questions are left out of training too.
+Questions are split by group (`questions.split_questions`): questions that share a gold passage, or
+a normalized answer and most of their words, fall on one side, so a held-out question is never
+trained on, nor any rewording of it, and only held-out questions are evaluated. The UI's example
+questions are left out of training too.
 """
 
 from __future__ import annotations
