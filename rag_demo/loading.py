@@ -143,7 +143,8 @@ def engine_from_config(config: EngineConfig = EngineConfig(), *, kb_paths: dict[
     encoder = load_encoder(config.encoder, device=device, question_path=question_path)
     generator_path = str(prepared.generator_path) if uses_default_generator else None
     adapter = prepared.reader_adapter_path if uses_default_generator else None
-    generator = load_generator(config.generator, path=generator_path, device=device, adapter=adapter)
+    generator = load_generator(config.generator, path=generator_path, device=device, adapter=adapter,
+                               states=cache_root() / "states" if uses_default_generator else None)
     return RagEngine(encoder=encoder, generator=generator, kbs=kbs, config=config,
                      index_cache=cache_root() / "indexes", examples=_example_questions(kbs))
 
@@ -174,7 +175,8 @@ def staged_default_engines(config: EngineConfig = EngineConfig(), *, progress=No
             encoder = load_encoder(config.encoder, device=device, question_path=question_path)
         if generator is None or adapter != paths.reader_adapter_path:
             adapter = paths.reader_adapter_path
-            generator = load_generator(config.generator, path=str(paths.generator_path), device=device, adapter=adapter)
+            generator = load_generator(config.generator, path=str(paths.generator_path), device=device, adapter=adapter,
+                                       states=cache_root() / "states")
         # each engine gets its own dicts: a KB added to one (on the page) stays there
         engine = RagEngine(encoder=encoder, generator=generator, kbs=dict(kbs), config=config,
                            index_cache=cache_root() / "indexes", examples={name: list(qs) for name, qs in examples.items()})
