@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import functools
 import logging
-import threading
 from dataclasses import replace
 from pathlib import Path
 
@@ -27,7 +26,7 @@ from .corpus import Passage
 from .decode_state import DecodeState, Target, copy_cache, index_rows, rebinding_layers, row_bytes
 from .errors import ModelLoadError
 from .kernels import PACKED_ATTENTION, register_packed_attention, use_few_rows_head
-from .saved_states import SavedStates
+from .saved_states import FewShotBlocks, SavedStates
 
 log = logging.getLogger(__name__)
 
@@ -48,8 +47,7 @@ class Generator:
         self.weights = ""  # folder name of the reading adapter, or of the weights when not `name` itself
         # its reading adapter learned to write `prompts.NO_ANSWER` after a passage that does not answer
         self.reads_no_answer = False
-        # where states computed once per process are saved across restarts (`rag_demo.saved_states`)
-        self.saved_states: SavedStates | None = None
+        self.saved_states: SavedStates | None = None  # what it computes once, kept across restarts
         self.device = next(model.parameters()).device
 
     def base_weights(self):
@@ -235,8 +233,7 @@ class CausalGenerator(Generator):
 
     def __init__(self, model, tokenizer, config: GeneratorConfig, *, name: str):
         super().__init__(model, tokenizer, config, name=name)
-        self._prefix_states: dict[str, tuple[list[int], object]] = {}
-        self._prefix_lock = threading.Lock()
+        self._blocks = FewShotBlocks(model, tokenizer)
         if model.config._attn_implementation == "sdpa":  # the same attention, per packed row (`kernels`)
             model.set_attn_implementation(register_packed_attention())
 
@@ -262,16 +259,15 @@ class CausalGenerator(Generator):
     @functools.cached_property
     def stop_ids(self) -> frozenset[int]:
         """EOS and every token that contains a line break ("\n", "\n\n", ...): the answer line ends."""
-        saved = self.saved_states
-        if saved is not None and (ids := saved.load_ids("stop-ids", stop=prompts.ANSWER_STOP)) is not None:
-            return ids
-        vocab = self.tokenizer.get_vocab()  # a scan of the whole vocabulary: 0.3 s for Gemma's 262,144 tokens
+        if self.saved_states is not None:  # scanning Gemma's 262,144 tokens takes 0.3 s
+            return self.saved_states.ids("stop-ids", self._scanned_stop_ids, stop=prompts.ANSWER_STOP)
+        return self._scanned_stop_ids()
+
+    def _scanned_stop_ids(self) -> frozenset[int]:
+        vocab = self.tokenizer.get_vocab()
         newline_tokens = {i for token, i in vocab.items() if "\n" in token or "Ċ" in token}  # Ċ: byte-level BPE's newline
         newline_tokens |= set(self.tokenizer(prompts.ANSWER_STOP, add_special_tokens=False)["input_ids"][-1:])
-        ids = self.eos_ids | frozenset(newline_tokens)
-        if saved is not None:
-            saved.save_ids("stop-ids", ids, stop=prompts.ANSWER_STOP)
-        return ids
+        return self.eos_ids | frozenset(newline_tokens)
 
     @functools.cached_property
     def _no_answer_first(self) -> frozenset[int]:
@@ -550,51 +546,9 @@ class CausalGenerator(Generator):
         return [], None
 
     def _prefix_state(self, text: str) -> tuple[list[int], object]:
-        with self._prefix_lock:
-            key = (text, adapters_active(self.model))  # a closed-book pass runs on the base weights
-            if key not in self._prefix_states:
-                self._prefix_states[key] = self._saved_prefix(text, key[1]) or self._computed_prefix(text, key[1])
-            return self._prefix_states[key]
-
-    def _computed_prefix(self, text: str, adapted: bool) -> tuple[list[int], object]:
-        from transformers import DynamicCache
-
-        ids = self.tokenizer(text)["input_ids"]
-        # the block's last token is left to the rows: its tokenization can merge with what follows
-        ids = ids[:-1]
-        cache = DynamicCache(config=self.model.config)
-        if ids:
-            tensor = torch.tensor([ids], dtype=torch.long, device=self.device)
-            with torch.inference_mode():
-                self.model(input_ids=tensor, cache=cache, use_cache=True, logits_to_keep=1)
-        layers = getattr(cache, "layers", None)
-        # Only a cache that holds every position of the block can be rebuilt from its tensors (a
-        # sliding-window layer past its window keeps fewer, and counts what it dropped).
-        if self.saved_states is not None and ids and layers and all(
-                getattr(layer, "keys", None) is not None and layer.keys.shape[-2] == len(ids) for layer in layers):
-            self.saved_states.save_prefix(text, ids, [(layer.keys, layer.values) for layer in layers],
-                                          adapter=self._adapter_name(adapted), dtype=self.model.dtype, device=self.device)
-        return ids, cache
-
-    def _saved_prefix(self, text: str, adapted: bool) -> tuple[list[int], object] | None:
-        if self.saved_states is None:
-            return None
-        saved = self.saved_states.load_prefix(text, adapter=self._adapter_name(adapted), dtype=self.model.dtype, device=self.device)
-        if saved is None:
-            return None
-        from transformers import DynamicCache
-
-        ids, kv = saved
-        cache = DynamicCache(config=self.model.config)
-        if len(kv) != len(cache.layers):
-            return None
-        for index, (keys, values) in enumerate(kv):
-            cache.update(keys, values, index)  # as the block's forward pass fills each layer
-        return ids, cache
-
-    def _adapter_name(self, adapted: bool) -> str | None:
-        """What names the weights a block was computed with, beyond `saved_states.weights`."""
-        return self.weights if adapted else None
+        # a closed-book pass runs on the base weights; `weights` names the adapter for saved states
+        adapter = self.weights if adapters_active(self.model) else None
+        return self._blocks.state(text, adapter=adapter, saved=self.saved_states)
 
     def _forward_tokens(self, state: DecodeState, tokens: torch.Tensor) -> torch.Tensor:
         """Feed (R, n) tokens after the rows so far; mutates `state`. Returns (R, n, V) logits."""
@@ -628,9 +582,8 @@ def load_generator(config: GeneratorConfig, *, path: str | None = None, device: 
     """Load a seq2seq or causal LM by hub id or folder (`path` overrides `config.model`), and the
     reading adapter saved in the folder `adapter` if one is given (`rag_demo.adapters`).
 
-    `states` is a folder where what the generator computes once (few-shot caches, stop tokens) is
-    saved across restarts; only for a `path` whose name is a content key, as the offline
-    default's cache folders are, since the saved states are keyed by that name."""
+    `states`: a folder to keep what it computes once across restarts (`rag_demo.saved_states`),
+    for a `path` named by its content, as the offline default's cache folders are."""
     from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForSeq2SeqLM
 
     from .encoders import load_pretrained

@@ -113,3 +113,19 @@ def test_synthetic_queries_have_near_neighbours():
     tenth = np.sort(sims, axis=1)[:, -10]
     assert np.median(tenth) > 0.7 and np.median(sims) < 0.2
     assert not np.allclose(synthetic_vectors(10, 96, 32, seed=2), synthetic_vectors(10, 96, 32, seed=3))
+
+
+def test_posterior_sharpness_replays_rag_sequence_exactly(tiny_engine, monkeypatch):
+    """At m = 1 the replayed marginal picks the engine's own answer; m = 0 averages the passages."""
+    from benchmarks import posterior_sharpness as sharpness
+    from rag_demo import engine as engine_module
+
+    recorder = sharpness._Recorder(engine_module.rag_sequence_logprob)
+    monkeypatch.setattr(engine_module, "rag_sequence_logprob", recorder)
+    kb = next(iter(tiny_engine.kbs))
+    for question in ("who wrote a farewell to arms", "what is the capital of france"):
+        answers, per_doc, doc_lp, engine_answer = sharpness.candidate_table(tiny_engine, question, kb=kb, k=3, recorder=recorder)
+        assert per_doc.shape == (len(answers), 3) and doc_lp.shape == (3,)
+        assert sharpness.best_answer(answers, per_doc, doc_lp, 1.0) == engine_answer
+        flat = torch.logsumexp(per_doc, dim=-1).argmax()  # p(z|x) uniform
+        assert sharpness.best_answer(answers, per_doc, doc_lp, 0.0) == answers[int(flat)]

@@ -229,13 +229,13 @@ def test_warm_up_loads_each_kb_index_and_the_few_shot_cache(tmp_path):
     from tests.ui_engine import make_ui_engine
 
     engine = make_ui_engine(tmp_path)
-    assert not engine.retriever.held() and not engine.generator._prefix_states
+    assert not engine.retriever.held() and not engine.generator._blocks.states
     assert engine.warm_up() > 0
     assert {(kb.fingerprint, "flat") for kb in engine.kbs.values()} <= engine.retriever.held()
     # both few-shot blocks' caches (with passages, and closed-book) are ready for the first visitor
     from rag_demo import prompts
 
-    assert {text for text, _ in engine.generator._prefix_states} == {prompts.few_shot_prefix(),
+    assert {text for text, _ in engine.generator._blocks.states} == {prompts.few_shot_prefix(),
                                                                      prompts.few_shot_prefix(with_passages=False)}
     # every engine offers bm25 retrieval, so its index is ready for the first visitor too
     assert {(kb.fingerprint, "bm25") for kb in engine.kbs.values()} <= engine.retriever.held()

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 
-import pytest
 import torch
 
 from rag_demo import prompts
@@ -49,7 +48,7 @@ def test_a_restarted_generator_reads_the_saved_block_and_answers_the_same(tiny_p
 
     restarted = _generator(model, tokenizer, tmp_path)
     calls = []
-    restarted._computed_prefix = lambda *args: calls.append(args)  # must not be needed
+    restarted._blocks._computed = lambda *args: calls.append(args)  # must not be needed
     loaded = _first_logprobs(restarted, texts)
     assert calls == []
     for a, b in zip(computed, loaded):
@@ -114,8 +113,7 @@ def test_a_damaged_file_is_computed_again_and_replaced(tiny_parts, tiny_kb, tmp_
     assert "ignoring the saved few-shot cache" in caplog.text
     for a, b in zip(expected, got):
         assert torch.equal(a, b)
-    assert SavedStates(tmp_path, weights="base-1").load_prefix(
-        prompts.few_shot_prefix(), adapter=None, dtype=model.dtype, device=torch.device("cpu")) is not None
+    assert SavedStates(tmp_path, weights="base-1").load_prefix(prompts.few_shot_prefix(), adapter=None, model=model) is not None
 
 
 def test_a_read_only_folder_only_costs_the_time(tiny_parts, tiny_kb, tmp_path):
