@@ -19,6 +19,7 @@ def test_sizes_and_parameters(scale):
     config = scale.index_config(1_000_000, "ivfpq")
     assert (config.ivf_nlist, config.pq_bytes, config.ivf_rerank) == (1024, 48, 100)
     assert scale.index_config(10_000, "ivfpq").ivf_nlist == 256 and scale.index_config(10, "hnsw").ivf_rerank == 0
+    assert scale.index_config(5_000_000, "ivfpq").ivf_nlist == 4096
 
 
 def test_toy_run_of_every_step(scale, tmp_path):
