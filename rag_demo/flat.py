@@ -6,13 +6,19 @@ own best k, and the running best k of all chunks seen so far is kept (`merge_top
 CUDA devices the chunks go round-robin to them. Equal scores are ordered by row id, so the same
 question gives the same rows whatever the chunk size or the devices.
 
+On a GPU the rows can instead be placed once (`place`): each visible device holds a contiguous
+share of them in float16, read from the KB chunk by chunk, and `search_placed` scans every share
+on its own device and merges the shares' best rows on the CPU.
+
 Names follow faiss: xq (B, D) queries, xb (N, D) passages, k, D scores and I row ids.
 """
 
 from __future__ import annotations
 
+import bisect
 import warnings
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -20,6 +26,7 @@ import torch
 from .store import CHUNK_ROWS, Workspace, gather_rows, in_memory, row_chunks
 
 CPU = torch.device("cpu")
+RESCORE_MARGIN = 32  # rows beyond k that a float16 scan keeps per share, to be re-scored in float32
 
 
 def chunk_topk(xq: torch.Tensor, chunk: torch.Tensor, k: int, offset: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
@@ -159,3 +166,73 @@ def rerank(xq: np.ndarray, candidates: np.ndarray, xb, k: int) -> tuple[np.ndarr
         top, order = merge_topk(scores[None], torch.from_numpy(ids)[None], k)
         rows.append(pad_topk(top, order, k))
     return torch.cat([r[0] for r in rows]).numpy(), torch.cat([r[1] for r in rows]).numpy()
+
+
+@dataclass(frozen=True)
+class Share:
+    """Rows [start, start + len(vectors)) of a KB's vectors, held on one device."""
+
+    start: int
+    vectors: torch.Tensor  # (n, D) in the placed dtype
+
+
+def share_bounds(n: int, parts: int) -> list[int]:
+    """Row boundaries that cut n rows into `parts` contiguous shares as even as can be.
+
+    >>> share_bounds(10, 3)
+    [0, 3, 7, 10]
+    """
+    return [round(i * n / parts) for i in range(parts + 1)]
+
+
+def place(xb, devices: Sequence[torch.device], *, dtype: torch.dtype = torch.float16, chunk_rows: int = CHUNK_ROWS,
+          workspace: Workspace | None = None) -> tuple[Share, ...]:
+    """Copy xb (N, D) onto `devices` once, device i holding the i-th of `share_bounds` in `dtype`.
+
+    The rows are read a chunk at a time (`store.row_chunks`) and converted on the way, so neither
+    the host nor a device ever holds a float32 copy of the whole matrix: 21M x 768 rows take
+    32 GB of float16 in all, a share of it on each device.
+    """
+    if not devices:
+        raise ValueError("place needs at least one device")
+    bounds = share_bounds(len(xb), len(devices))
+    shares = [torch.empty((bounds[i + 1] - bounds[i], xb.shape[1]), dtype=dtype, device=device)
+              for i, device in enumerate(devices)]
+    for start, block in row_chunks(xb, chunk_rows, workspace=workspace):
+        row, end = start, start + len(block)
+        while row < end:  # a chunk can straddle two shares
+            i = bisect.bisect_right(bounds, row) - 1
+            stop = min(end, bounds[i + 1])
+            shares[i][row - bounds[i] : stop - bounds[i]].copy_(_as_tensor(block[row - start : stop - start]))
+            row = stop
+    return tuple(Share(bounds[i], tensor) for i, tensor in enumerate(shares))
+
+
+def search_placed(xq: np.ndarray, shares: Sequence[Share], k: int, *, margin: int = RESCORE_MARGIN,
+                  chunk_rows: int = 1 << 22) -> tuple[np.ndarray, np.ndarray]:
+    """Exact top-k over placed shares: xq (B, D) -> D (B, k) float32, I (B, k) int64, ties by row id.
+
+    Each share is scanned on its device in its own dtype (`search_tensor`), keeping its best
+    k + margin rows; those are scored again in float32 from the stored values (what the chunked
+    `search` computes) and the shares' lists merged. A float16 scan rounds each product to about
+    three significant digits, so it can misplace rows whose scores differ by less than that; the
+    margin keeps them, and a true top-k row is lost only when more than `margin` rows outscore
+    it within that rounding.
+    """
+    query = torch.from_numpy(np.ascontiguousarray(xq, dtype=np.float32))  # (B, D)
+    scores, ids = [], []
+    for share in shares:
+        if not len(share.vectors):
+            continue
+        on_device = query.to(share.vectors.device)
+        _, local = search_tensor(on_device, share.vectors, k + margin, chunk_rows=chunk_rows)  # (B, c)
+        rows = share.vectors[local].float()  # (B, c, D)
+        exact = torch.bmm(rows, on_device[:, :, None])[:, :, 0]  # (B, c)
+        scores.append(exact.cpu())
+        ids.append((local + share.start).cpu())
+    if not scores:
+        best = (torch.empty(len(xq), 0), torch.empty(len(xq), 0, dtype=torch.int64))
+    else:
+        best = merge_topk(torch.cat(scores, 1), torch.cat(ids, 1), k)
+    top, order = pad_topk(*best, k)
+    return top.numpy(), order.numpy()

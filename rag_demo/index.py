@@ -1,6 +1,7 @@
 """Maximum inner product search over a KB's passage vectors: exact and approximate variants.
 
-- flat: exact inner product (faiss IndexFlatIP; on CUDA a torch matmul + topk on the GPU).
+- flat: exact inner product (faiss IndexFlatIP; on CUDA the vectors placed once in float16 on
+  every visible GPU, a share each, and scanned with torch matmul + topk).
 - hnsw: a graph index (faiss IndexHNSWFlat, inner-product metric) — what transformers' "exact"
   wiki_dpr index really is.
 - ivfpq: inverted lists + product quantization (faiss IndexIVFPQ), the paper's compressed index.
@@ -34,7 +35,7 @@ import torch
 from .config import INDEX_KINDS, IndexConfig
 from .corpus import sha256_file
 from .errors import InputError, KnowledgeBaseError
-from .flat import rerank, search_tensor
+from .flat import Share, place, rerank, search_placed
 from .flat import search as flat_search
 from .index_build import CHECKPOINT_SECONDS, Checkpoint, apply_search_params, build_faiss
 from .results import IndexReport
@@ -51,7 +52,7 @@ class SearchIndex:
 
     kind: str
     faiss_index: object | None
-    vectors: torch.Tensor | None  # flat on torch (GPU): (N, D)
+    shares: tuple[Share, ...] | None  # flat placed on devices (GPUs; the CPU without faiss)
     build_seconds: float
     nbytes: int
     rows: object | None = None  # the KB's (N, D) vectors: flat searched in chunks, or IVF-PQ re-ranking
@@ -61,9 +62,8 @@ class SearchIndex:
 
     def search(self, xq: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
         xq = np.ascontiguousarray(xq, dtype=np.float32)
-        if self.vectors is not None:
-            scores, ids = search_tensor(torch.from_numpy(xq).to(self.vectors.device), self.vectors, k)
-            return scores.float().cpu().numpy(), ids.cpu().numpy()
+        if self.shares is not None:
+            return search_placed(xq, self.shares, k)
         if self.faiss_index is None:
             if not hasattr(self.threads, "workspace"):
                 self.threads.workspace = Workspace()
@@ -137,9 +137,10 @@ def prebuilt_kind(path: Path) -> str | None:
 def build_index(kind: str, xb, config: IndexConfig, *, device: torch.device | None = None,
                 count_bytes: bool = True, progress: Callable[[int, int], None] | None = None,
                 checkpoint: Checkpoint | None = None) -> SearchIndex:
-    """Build `kind` over xb (N, D). flat on a CUDA device is an fp16 torch matrix on the GPU (and a
-    float32 torch matrix on the CPU when faiss is not installed). flat over a KB on disk (`store`)
-    is no copy at all: it is searched in chunks, on every visible CUDA device when `device` is one.
+    """Build `kind` over xb (N, D). flat on a CUDA device is placed once in float16 on every visible
+    GPU (`flat.place`) when their free memory holds it, and otherwise, for a KB on disk (`store`),
+    streamed to them in chunks at each search; on the CPU a KB on disk is no copy at all (searched
+    in chunks), and without faiss an in-memory KB is placed in float32.
     A faiss index is built block by block (`index_build.build_faiss`: `progress(done, total)` rows
     added, resumable from `checkpoint`). `count_bytes=False` leaves nbytes 0 (serializing a large
     index just to count it doubles memory)."""
@@ -148,15 +149,50 @@ def build_index(kind: str, xb, config: IndexConfig, *, device: torch.device | No
     started = time.perf_counter()
     on_gpu = device is not None and device.type == "cuda"
     rerank = config.ivf_rerank if kind == "ivfpq" else 0
+    gpus = tuple(torch.device("cuda", i) for i in range(torch.cuda.device_count())) if on_gpu else ()
+    if kind == "flat" and gpus:
+        free = [torch.cuda.mem_get_info(gpu)[0] for gpu in gpus]
+        # stored float16 stays float16; float32 stays float32 where it fits (exact), else is rounded to float16
+        dtype = next((d for d in (torch.float32, torch.float16) if d.itemsize <= np.dtype(xb.dtype).itemsize
+                      and shares_fit(len(xb), xb.shape[1], free, itemsize=d.itemsize)), None)
+        if dtype is not None:
+            if dtype.itemsize < np.dtype(xb.dtype).itemsize:
+                log.info("flat: %d x %d vectors placed on %d GPU(s) rounded to float16 (float32 does not fit)",
+                         len(xb), xb.shape[1], len(gpus))
+            shares = place(xb, gpus, dtype=dtype)
+            return SearchIndex(kind, None, shares, time.perf_counter() - started, _placed_bytes(shares))
+        log.warning("flat: %d x %d vectors do not fit the free memory of %d GPU(s) (%s GB); %s", len(xb), xb.shape[1],
+                    len(gpus), ", ".join(f"{f / 2**30:.1f}" for f in free),
+                    "streaming them in chunks at each search" if not in_memory(xb) else "searching on the CPU")
     if kind == "flat" and not in_memory(xb):
-        devices = tuple(torch.device("cuda", i) for i in range(torch.cuda.device_count())) if on_gpu else (torch.device("cpu"),)
+        devices = gpus if gpus else (torch.device("cpu"),)
         return SearchIndex(kind, None, None, time.perf_counter() - started, _rows_bytes(xb), rows=xb, devices=devices)
-    if kind == "flat" and (on_gpu or not has_faiss()):
-        vectors = torch.from_numpy(np.ascontiguousarray(xb)).to(device if on_gpu else "cpu", torch.float16 if on_gpu else torch.float32)
-        return SearchIndex(kind, None, vectors, time.perf_counter() - started, vectors.numel() * vectors.element_size())
+    if kind == "flat" and not has_faiss():
+        shares = place(xb, (torch.device("cpu"),), dtype=torch.float32)
+        return SearchIndex(kind, None, shares, time.perf_counter() - started, _placed_bytes(shares))
     index = build_faiss(kind, xb, config, progress=progress, checkpoint=checkpoint)
     return SearchIndex(kind, index, None, time.perf_counter() - started, _serialized_bytes(index) if count_bytes else 0,
                        rows=xb if rerank else None, rerank=rerank)
+
+
+def shares_fit(rows: int, dim: int, free_bytes: list[int], *, itemsize: int = 2, headroom: float = 0.1) -> bool:
+    """Whether shares of a (rows, dim) matrix of `itemsize`-byte values, cut by `flat.share_bounds`,
+    fit devices with `free_bytes` each, leaving `headroom` of each one's free memory for the scans.
+
+    >>> shares_fit(21_000_000, 768, [139 * 2**30]), shares_fit(21_000_000, 768, [20 * 2**30, 20 * 2**30])
+    (True, True)
+    >>> shares_fit(21_000_000, 768, [20 * 2**30]), shares_fit(21_000_000, 768, [139 * 2**30], itemsize=4)
+    (False, True)
+    """
+    from .flat import share_bounds
+
+    bounds = share_bounds(rows, len(free_bytes))
+    return bool(free_bytes) and all((bounds[i + 1] - bounds[i]) * dim * itemsize <= free * (1 - headroom)
+                                    for i, free in enumerate(free_bytes))
+
+
+def _placed_bytes(shares: tuple[Share, ...]) -> int:
+    return sum(share.vectors.numel() * share.vectors.element_size() for share in shares)
 
 
 def _rows_bytes(xb) -> int:

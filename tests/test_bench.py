@@ -83,7 +83,8 @@ def test_gpu_bench_tiny_runs_on_cpu(tmp_path):
     assert gpu.main(["--tiny", "--device", "cpu", "--json", str(out)]) == 0
     report = json.loads(out.read_text())
     assert report["mismatches"] == [] and report["vs_transformers"][0]["identical"] == "2/2"
-    assert [row["batch"] for row in report["search"]] == [1, 32]
+    assert [(row["batch"], row["variant"].split()[0]) for row in report["search"]] == [(1, "fp16"), (1, "engine"), (32, "fp16"),
+                                                                                       (32, "engine")]
     assert report["question"][0]["new_tokens"] == gpu.TINY.new_tokens
 
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from rag_demo.flat import chunk_topk, inner_products, merge_topk, rerank, search
+from rag_demo.flat import chunk_topk, inner_products, merge_topk, place, rerank, search, search_placed, share_bounds
 from rag_demo.store import BlockRows, gather_rows, row_chunks
 
 CUDA = [torch.device("cuda", i) for i in range(torch.cuda.device_count())]
@@ -150,6 +150,72 @@ def test_cuda_devices_give_the_cpu_result(data, dtype, tmp_path):
         got = search(xq, mapped, 10, chunk_rows=128, devices=devices)
         assert np.array_equal(got[1], want[1])
         assert np.allclose(got[0], want[0], atol=1e-4)
+
+
+@pytest.mark.parametrize("parts, n", [(1, 1000), (3, 1000), (4, 2), (5, 1000)])
+def test_share_bounds_cover_every_row_once(parts, n):
+    bounds = share_bounds(n, parts)
+    assert bounds[0] == 0 and bounds[-1] == n and len(bounds) == parts + 1
+    sizes = np.diff(bounds)
+    assert sizes.min() >= 0 and sizes.max() - sizes.min() <= 1
+
+
+@pytest.mark.parametrize("parts", [1, 3])
+@pytest.mark.parametrize("chunk_rows", [7, 1000])
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+def test_placed_shares_give_the_chunked_search(data, parts, chunk_rows, dtype, tmp_path):
+    """Shares on several 'devices' (the CPU standing in for GPUs), read from a memory-mapped file in
+    chunks that straddle the shares' bounds, find what one pass over all rows finds."""
+    xb, xq = data
+    np.save(tmp_path / "v.npy", xb.astype(dtype))
+    mapped = np.load(tmp_path / "v.npy", mmap_mode="r")
+    shares = place(mapped, [torch.device("cpu")] * parts, dtype=torch.from_numpy(np.empty(0, dtype)).dtype,
+                   chunk_rows=chunk_rows)
+    assert [s.start for s in shares] == share_bounds(len(xb), parts)[:-1]
+    assert np.array_equal(torch.cat([s.vectors for s in shares]).numpy(), np.asarray(mapped))
+    for k in (1, 10):
+        want_scores, want_ids = oracle(xq, mapped, k)
+        scores, ids = search_placed(xq, shares, k)
+        assert scores.dtype == np.float32 and np.array_equal(ids, want_ids)
+        assert np.allclose(scores, want_scores, atol=1e-4)
+
+
+def test_placed_float32_rows_can_be_held_in_float16(data):
+    xb, xq = data
+    shares = place(xb, [torch.device("cpu")] * 2, dtype=torch.float16, chunk_rows=64)
+    assert all(s.vectors.dtype == torch.float16 for s in shares)
+    rounded = xb.astype(np.float16)  # what is searched is the rounded rows, exactly
+    scores, ids = search_placed(xq, shares, 10)
+    want_scores, want_ids = oracle(xq, rounded, 10)
+    assert np.array_equal(ids, want_ids) and np.allclose(scores, want_scores, atol=1e-4)
+
+
+def test_the_rescored_margin_recovers_rows_a_float16_scan_ties():
+    # every stored row scores 300 + 0.00025 i in float32, but 300 to float16's three digits: the
+    # scan alone keeps the lowest ids, re-scoring the margin's candidates puts the best first
+    xb = np.stack([np.full(20, 300.0), np.arange(20) * 0.25], axis=1).astype(np.float16)  # (20, 2), values exact in float16
+    xq = np.array([[1.0, 0.001]], dtype=np.float32)
+    shares = place(xb, [torch.device("cpu")], dtype=torch.float16)
+    assert search_placed(xq, shares, 3, margin=0)[1].tolist() != [[19, 18, 17]]
+    scores, ids = search_placed(xq, shares, 3)
+    assert ids.tolist() == [[19, 18, 17]] and np.allclose(scores, 300 + 0.00025 * np.array([[19, 18, 17]]), atol=1e-4)
+
+
+def test_placed_search_pads_and_skips_empty_shares():
+    xb = np.eye(2, dtype=np.float32)
+    shares = place(xb, [torch.device("cpu")] * 4, dtype=torch.float32)  # two of four shares hold no row
+    assert sorted(len(s.vectors) for s in shares) == [0, 0, 1, 1]
+    scores, ids = search_placed(np.array([[1.0, 0.5]], dtype=np.float32), shares, 3)
+    assert ids.tolist() == [[0, 1, -1]] and scores[0, 2] == -np.inf
+
+
+@needs_cuda
+def test_placed_on_cuda_gives_the_cpu_result(data):
+    xb, xq = data
+    half = xb.astype(np.float16)
+    want = search(xq, half, 10)
+    got = search_placed(xq, place(half, CUDA, dtype=torch.float16, chunk_rows=128), 10)
+    assert np.array_equal(got[1], want[1]) and np.allclose(got[0], want[0], atol=1e-4)
 
 
 def test_workspace_buffers_are_reused_while_big_enough():

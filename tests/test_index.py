@@ -64,7 +64,7 @@ def on_disk(vectors, tmp_path_factory):
 
 def test_flat_over_a_memmap_is_exact_and_copies_nothing(on_disk):
     flat = build_index("flat", on_disk, IndexConfig())
-    assert flat.faiss_index is None and flat.vectors is None and flat.rows is on_disk
+    assert flat.faiss_index is None and flat.shares is None and flat.rows is on_disk
     assert flat.nbytes == on_disk.nbytes
     widened = np.asarray(on_disk, dtype=np.float32)
     scores, ids = flat.search(widened[:7], 5)
