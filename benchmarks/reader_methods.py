@@ -37,6 +37,10 @@ def _cell(report: dict, key: str) -> str:
     return f"{100 * value:.1f} ({100 * bounds[0]:.1f}-{100 * bounds[1]:.1f})" if bounds else f"{100 * value:.1f}"
 
 
+def _row(label: str, r: dict) -> str:
+    return f"| {label} | {r['kb']} | {r['variant']} | {r['n']} | {_cell(r, 'exact_match')} | {_cell(r, 'original_match')} |"
+
+
 def _recipe(fields: str) -> ReaderTuningConfig:
     """The default adapter recipe with FIELD=VALUE pairs (joined by '+') changed, each value read as its field's type."""
     base = ReaderTuningConfig()
@@ -73,6 +77,8 @@ def main(argv=None) -> int:
         reports = evaluate_table(engine, kbs=kbs, ks=(args.k or 1,), n=args.n, seed=args.seed, variants=variants,
                                  gold_passage=gold)
         logging.info("%s: %.0f s", label, time.perf_counter() - started)
+        for r in reports:  # logged as soon as measured: a run stopped later keeps what it measured
+            logging.info("%s", _row(label, r))
         return [(label, r) for r in reports]
 
     rows = measure(f"LoRA adapter ({prepared.reader_adapter_path.name})")
@@ -97,7 +103,7 @@ def main(argv=None) -> int:
     print("| reader | KB | variant | n | EM (95% CI) | real-world answer (95% CI) |")
     print("|---|---|---|---|---|---|")
     for label, r in rows:
-        print(f"| {label} | {r['kb']} | {r['variant']} | {r['n']} | {_cell(r, 'exact_match')} | {_cell(r, 'original_match')} |")
+        print(_row(label, r))
     return 0
 
 

@@ -67,3 +67,34 @@ def test_toy_run_of_bm25(scale, tmp_path):
     assert row["source_at_10"] >= 0.8 and row["ms_per_question"] > 0 and row["open_ms"] > 0 and row["dict_mb"] >= 0
     text = scale.bm25_table([row])
     assert text.count("\n") == 2 and f"| 2,000 | {row['terms']:,} | {row['postings']:,} |" in text
+
+
+def test_extrapolation_to_the_papers_scale(scale, tmp_path, capsys):
+    import json
+
+    rows = [{"n": 1_000_000, "dim": 384, "kind": "flat", "label": "flat (fp16 memmap, chunks)", "ms_per_question": 500.0,
+             "RssAnon": 300.0, "bytes": 768_000_000},
+            {"n": 100_000, "dim": 384, "kind": "flat", "label": "flat (fp16 memmap, chunks)", "ms_per_question": 50.0,
+             "RssAnon": 250.0, "bytes": 76_800_000},
+            {"n": 1_000_000, "dim": 384, "kind": "hnsw", "label": "hnsw", "bytes": 1_808_000_000, "ms_per_question": 0.2,
+             "RssAnon": 228.0},
+            {"n": 1_000_000, "dim": 384, "kind": "ivfpq", "label": "ivfpq", "pq_bytes": 48, "bytes": 58_000_000,
+             "ms_per_question": 2.0, "RssAnon": 217.0},
+            {"n": 1_000_000, "dim": 384, "kind": "bm25", "bytes": 694_000_000, "ms_per_question": 14.0, "RssAnon": 151.0},
+            {"n": 5_000_000, "kind": "hnsw", "skipped": "not built"}]
+    out = {r["index"]: r for r in scale.extrapolate(rows)}
+    flat = out["flat (fp16 memmap, chunks)"]
+    assert flat["from_n"] == 1_000_000 and flat["bytes"] == 21_000_000 * 768 * 2
+    assert flat["ms_per_question"] == pytest.approx(500 * 21 * 2)  # N x D
+    assert out["hnsw"]["bytes"] == pytest.approx(21_000_000 * (768 * 4 + 1808 - 384 * 4), rel=1e-6)
+    assert out["ivfpq"]["bytes"] == 21_000_000 * (96 + 8) and out["ivfpq"]["ms_per_question"] == pytest.approx(4.0)
+    assert out["bm25"]["ms_per_question"] == pytest.approx(14.0 * 21)
+    assert [r["ms_per_question"] for r in out.values() if "H200" in r["index"]] == [8.0, 13.7]
+    measured = {"build_s": 1.0, "build_peak_mb": 1.0, "build_anon_peak_mb": 1.0, "VmRSS": 1.0, "VmHWM": 1.0,
+                "recall_at_10": 1.0, "terms": 1, "postings": 1, "vocabulary_bytes": 1, "dict_mb": 1.0, "open_ms": 1.0,
+                "source_at_10": 1.0}  # the other columns of the tables
+    saved = tmp_path / "rows.json"
+    saved.write_text(json.dumps({"rows": [r if r.get("skipped") else {**measured, **r} for r in rows]}))
+    assert scale.main(["--from-json", str(saved)]) == 0
+    printed = capsys.readouterr().out
+    assert "Extrapolated to 21,000,000 x 768" in printed and "| hnsw | not built |" in printed
