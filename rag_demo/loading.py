@@ -17,7 +17,7 @@ from .config import DEFAULT_GENERATOR, EngineConfig, cache_root
 from .corpus import KnowledgeBase, load_kb
 from .encoders import encoder_from_modules, load_encoder, load_pretrained
 from .engine import RagEngine
-from .errors import InputError, ModelLoadError
+from .errors import InputError, KnowledgeBaseError, ModelLoadError
 from .generator import generator_from_model, load_generator
 from .questions import examples_by_kb
 
@@ -149,18 +149,20 @@ def engine_from_config(config: EngineConfig = EngineConfig(), *, kb_paths: dict[
                      index_cache=cache_root() / "indexes", examples=_example_questions(kbs))
 
 
-def staged_default_engines(config: EngineConfig = EngineConfig(), *, progress=None) -> Iterator[tuple[RagEngine, Readiness]]:
+def staged_default_engines(config: EngineConfig = EngineConfig(), *, progress=None,
+                           extra_kbs: dict[str, KnowledgeBase] | None = None) -> Iterator[tuple[RagEngine, Readiness]]:
     """The offline default's engines as a first start builds it: one per `offline.prepare.Readiness`.
 
     The first answers with BM25 over the KBs' passages and the converted base generator, minutes
     after a cold start; each later one adds what was built meanwhile (dense vectors, the fine-tuned
     question side, the reading adapter). A model that did not change is handed on, not loaded
-    again. With everything cached there is one engine, the complete one.
+    again. With everything cached there is one engine, the complete one. `extra_kbs` (loaded
+    folders, e.g. a large KB given to `app.py --kb-path`) follow the default KBs in every engine.
     """
     from .offline.prepare import prepare_in_stages
 
     device = pick_device(config.device)
-    encoder = generator = question_path = adapter = kb_paths = None
+    encoder = generator = question_path = adapter = kb_paths = reported = None
     for readiness in prepare_in_stages(progress=progress, encoder_config=config.encoder, generator_config=config.generator):
         paths = readiness.paths
         if not paths.kb_paths:
@@ -180,7 +182,24 @@ def staged_default_engines(config: EngineConfig = EngineConfig(), *, progress=No
         # each engine gets its own dicts: a KB added to one (on the page) stays there
         engine = RagEngine(encoder=encoder, generator=generator, kbs=dict(kbs), config=config,
                            index_cache=cache_root() / "indexes", examples={name: list(qs) for name, qs in examples.items()})
+        add_extra_kbs(engine, extra_kbs or {}, report=encoder is not reported)
+        reported = encoder
         yield engine, readiness
+
+
+def add_extra_kbs(engine: RagEngine, kbs: dict[str, KnowledgeBase], *, report: bool = True) -> list[str]:
+    """Add `kbs` after the engine's own. One it cannot serve (vectors of another width than the
+    encoder's, a name already taken) is left out, with its reason logged as an error when `report`;
+    the reasons are returned."""
+    problems = []
+    for name, kb in kbs.items():
+        try:
+            engine.retriever.add_kb(name, kb)
+        except (KnowledgeBaseError, InputError) as err:
+            problems.append(f"knowledge base {name!r} left out: {err}")
+            if report:
+                log.error("%s", problems[-1])
+    return problems
 
 
 def _example_questions(kbs: dict[str, KnowledgeBase]) -> dict[str, list[str]]:

@@ -107,6 +107,14 @@ class Retriever:
             return loaded
         raise InputError(f"unknown knowledge base {name!r}; choose one of {', '.join(self.kbs)} or give a KB folder")
 
+    def add_kb(self, name: str, kb: KnowledgeBase) -> None:
+        """Register a loaded KB under `name`, after those already here; its vectors must fit the encoder."""
+        check_kb_matches_encoder(kb, self.encoder)
+        with self._lock:
+            if name in self.kbs:
+                raise InputError(f"a knowledge base named {name!r} is already loaded; give this one another name")
+            self.kbs[name] = kb
+
     def build_kb(self, name: str, passages: list[Passage], *, progress: Progress | None = None) -> KnowledgeBase:
         """Embed `passages` into an in-memory KB (e.g. a visitor's own text); nothing is written.
 

@@ -138,6 +138,52 @@ def test_own_kbs_with_the_default_generator_convert_it_and_build_nothing_else(de
     assert not (cache / "kbs").exists()
 
 
+def test_own_kbs_follow_the_default_ones_in_every_staged_engine(default_setup, monkeypatch, tmp_path, caplog):
+    """`app.py --kb-path`: a KB folder of one's own is listed after the defaults from the first
+    engine on; one the encoder cannot search, or a name already taken, is left out with its reason."""
+    import numpy as np
+
+    from rag_demo import loading
+    from rag_demo.config import EngineConfig
+    from rag_demo.corpus import write_kb
+
+    cache, encoder_config = default_setup
+    monkeypatch.setenv("RAG_DEMO_CACHE", str(cache))
+    rng = np.random.default_rng(0)
+
+    def kb_folder(name: str, dim: int) -> str:
+        vectors = rng.standard_normal((2, dim)).astype(np.float32)
+        return str(write_kb(tmp_path / name, name=name, titles=["Ada Lovelace", "Brooklyn Bridge"],
+                            texts=["Ada Lovelace wrote the notes on the engine.", "The bridge opened in 1883."],
+                            vectors=iter([vectors]), dim=dim))
+
+    extra = loading.load_kbs({"mine": kb_folder("mine", 16), "narrow": kb_folder("narrow", 8)})
+    extra["nq-wiki"] = extra["mine"]
+    with caplog.at_level(logging.ERROR, logger="rag_demo.loading"):
+        engines = [engine for engine, _ in loading.staged_default_engines(EngineConfig(encoder=encoder_config), extra_kbs=extra)]
+    assert len(engines) == 4
+    for engine in engines:
+        assert engine.kb_names == ("nq-wiki", "nq-counterfactual", "mine") and engine.kbs["mine"] is extra["mine"]
+        assert engine.kbs["nq-wiki"] is not extra["nq-wiki"]
+    result = engines[-1].ask("who wrote the notes on the engine?", kb="mine", k=2, closed_book=False, max_new_tokens=2)
+    assert {p.title for p in result.passages} == {"Ada Lovelace", "Brooklyn Bridge"}
+    errors = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
+    assert any("'narrow' left out" in e and "8-dim" in e for e in errors), errors
+    assert any("'nq-wiki' left out" in e and "already loaded" in e for e in errors), errors
+
+
+def test_app_reads_own_kbs_from_its_arguments_and_the_environment(tmp_path, capsys):
+    import app
+
+    assert app.kb_paths_from(["big=/data/big"], {"RAG_DEMO_KB_PATHS": "a=/x, b=/y"}) == {"big": "/data/big", "a": "/x", "b": "/y"}
+    for items, environ in ((["big"], {}), ([], {"RAG_DEMO_KB_PATHS": "=/x"}), (["a=/x", "a=/y"], {})):
+        with pytest.raises(ValueError):
+            app.kb_paths_from(items, environ)
+    with pytest.raises(SystemExit) as stopped:  # stops with its reason before anything is served
+        app.main(argv=["--kb-path", f"big={tmp_path / 'missing'}"])
+    assert "does not exist" in str(stopped.value.code) and "Traceback" not in str(stopped.value.code)
+
+
 def test_a_second_build_of_the_same_cache_waits_for_the_first(tmp_path):
     held, order, waiting = threading.Event(), [], []
 
