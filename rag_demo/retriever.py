@@ -38,6 +38,9 @@ from .store import gather_rows
 
 log = logging.getLogger(__name__)
 
+# An approximate index over more rows than this is not built inside an ask or a page event: at 1M
+# rows HNSW took 4 minutes and 2.2 GB on 2 cores (docs/scale.md); `build-index` builds it once.
+BUILD_WHILE_SERVING_MAX_ROWS = 1_000_000
 PRIVATE_INDEX_SLOTS = 16  # indexes of visitors' own KBs kept in memory, least recently used dropped
 
 
@@ -163,6 +166,12 @@ class Retriever:
         _require_vectors(knowledge, "dense search")
 
         def build(registered: bool) -> SearchIndex:
+            if (kind != "flat" and len(knowledge) > BUILD_WHILE_SERVING_MAX_ROWS
+                    and kind not in self.prebuilt_kinds(knowledge)):
+                where = knowledge.path if knowledge.path is not None else "KB_FOLDER"
+                raise InputError(f"the {kind} index of {knowledge.name} ({len(knowledge):,} passages) is not built yet, and "
+                                 f"building it takes minutes and gigabytes; build it once with `python -m rag_demo "
+                                 f"build-index {where} --kind {kind}`, then choose it again. Exact (flat) search works meanwhile.")
             cache_dir = (knowledge.path / "indexes") if (registered and knowledge.path is not None) else None
             if cache_dir is None and registered and self.index_cache is not None:
                 cache_dir = self.index_cache / knowledge.fingerprint

@@ -179,3 +179,19 @@ def test_an_index_build_reports_its_progress_once(encoder, tiny_kb):
     assert heard[0] == ("building the ivfpq index of tiny", 0, n) and heard[-1] == ("building the ivfpq index of tiny", n, n)
     retriever.search_index("tiny", "ivfpq", progress=lambda *args: heard.append(args))  # held: nothing is built
     assert len(heard) == 2
+
+
+def test_a_large_kbs_approximate_index_is_built_by_the_command_not_in_an_ask(encoder, tiny_kb, tmp_path, monkeypatch):
+    from rag_demo import retriever as retriever_module
+    from rag_demo.cli import main
+    from rag_demo.corpus import load_kb, save_kb
+
+    folder = save_kb(tiny_kb, tmp_path / "big", vectors="float16")
+    monkeypatch.setattr(retriever_module, "BUILD_WHILE_SERVING_MAX_ROWS", len(tiny_kb) - 1)  # "large" from here
+    retriever = Retriever(encoder=encoder, kbs={"big": load_kb(folder, name="big")})
+    with pytest.raises(InputError, match=f"build-index {folder} --kind hnsw") as refused:
+        retriever.retrieve(QUESTION, kb="big", k=2, index="hnsw")
+    assert "Exact (flat) search works meanwhile" in str(refused.value) and not (folder / "indexes").exists()
+    assert len(retriever.retrieve(QUESTION, kb="big", k=2, index="flat").passages) == 2
+    assert main(["build-index", str(folder), "--kind", "hnsw"]) == 0
+    assert retriever.retrieve(QUESTION, kb="big", k=2, index="hnsw").passages  # saved once: now served
