@@ -202,6 +202,8 @@ class Retriever:
         """Build time, bytes, recall@k against flat and query latency of each index variant."""
         knowledge = self.resolve_kb(kb)
         _require_vectors(knowledge, "comparing the index variants")
+        for kind in INDEX_KINDS:  # every index first: one a large KB lacks is refused before minutes of measuring
+            self.search_index(knowledge, kind)
         flat = self.search_index(knowledge, "flat")
         reports = []
         for kind in INDEX_KINDS:

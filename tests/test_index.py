@@ -135,3 +135,20 @@ def test_a_prebuilt_index_of_another_type_is_left_aside(vectors, tmp_path, caplo
     faiss.write_index(other, str(path))
     index = cached_index("ivfpq", vectors, "fp", None, IndexConfig(), prebuilt=path)
     assert type(index.faiss_index).__name__ == "IndexIVFPQ" and "none of flat, hnsw, ivfpq" in caplog.text
+
+
+def test_latency_is_timed_on_a_few_questions_when_search_is_slow(monkeypatch):
+    from rag_demo import index as index_module
+
+    xb = np.random.default_rng(0).standard_normal((300, 8)).astype(np.float32)
+    flat = build_index("flat", xb, IndexConfig())
+    calls = []
+    real = flat.search
+    monkeypatch.setattr(flat, "search", lambda xq, k: calls.append(len(xq)) or real(xq, k))
+    monkeypatch.setattr(index_module, "TIMING_SECONDS", 0.0)  # every question "slow": the floor of 3 is timed
+    report = index_module.measure(flat, flat, xb, queries=50)
+    assert calls == [50, 1, 1, 1, 50] and report.recall_at_k == 1.0 and report.query_ms > 0
+    monkeypatch.setattr(index_module, "TIMING_SECONDS", 60.0)
+    calls.clear()
+    index_module.measure(flat, flat, xb, queries=50)
+    assert calls == [50] + [1] * 50 + [50]

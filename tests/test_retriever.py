@@ -192,6 +192,11 @@ def test_a_large_kbs_approximate_index_is_built_by_the_command_not_in_an_ask(enc
     with pytest.raises(InputError, match=f"build-index {folder} --kind hnsw") as refused:
         retriever.retrieve(QUESTION, kb="big", k=2, index="hnsw")
     assert "Exact (flat) search works meanwhile" in str(refused.value) and not (folder / "indexes").exists()
+    measured = []
+    monkeypatch.setattr(retriever_module, "measure", lambda *args, **kwargs: measured.append(args))
+    with pytest.raises(InputError, match="build-index"):
+        retriever.index_reports("big")
+    assert measured == []  # refused before measuring anything
     assert len(retriever.retrieve(QUESTION, kb="big", k=2, index="flat").passages) == 2
     assert main(["build-index", str(folder), "--kind", "hnsw"]) == 0
     assert retriever.retrieve(QUESTION, kb="big", k=2, index="hnsw").passages  # saved once: now served
