@@ -21,6 +21,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from .config import (BM25_SCALE, DEFAULT_ENCODER, DEFAULT_LEXICAL_WEIGHT, INDEX_KINDS, LIMITS, RETRIEVERS, IndexConfig,
@@ -342,7 +343,7 @@ class Retriever:
         lexical = self.lexical_index(knowledge).scores(question) if hybrid else None  # (N,)
         recall = None
         if rows is None and hybrid and index == "flat":
-            ids = list(range(len(knowledge)))  # exact search: every passage's dense + lexical logit
+            ids = np.arange(len(knowledge))  # exact search: every passage's dense + lexical logit
             scores = inner_products(query, knowledge.embeddings)[0]  # (N,), the rows read in chunks
         else:
             ids, recall = (rows, None) if rows is not None else self._candidates(knowledge, query, k, index, lexical)
@@ -420,7 +421,11 @@ def top_k(knowledge: KnowledgeBase, ids: Sequence[int], scores: torch.Tensor, le
     `ids` are C KB rows; `scores`, `lexical`, `logits` are (C,) in the same order. Returns K = min(k, C)
     passages and (K,) log p(z|x).
     """
-    order = torch.argsort(logits, descending=True, stable=True)[:k]
+    if len(logits) > 4 * k:  # millions of candidates (hybrid over a large KB): sort only those that can make the top k
+        contenders = torch.nonzero(logits >= torch.topk(logits, k).values[-1]).flatten()  # ascending, so ties keep order
+        order = contenders[torch.argsort(logits[contenders], descending=True, stable=True)[:k]]
+    else:
+        order = torch.argsort(logits, descending=True, stable=True)[:k]
     scores, lexical, logits = scores[order], lexical[order], logits[order]
     doc_lp = doc_logprobs(logits[None])[0]  # (K,)
     passages = tuple(
@@ -428,7 +433,7 @@ def top_k(knowledge: KnowledgeBase, ids: Sequence[int], scores: torch.Tensor, le
             rank=rank + 1, id=row, title=knowledge.titles[row], text=knowledge.texts[row],
             score=float(scores[rank]), prob=float(doc_lp[rank].exp()), logit=float(logits[rank]), lexical=float(lexical[rank]),
         )
-        for rank, row in enumerate(ids[i] for i in order.tolist())
+        for rank, row in enumerate(int(ids[i]) for i in order.tolist())
     )
     return passages, doc_lp
 

@@ -200,3 +200,20 @@ def test_a_large_kbs_approximate_index_is_built_by_the_command_not_in_an_ask(enc
     assert len(retriever.retrieve(QUESTION, kb="big", k=2, index="flat").passages) == 2
     assert main(["build-index", str(folder), "--kind", "hnsw"]) == 0
     assert retriever.retrieve(QUESTION, kb="big", k=2, index="hnsw").passages  # saved once: now served
+
+
+@pytest.mark.parametrize("k", [1, 3, 10])
+def test_top_k_over_many_candidates_orders_as_a_full_stable_sort(tiny_kb, k):
+    from rag_demo.retriever import top_k
+
+    n = len(tiny_kb)
+    rng = np.random.default_rng(k)
+    for _ in range(20):
+        c = 500  # candidates; rows repeat (the tiny KB is small), ties are many: logits from a few values
+        ids = rng.integers(0, n, size=c)
+        logits = torch.from_numpy(rng.integers(0, 6, size=c).astype(np.float32))
+        scores, lexical = logits / 2, torch.zeros(c)
+        passages, doc_lp = top_k(tiny_kb, ids, scores, lexical, logits, k)
+        want = torch.argsort(logits, descending=True, stable=True)[:k]
+        assert [p.id for p in passages] == [int(ids[i]) for i in want.tolist()]
+        assert [p.logit for p in passages] == logits[want].tolist() and doc_lp.shape == (k,)
