@@ -214,6 +214,33 @@ def test_prepare_fine_tunes_the_default_models_once_and_then_loads_nothing(offli
     assert travelled.kb_paths == {name: moved / path.relative_to(cache) for name, path in prepared.kb_paths.items()}
 
 
+def test_the_readers_training_questions_can_be_set_for_the_whole_build(offline_source, tmp_path, monkeypatch,
+                                                                         one_torch_thread):
+    """RAG_DEMO_READER_QUESTIONS: another adapter, in its own folder, found by every later lookup."""
+    from rag_demo.errors import InputError
+    from rag_demo.offline.tuned import build_reader_tuning
+
+    cache, _ = offline_source
+    folder = str(tiny_sentence_encoder(tmp_path / "encoder"))
+    monkeypatch.setattr("rag_demo.offline.tuned.DEFAULT_ENCODER", folder)
+    monkeypatch.setattr("rag_demo.offline.prepare.resolve_encoder_path", lambda model: model)
+    name, key = generator_key()
+    write_marker(tiny_causal_folder(cache / "models" / name), key)
+    default_folder = tuned_generator_path(cache=cache)
+    monkeypatch.setenv("RAG_DEMO_READER_QUESTIONS", "3")
+    prepared = prepare(cache=cache, encoder_config=EncoderConfig(model=folder, max_length=32))
+    adapter = prepared.reader_adapter_path
+    assert adapter == tuned_generator_path(cache=cache) != default_folder and not default_folder.exists()
+    assert json.loads((adapter / MARKER).read_text())["info"]["training_questions"] == 3
+    assert cached_tuned_generator(cache=cache) == adapter
+    monkeypatch.delenv("RAG_DEMO_READER_QUESTIONS")
+    assert cached_tuned_generator(cache=cache) is None  # the default recipe's adapter was never built
+    for wrong in ("many", "0", "-5", "1.5", "20000"):
+        with pytest.raises(InputError, match="RAG_DEMO_READER_QUESTIONS is the number of questions"):
+            build_reader_tuning({"RAG_DEMO_READER_QUESTIONS": wrong})
+    assert build_reader_tuning({"RAG_DEMO_READER_QUESTIONS": " "}).examples == 600
+
+
 # -- the generator as a reader ------------------------------------------------------------------------
 
 READING = [  # (passage row in tiny.PASSAGES, question, the answer that passage gives)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import os
 import random
 from collections.abc import Mapping
 from dataclasses import replace
@@ -24,6 +25,7 @@ from ..config import (
     TuningConfig,
 )
 from ..corpus import KnowledgeBase, Passage, load_kb
+from ..errors import InputError
 from ..progress import Progress, counted
 from ..evaluate import contains_answer
 from ..questions import SPLIT_VERSION, KBQuestion, load_questions, split_questions
@@ -42,6 +44,8 @@ TUNING_FORMAT = 1  # bump when `rag_demo.tuning` changes what it trains
 TUNING_CHECK_QUESTIONS = 1000  # held-out questions the build measures recall on, before and after
 TUNED_GENERATOR_NAME = "gemma3-270m-reader-adapter"
 READER_FORMAT = 3  # bump when `rag_demo.tuning` changes how the generator is trained; 3: float32 again after autocast
+READER_QUESTIONS_VARIABLE = "RAG_DEMO_READER_QUESTIONS"  # training questions of the build's reader, if not the default
+READER_QUESTIONS_MAX = 10_000  # the training split holds about 11,000 nq-wiki questions, some without a clear answer
 READER_CHECK_QUESTIONS = 100  # held-out questions (half of them counterfactual) whose answer loss the build records
 
 
@@ -139,6 +143,25 @@ def _prompt_digest() -> str:
     return hashlib.sha256(json.dumps(parts).encode()).hexdigest()[:16]
 
 
+def build_reader_tuning(environ: Mapping[str, str] | None = None) -> ReaderTuningConfig:
+    """The recipe the offline build trains its reader with: the default, or with RAG_DEMO_READER_QUESTIONS
+    training questions. Twice the default's 600 read better (docs/quality-notes.md) and take twice the
+    reader's training, so a host that builds its cache once may ask for them. One variable, read by
+    every entry point (app, commands, `prepare`), so all of them look for the same adapter.
+
+    >>> build_reader_tuning({}).examples, build_reader_tuning({"RAG_DEMO_READER_QUESTIONS": "1200"}).examples
+    (600, 1200)
+    """
+    environ = os.environ if environ is None else environ
+    text = environ.get(READER_QUESTIONS_VARIABLE, "").strip()
+    if not text:
+        return ReaderTuningConfig()
+    if not text.isdigit() or not 1 <= int(text) <= READER_QUESTIONS_MAX:
+        raise InputError(f"{READER_QUESTIONS_VARIABLE} is the number of questions the reader trains on, a whole number "
+                         f"from 1 to {READER_QUESTIONS_MAX:,} (the default is {ReaderTuningConfig().examples}); not {text!r}")
+    return replace(ReaderTuningConfig(), examples=int(text))
+
+
 def _recipe_text(tuning: ReaderTuningConfig) -> str:
     """The recipe as the key names it. A field at the value it implicitly had before it existed
     (no distractors, every block adapted) is left out, so adapters built then keep their key; with
@@ -151,14 +174,16 @@ def _recipe_text(tuning: ReaderTuningConfig) -> str:
     return f"{text}:no_answer={NO_ANSWER}"
 
 
-def tuned_generator_key(generator_config: GeneratorConfig = GeneratorConfig(), tuning: ReaderTuningConfig = ReaderTuningConfig()) -> str:
+def tuned_generator_key(generator_config: GeneratorConfig = GeneratorConfig(), tuning: ReaderTuningConfig | None = None) -> str:
     """What the fine-tuned generator is made from: the converted generator, the KBs' text (not their
-    embeddings: any encoder's default KBs hold the same passages), the recipe and the prompt."""
+    embeddings: any encoder's default KBs hold the same passages), the recipe (None: the build's,
+    `build_reader_tuning`) and the prompt."""
+    tuning = tuning or build_reader_tuning()
     return (f"{generator_key()[1]}:{SOURCE_SHA256}:kb{KB_FORMAT}:reader{READER_FORMAT}:{_recipe_text(tuning)}"
             f":prompt={_prompt_digest()}:max_prompt_tokens={generator_config.max_prompt_tokens}:split={SPLIT_VERSION}")
 
 
-def tuned_generator_path(generator_config: GeneratorConfig = GeneratorConfig(), tuning: ReaderTuningConfig = ReaderTuningConfig(),
+def tuned_generator_path(generator_config: GeneratorConfig = GeneratorConfig(), tuning: ReaderTuningConfig | None = None,
                          *, cache: str | Path | None = None) -> Path:
     """Where the fine-tuned generator lives (built or not); computing this loads nothing."""
     return _tuned_model_folder(TUNED_GENERATOR_NAME, tuned_generator_key(generator_config, tuning), cache)
@@ -254,7 +279,7 @@ def _reading_examples(generator, kbs: Mapping[str, KnowledgeBase], questions: li
 
 def ensure_tuned_generator(generator_path: Path, kb_paths: Mapping[str, Path], *,
                            generator_config: GeneratorConfig = GeneratorConfig(),
-                           tuning: ReaderTuningConfig = ReaderTuningConfig(), cache: str | Path | None = None,
+                           tuning: ReaderTuningConfig | None = None, cache: str | Path | None = None,
                            progress: Progress | None = None) -> Path:
     """Train (once) the default generator's reading adapter on gold passages (`tuning.tune_reader`);
     the adapter's folder. The base weights are not changed, so they still answer closed-book.
@@ -266,6 +291,7 @@ def ensure_tuned_generator(generator_path: Path, kb_paths: Mapping[str, Path], *
     from ..adapters import save_adapters
     from ..generator import load_generator
 
+    tuning = tuning or build_reader_tuning()
     if tuning.method != "lora":
         raise ValueError("the cached reader is an adapter; train a full fine-tune with `train_reader` instead")
     folder = tuned_generator_path(generator_config, tuning, cache=cache)
