@@ -80,16 +80,10 @@ def kb_paths_from(items: Sequence[str], environ: Mapping[str, str]) -> dict[str,
     >>> kb_paths_from(["big=/data/big"], {"RAG_DEMO_KB_PATHS": "a=/x, b=/y"})
     {'big': '/data/big', 'a': '/x', 'b': '/y'}
     """
+    from rag_demo.config import named_paths
+
     listed = [*items, *filter(None, (part.strip() for part in environ.get("RAG_DEMO_KB_PATHS", "").split(",")))]
-    paths = {}
-    for item in listed:
-        name, sep, path = item.partition("=")
-        if not sep or not name.strip() or not path.strip():
-            raise ValueError(f"a knowledge base is given as NAME=PATH, not {item!r}")
-        if name.strip() in paths:
-            raise ValueError(f"the knowledge base name {name.strip()!r} is given twice")
-        paths[name.strip()] = path.strip()
-    return paths
+    return named_paths(listed, what="--kb-path or RAG_DEMO_KB_PATHS")
 
 
 def load_extra_kbs(paths: dict[str, str]) -> dict:

@@ -25,6 +25,7 @@ from .config import (
     EncoderConfig,
     EngineConfig,
     GeneratorConfig,
+    named_paths,
 )
 from .corpus import VECTOR_DTYPES
 from .errors import RagDemoError
@@ -195,13 +196,10 @@ def _kb_paths(args) -> dict[str, str] | None:
         if kb and _names_a_folder(kb):
             return {kb: kb}
         return None
-    paths = {}
-    for item in args.kb_path:
-        name, sep, path = item.partition("=")
-        if not sep or not name or not path:
-            raise UsageError(f"--kb-path takes NAME=PATH, got {item!r}")
-        paths[name] = path
-    return paths
+    try:
+        return named_paths(args.kb_path)
+    except ValueError as err:
+        raise UsageError(str(err)) from None
 
 
 def _progress():

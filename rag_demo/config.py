@@ -46,6 +46,25 @@ class Limits:
 LIMITS = Limits()
 
 
+def named_paths(pairs, *, what: str = "--kb-path") -> dict[str, str]:
+    """NAME=PATH items (`--kb-path`, RAG_DEMO_KB_PATHS) as {name: path}, in order; ValueError for an
+    item that is not NAME=PATH or a name given twice.
+
+    >>> named_paths(["big=/data/big", " a = /x "])
+    {'big': '/data/big', 'a': '/x'}
+    """
+    paths = {}
+    for item in pairs:
+        name, sep, path = item.partition("=")
+        name, path = name.strip(), path.strip()
+        if not sep or not name or not path:
+            raise ValueError(f"{what} takes NAME=PATH, got {item!r}")
+        if name in paths:
+            raise ValueError(f"{what} names the knowledge base {name!r} twice")
+        paths[name] = path
+    return paths
+
+
 def cache_root() -> Path:
     """Where downloads, converted models and built knowledge bases live (`RAG_DEMO_CACHE` overrides)."""
     env = os.environ.get("RAG_DEMO_CACHE")
