@@ -35,7 +35,7 @@ import torch
 from .config import INDEX_KINDS, IndexConfig
 from .corpus import sha256_file
 from .errors import InputError, KnowledgeBaseError
-from .flat import Share, place, rerank, search_placed
+from .flat import Share, place, rerank, search_placed, share_bounds
 from .flat import search as flat_search
 from .index_build import CHECKPOINT_SECONDS, Checkpoint, apply_search_params, build_faiss
 from .results import IndexReport
@@ -185,8 +185,6 @@ def shares_fit(rows: int, dim: int, free_bytes: list[int], *, itemsize: int = 2,
     >>> shares_fit(21_000_000, 768, [20 * 2**30]), shares_fit(21_000_000, 768, [139 * 2**30], itemsize=4)
     (False, True)
     """
-    from .flat import share_bounds
-
     bounds = share_bounds(rows, len(free_bytes))
     return bool(free_bytes) and all((bounds[i + 1] - bounds[i]) * dim * itemsize <= free * (1 - headroom)
                                     for i, free in enumerate(free_bytes))

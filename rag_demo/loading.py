@@ -162,7 +162,7 @@ def staged_default_engines(config: EngineConfig = EngineConfig(), *, progress=No
     from .offline.prepare import prepare_in_stages
 
     device = pick_device(config.device)
-    encoder = generator = question_path = adapter = kb_paths = reported = None
+    encoder = generator = question_path = adapter = kb_paths = None
     for readiness in prepare_in_stages(progress=progress, encoder_config=config.encoder, generator_config=config.generator):
         paths = readiness.paths
         if not paths.kb_paths:
@@ -182,24 +182,18 @@ def staged_default_engines(config: EngineConfig = EngineConfig(), *, progress=No
         # each engine gets its own dicts: a KB added to one (on the page) stays there
         engine = RagEngine(encoder=encoder, generator=generator, kbs=dict(kbs), config=config,
                            index_cache=cache_root() / "indexes", examples={name: list(qs) for name, qs in examples.items()})
-        add_extra_kbs(engine, extra_kbs or {}, report=encoder is not reported)
-        reported = encoder
+        add_extra_kbs(engine, extra_kbs or {})
         yield engine, readiness
 
 
-def add_extra_kbs(engine: RagEngine, kbs: dict[str, KnowledgeBase], *, report: bool = True) -> list[str]:
+def add_extra_kbs(engine: RagEngine, kbs: dict[str, KnowledgeBase]) -> None:
     """Add `kbs` after the engine's own. One it cannot serve (vectors of another width than the
-    encoder's, a name already taken) is left out, with its reason logged as an error when `report`;
-    the reasons are returned."""
-    problems = []
+    encoder's, a name already taken) is left out, with its reason logged as an error."""
     for name, kb in kbs.items():
         try:
             engine.retriever.add_kb(name, kb)
         except (KnowledgeBaseError, InputError) as err:
-            problems.append(f"knowledge base {name!r} left out: {err}")
-            if report:
-                log.error("%s", problems[-1])
-    return problems
+            log.error("knowledge base %r left out: %s", name, err)
 
 
 def _example_questions(kbs: dict[str, KnowledgeBase]) -> dict[str, list[str]]:

@@ -203,15 +203,14 @@ class Retriever:
         """Build time, bytes, recall@k against flat and query latency of each index variant."""
         knowledge = self.resolve_kb(kb)
         _require_vectors(knowledge, "comparing the index variants")
-        for kind in INDEX_KINDS:  # every index first: one a large KB lacks is refused before minutes of measuring
-            self.search_index(knowledge, kind)
-        flat = self.search_index(knowledge, "flat")
+        # every index first: one a large KB lacks is refused before minutes of measuring
+        indexes = {kind: self.search_index(knowledge, kind) for kind in INDEX_KINDS}
         reports = []
-        for kind in INDEX_KINDS:
+        for kind, index in indexes.items():
             key = (knowledge.fingerprint, f"{kind}@{k}")
             with self._lock:
                 if key not in self._reports:
-                    self._reports[key] = measure(self.search_index(knowledge, kind), flat, knowledge.embeddings, k=k)
+                    self._reports[key] = measure(index, indexes["flat"], knowledge.embeddings, k=k)
                 reports.append(self._reports[key])
         return reports
 
