@@ -8,24 +8,10 @@ import time
 
 import pytest
 
-from rag_demo.config import EncoderConfig
 from rag_demo.offline import cache as cache_module
-from rag_demo.offline.cache import Timeline, build_lock, recording_timeline, timed, write_marker
-from rag_demo.offline.gguf import generator_key
+from rag_demo.offline.cache import Timeline, build_lock, recording_timeline, timed
 from rag_demo.offline.prepare import STAGES, prepare_in_stages
-from tests.test_tuning import tiny_causal_folder, tiny_sentence_encoder
-
-
-@pytest.fixture
-def default_setup(offline_source, tmp_path, monkeypatch, one_torch_thread):
-    """(cache, encoder config): a tiny BERT and a tiny Llama stand in for the default models."""
-    cache, _ = offline_source
-    folder = str(tiny_sentence_encoder(tmp_path / "encoder"))
-    monkeypatch.setattr("rag_demo.offline.tuned.DEFAULT_ENCODER", folder)
-    monkeypatch.setattr("rag_demo.offline.prepare.resolve_encoder_path", lambda model: model)
-    name, key = generator_key()
-    write_marker(tiny_causal_folder(cache / "models" / name), key)
-    return cache, EncoderConfig(model=folder, max_length=32)
+from tests.test_tuning import default_setup  # noqa: F401  (a fixture)
 
 
 def test_a_first_start_serves_bm25_first_then_each_part_as_it_is_built(default_setup, caplog):

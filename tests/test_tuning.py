@@ -150,19 +150,24 @@ def tiny_causal_folder(folder: Path) -> Path:
     return folder
 
 
-def test_prepare_fine_tunes_the_default_models_once_and_then_loads_nothing(offline_source, tmp_path, monkeypatch,
-                                                                             one_torch_thread):
+@pytest.fixture
+def default_setup(offline_source, tmp_path, monkeypatch, one_torch_thread):
+    """(cache, encoder config): a tiny BERT and a tiny Llama stand in for the default models."""
+    cache, _ = offline_source
+    folder = str(tiny_sentence_encoder(tmp_path / "encoder"))
+    monkeypatch.setattr("rag_demo.offline.tuned.DEFAULT_ENCODER", folder)
+    monkeypatch.setattr("rag_demo.offline.prepare.resolve_encoder_path", lambda model: model)
+    name, key = generator_key()
+    write_marker(tiny_causal_folder(cache / "models" / name), key)
+    return cache, EncoderConfig(model=folder, max_length=32)
+
+
+def test_prepare_fine_tunes_the_default_models_once_and_then_loads_nothing(default_setup, tmp_path, monkeypatch):
     """The wiring of `prepare`: the default encoder (a tiny BERT here) gets its question side
     tuned after the KBs are built, then the default generator (a tiny Llama) its reading; a warm
     prepare then loads no model and returns the same folders."""
-    cache, _ = offline_source
-    folder = str(tiny_sentence_encoder(tmp_path / "encoder"))
-    monkeypatch.setattr("rag_demo.offline.tuned.DEFAULT_ENCODER", folder)  # the default, as far as `prepare` can tell
-    monkeypatch.setattr("rag_demo.offline.prepare.resolve_encoder_path", lambda model: model)
-    name, key = generator_key()
-    generator = tiny_causal_folder(cache / "models" / name)
-    write_marker(generator, key)
-    config = EncoderConfig(model=folder, max_length=32)
+    cache, config = default_setup
+    folder, generator = config.model, cache / "models" / generator_key()[0]
     prepared = prepare(cache=cache, encoder_config=config)
     assert prepared.question_encoder_path == tuned_encoder_path(config, cache=cache)
     assert marker_problem(prepared.question_encoder_path, tuned_encoder_key(config)) is None
@@ -214,21 +219,15 @@ def test_prepare_fine_tunes_the_default_models_once_and_then_loads_nothing(offli
     assert travelled.kb_paths == {name: moved / path.relative_to(cache) for name, path in prepared.kb_paths.items()}
 
 
-def test_the_readers_training_questions_can_be_set_for_the_whole_build(offline_source, tmp_path, monkeypatch,
-                                                                         one_torch_thread):
+def test_the_readers_training_questions_can_be_set_for_the_whole_build(default_setup, monkeypatch):
     """RAG_DEMO_READER_QUESTIONS: another adapter, in its own folder, found by every later lookup."""
     from rag_demo.errors import InputError
     from rag_demo.offline.tuned import build_reader_tuning
 
-    cache, _ = offline_source
-    folder = str(tiny_sentence_encoder(tmp_path / "encoder"))
-    monkeypatch.setattr("rag_demo.offline.tuned.DEFAULT_ENCODER", folder)
-    monkeypatch.setattr("rag_demo.offline.prepare.resolve_encoder_path", lambda model: model)
-    name, key = generator_key()
-    write_marker(tiny_causal_folder(cache / "models" / name), key)
+    cache, config = default_setup
     default_folder = tuned_generator_path(cache=cache)
     monkeypatch.setenv("RAG_DEMO_READER_QUESTIONS", "3")
-    prepared = prepare(cache=cache, encoder_config=EncoderConfig(model=folder, max_length=32))
+    prepared = prepare(cache=cache, encoder_config=config)
     adapter = prepared.reader_adapter_path
     assert adapter == tuned_generator_path(cache=cache) != default_folder and not default_folder.exists()
     assert json.loads((adapter / MARKER).read_text())["info"]["training_questions"] == 3
