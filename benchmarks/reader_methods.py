@@ -4,6 +4,7 @@
     python -m benchmarks.reader_methods --n 100 --seed 0 --k 5      # retrieved passages, both variants
     python -m benchmarks.reader_methods --n 100 --readers lora:examples=1200   # the adapter against another recipe
     python -m benchmarks.reader_methods --k 5 --n 150 --seed 7 --readers lora:distractors=600   # reading beside distractors
+    python -m benchmarks.reader_methods --k 5 --n 150 --seed 7 --readers lora:marginal_passages=4+examples=300   # the paper's loss
 
 Builds the offline default if needed, then asks the same sampled held-out questions of the cached
 adapter and of each of `--readers`: `base` (the converted generator), `full` (a full fine-tune
@@ -53,6 +54,11 @@ def _recipe(fields: str) -> ReaderTuningConfig:
     return replace(base, **changes)
 
 
+def _retrieved(retrieval) -> tuple[list[int], list[float]]:
+    """(rows, log p(z|x)) of an engine retrieval, for marginal training (`lora:marginal_passages=K`)."""
+    return [passage.id for passage in retrieval.passages], retrieval.doc_lp.tolist()
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n", type=int, default=300, help="held-out questions per KB")
@@ -93,7 +99,8 @@ def main(argv=None) -> int:
             continue
         recipe = FULL_RECIPE if name == "full" else _recipe(fields)
         started = time.perf_counter()
-        info = train_reader(engine.generator, prepared.kb_paths, tuning=recipe, autocast=not args.float32, check_before=True)
+        info = train_reader(engine.generator, prepared.kb_paths, tuning=recipe, autocast=not args.float32, check_before=True,
+                            retrieve=lambda kb, question, k, rows: _retrieved(engine.retrieve(question, kb=kb, k=k, rows=rows)))
         logging.info("%s: trained in %.0f s, answer loss %.3f -> %.3f", reader, time.perf_counter() - started,
                      info["answer_loss_before"], info["answer_loss_after"])
         rows += measure(f"full fine-tune (every weight but the embeddings), {info['precision']}" if name == "full"

@@ -127,6 +127,11 @@ class ReaderTuningConfig:
     # back-propagates only through those: with the top half, a step took 0.64 of one through all
     # 18 of Gemma-3-270m's blocks, and the reading was as good (docs/quality-notes.md)
     adapted_share: float = 0.5
+    # 0 reads each training question with its gold passage alone. K >= 2 trains with the paper's
+    # loss instead (`tuning.marginal_loss`): the question read with each of its top K passages under
+    # the engine's retrieval (the gold one in place of the K-th when it is not among them), p(z|x)
+    # fixed. K prompts a question, so `examples` should shrink to keep the cost
+    marginal_passages: int = 0
 
 
 @dataclass(frozen=True)

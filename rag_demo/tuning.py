@@ -174,13 +174,15 @@ def _answer_logits(model: torch.nn.Module, hidden: torch.Tensor) -> torch.Tensor
     return torch.tanh(logits / cap) * cap if cap else logits
 
 
-def reading_loss(model: torch.nn.Module, shared_ids: Sequence[int], batch: Sequence[ReadingExample]) -> torch.Tensor:
-    """Mean negative log-likelihood of the answer tokens of `batch`, each read after its own prompt.
+def _answer_token_logprobs(model: torch.nn.Module, shared_ids: Sequence[int], batch: Sequence[ReadingExample]
+                           ) -> tuple[torch.Tensor, torch.Tensor]:
+    """((B, T) float32 log-prob of each row's next token, (B, T) bool: that token is an answer token).
 
     Every prompt begins with `shared_ids`. That block's keys and values are computed once per batch
     and held constant (no gradient flows into them): it is about half of each prompt, so this
     nearly halves a step, and every layer still learns from each example's own passage, question
-    and answer. Rows are right-padded; positions continue after the shared block.
+    and answer. Rows are right-padded; positions continue after the shared block. Only the answer
+    positions go through the output head.
     """
     device = next(model.parameters()).device
     shared = len(shared_ids)
@@ -199,13 +201,62 @@ def reading_loss(model: torch.nn.Module, shared_ids: Sequence[int], batch: Seque
     hidden = model.base_model(input_ids=tokens, attention_mask=mask, position_ids=positions,
                               cache=_shared_block_cache(model, shared_ids, len(rows)), use_cache=True).last_hidden_state
     scored = labels != -100
-    return torch.nn.functional.cross_entropy(_answer_logits(model, hidden[scored]).float(), labels[scored])
+    logprobs = torch.log_softmax(_answer_logits(model, hidden[scored]).float(), dim=-1)  # (M, V)
+    picked = torch.zeros(labels.shape, dtype=torch.float32, device=device)
+    picked[scored] = logprobs.gather(1, labels[scored].unsqueeze(1)).squeeze(1)
+    return picked, scored
+
+
+def reading_loss(model: torch.nn.Module, shared_ids: Sequence[int], batch: Sequence[ReadingExample]) -> torch.Tensor:
+    """Mean negative log-likelihood of the answer tokens of `batch`, each read after its own prompt."""
+    picked, scored = _answer_token_logprobs(model, shared_ids, batch)
+    return -picked[scored].mean()
+
+
+@dataclass(frozen=True)
+class MarginalExample:
+    """One question read with each of its top K retrieved passages, and its answer (the paper's training).
+
+    Every read's `answer_ids` are the same answer; `doc_logprobs` (K,) is log p(z|x) of the reads'
+    passages under the retriever, held fixed: only the generator learns here.
+    """
+
+    reads: tuple[ReadingExample, ...]  # (K,)
+    doc_logprobs: tuple[float, ...]  # (K,)
+
+    def __post_init__(self):
+        if not self.reads or len(self.reads) != len(self.doc_logprobs):
+            raise ValueError("a marginal example needs one log p(z|x) for each of its reads")
+        if len({read.answer_ids for read in self.reads}) != 1:
+            raise ValueError("every read of a marginal example has the same answer")
+
+
+def marginal_loss(model: torch.nn.Module, shared_ids: Sequence[int], batch: Sequence[MarginalExample]) -> torch.Tensor:
+    """Mean over `batch` of RAG-Sequence's negative log marginal likelihood, per answer token:
+
+        -log sum_z p(z|x) prod_i p(y_i|x, z, y<i) / |y|
+
+    (paper, eq. 1, over each question's top K). Its gradient reaches each passage's read in
+    proportion to p(z|x, y), the posterior of the passage given the answer, so reads whose passage
+    holds the answer learn most. Dividing by |y| keeps the scale of `reading_loss`, so one learning
+    rate serves both.
+    """
+    reads = [read for example in batch for read in example.reads]
+    picked, _ = _answer_token_logprobs(model, shared_ids, reads)
+    sequence = picked.sum(dim=1)  # (B * K,) log p(y|x,z); non-answer positions hold 0
+    losses, start = [], 0
+    for example in batch:
+        count = len(example.reads)
+        doc = torch.tensor(example.doc_logprobs, dtype=torch.float32, device=sequence.device)  # (K,)
+        losses.append(-torch.logsumexp(doc + sequence[start:start + count], dim=0) / len(example.reads[0].answer_ids))
+        start += count
+    return torch.stack(losses).mean()
 
 
 def tune_reader(
     model: torch.nn.Module,
     shared_ids: Sequence[int],
-    examples: Sequence[ReadingExample],
+    examples: Sequence[ReadingExample] | Sequence[MarginalExample],
     *,
     config: ReaderTuningConfig = ReaderTuningConfig(),
     progress: Callable[[int, int], None] | None = None,
@@ -219,15 +270,29 @@ def tune_reader(
     parameters, and the vocabulary needs no new meaning. `progress(done, total)` after every step.
     `autocast` runs forward and backward in bfloat16 where that is native (`rag_demo.precision`):
     weights, optimizer state and the answer log-softmax stay float32.
+
+    `examples` are either all `ReadingExample`s (one passage each, `reading_loss`) or all
+    `MarginalExample`s (a question's top K, `marginal_loss`); a step then takes
+    `config.batch_size // K` questions, so it reads about as many prompts either way.
     """
     if not examples:
         raise ValueError("no reading examples")
-    if any(tuple(example.prompt_ids[:len(shared_ids)]) != tuple(shared_ids) for example in examples):
+    marginal = isinstance(examples[0], MarginalExample)
+    if any(isinstance(example, MarginalExample) != marginal for example in examples):
+        raise ValueError("train on reading examples or on marginal examples, not both")
+    reads = [read for example in examples for read in example.reads] if marginal else list(examples)
+    if any(tuple(read.prompt_ids[:len(shared_ids)]) != tuple(shared_ids) for read in reads):
         raise ValueError("every prompt must begin with the shared block")
     torch.manual_seed(config.seed)
+    if marginal:
+        lengths = [max(len(read.prompt_ids) + len(read.answer_ids) for read in example.reads) for example in examples]
+        batch_size = max(1, config.batch_size // max(len(example.reads) for example in examples))
+        loss_of = marginal_loss
+    else:
+        lengths = [len(example.prompt_ids) + len(example.answer_ids) for example in examples]
+        batch_size, loss_of = config.batch_size, reading_loss
     batches = [batch for epoch in range(config.epochs)
-               for batch in length_sorted_batches([len(example.prompt_ids) + len(example.answer_ids) for example in examples],
-                                                  batch_size=config.batch_size, window=config.sort_window,
+               for batch in length_sorted_batches(lengths, batch_size=batch_size, window=config.sort_window,
                                                   seed=config.seed + epoch)]
     if config.method == "lora":
         if adapter_switch(model) is None:
@@ -257,7 +322,7 @@ def tune_reader(
         for step in range(total):
             batch = [examples[i] for i in batches[step]]
             with build_autocast(device, enabled=autocast):
-                loss = reading_loss(model, shared_ids, batch)
+                loss = loss_of(model, shared_ids, batch)
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(trained, 1.0)

@@ -33,7 +33,9 @@ from rag_demo.offline.tuned import (
     cached_tuned_generator,
     distractor_rows,
     ensure_tuned_encoder,
+    marginal_examples,
     reading_questions,
+    train_reader,
     training_split,
     tuned_encoder_key,
     tuned_encoder_path,
@@ -307,6 +309,95 @@ def test_reading_loss_with_the_shared_block_cached_equals_plain_full_forwards(re
             count += len(example.answer_ids)
     assert got == pytest.approx(total / count, rel=1e-5)
     assert tuning.mean_answer_loss(generator.model, shared, examples, batch_size=4) == pytest.approx(got, rel=1e-5)
+
+
+def _grouped(examples, answer_of, doc_logprobs):
+    """Marginal examples: for each answer index in `answer_of`, every example's prompt read with that answer."""
+    return [tuning.MarginalExample(tuple(tuning.ReadingExample(e.prompt_ids, examples[a].answer_ids) for e in examples[:len(doc)]),
+                                   tuple(doc)) for a, doc in zip(answer_of, doc_logprobs)]
+
+
+def test_marginal_loss_is_the_rag_sequence_likelihood_of_plain_forwards(reader):
+    """-log sum_z p(z|x) p(y|x,z) / |y|, each p(y|x,z) from one unpadded forward of its own prompt."""
+    generator, examples = reader
+    shared = tuning.shared_prefix(examples)
+    doc_sets = [torch.log_softmax(torch.tensor([1.5, 0.2, -1.0]), 0).tolist(), torch.log_softmax(torch.tensor([0.0, 3.0]), 0).tolist()]
+    batch = _grouped(examples, [0, 3], doc_sets)
+    with torch.no_grad():
+        got = tuning.marginal_loss(generator.model, shared, batch).item()
+        expected = []
+        for example in batch:
+            sequence = []
+            for read in example.reads:
+                ids = torch.tensor([list(read.prompt_ids) + list(read.answer_ids)])
+                logits = generator.model(ids).logits[0, len(read.prompt_ids) - 1:-1]  # (A, V)
+                sequence.append(-torch.nn.functional.cross_entropy(logits, torch.tensor(read.answer_ids), reduction="sum"))
+            total = torch.logsumexp(torch.tensor(example.doc_logprobs) + torch.stack(sequence), 0)
+            expected.append(-total.item() / len(example.reads[0].answer_ids))
+    assert got == pytest.approx(sum(expected) / len(expected), rel=1e-5)
+    # one passage with p(z|x) = 1 is the gold-passage loss of that read
+    single = tuning.MarginalExample(examples[2:3], (0.0,))
+    with torch.no_grad():
+        assert tuning.marginal_loss(generator.model, shared, [single]).item() == pytest.approx(
+            tuning.reading_loss(generator.model, shared, examples[2:3]).item(), rel=1e-5)
+
+
+def test_marginal_examples_refuse_reads_that_do_not_fit():
+    read = tuning.ReadingExample((1, 2), (3,))
+    with pytest.raises(ValueError):
+        tuning.MarginalExample((read, read), (0.0,))
+    with pytest.raises(ValueError):
+        tuning.MarginalExample((read, tuning.ReadingExample((1, 2), (4,))), (-0.7, -0.7))
+    with pytest.raises(ValueError):
+        tuning.MarginalExample((), ())
+
+
+def test_reader_learns_from_the_marginal_over_retrieved_passages(reader):
+    """Trained with the paper's loss, the answer's marginal likelihood over each question's passages
+    rises; a step takes batch_size // K questions, and a mixed list is refused."""
+    generator, examples = reader
+    model = generator.model
+    shared = tuning.shared_prefix(examples)
+    doc = torch.log_softmax(torch.tensor([2.0, 0.5, 0.0]), 0).tolist()
+    batch = _grouped(examples, range(6), [doc] * 6)
+    with torch.no_grad():
+        before = tuning.marginal_loss(model, shared, batch).item()
+    steps = []
+    recipe = ReaderTuningConfig(learning_rate=3e-2, batch_size=6, epochs=3, adapted_share=1.0, marginal_passages=3)
+    tuning.tune_reader(model, shared, batch, config=recipe, progress=lambda done, total: steps.append((done, total)))
+    with torch.no_grad():
+        after = tuning.marginal_loss(model, shared, batch).item()
+    assert after < before - 1, (before, after)
+    assert steps[-1] == (9, 9)  # 6 questions, 2 a step, 3 epochs
+    with pytest.raises(ValueError):
+        tuning.tune_reader(model, shared, [batch[0], examples[0]], config=recipe)
+
+
+def test_marginal_rows_are_the_retrieved_ones_with_the_gold_passage_kept():
+    kb = make_kb("nq-wiki", [Passage(f"t{r}", f"passage {r}") for r in range(6)], np.eye(6, 8, dtype=np.float32))
+    found = KBQuestion("found", "A", "B", "A", 1)
+    missed = KBQuestion("missed", "C", "D", "C", 5)
+    calls = []
+
+    def retrieve(name, question, k, rows):
+        calls.append((name, question, k, rows))
+        rows = rows if rows is not None else [0, 1, 2]
+        return rows, [-float(i) - 1.0 for i in range(len(rows))]
+
+    examples = marginal_examples(CausalGeneratorStub(), {"nq-wiki": kb}, [("nq-wiki", found), ("nq-wiki", missed)], retrieve, 3)
+    assert [[read.prompt_ids[0].split()[1] for read in e.reads] for e in examples] == [["0", "1", "2"], ["0", "1", "5"]]
+    assert all(read.answer_ids == ("A",) for read in examples[0].reads)
+    assert all(read.answer_ids == ("C",) for read in examples[1].reads)
+    # p(z|x) of a question whose gold passage was put in is the retriever's over exactly those rows
+    assert calls[-1] == ("nq-wiki", "missed", 3, [0, 1, 5]) and examples[1].doc_logprobs == (-1.0, -2.0, -3.0)
+    assert len(calls) == 3
+
+
+def test_marginal_training_needs_the_engines_retrieval(tmp_path):
+    with pytest.raises(ValueError, match="retrieval"):
+        train_reader(None, {}, tuning=ReaderTuningConfig(marginal_passages=4))
+    with pytest.raises(ValueError, match="retrieval"):
+        train_reader(None, {}, tuning=ReaderTuningConfig(marginal_passages=1), retrieve=lambda *a: ([], []))
 
 
 def test_reader_adapter_learns_the_answers_and_switches_off_to_the_base_model(reader):

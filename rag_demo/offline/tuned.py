@@ -10,7 +10,7 @@ import json
 import logging
 import os
 import random
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -164,11 +164,11 @@ def build_reader_tuning(environ: Mapping[str, str] | None = None) -> ReaderTunin
 
 def _recipe_text(tuning: ReaderTuningConfig) -> str:
     """The recipe as the key names it. A field at the value it implicitly had before it existed
-    (no distractors, every block adapted) is left out, so adapters built then keep their key; with
-    distractors the marker they learned is named too."""
+    (no distractors, every block adapted, gold passages alone) is left out, so adapters built then
+    keep their key; with distractors the marker they learned is named too."""
     from ..prompts import NO_ANSWER
 
-    text = repr(tuning).replace(", adapted_share=1.0", "")
+    text = repr(tuning).replace(", adapted_share=1.0", "").replace(", marginal_passages=0", "")
     if not tuning.distractors:
         return text.replace(", distractors=0", "")
     return f"{text}:no_answer={NO_ANSWER}"
@@ -277,6 +277,34 @@ def _reading_examples(generator, kbs: Mapping[str, KnowledgeBase], questions: li
     return examples
 
 
+# (KB name, question, k, gold row) -> (rows, log p(z|x) of each): the engine's retrieval, or with the
+# rows given, its p(z|x) over just those rows
+Retrieve = Callable[[str, str, int, Sequence[int] | None], tuple[Sequence[int], Sequence[float]]]
+
+
+def marginal_examples(generator, kbs: Mapping[str, KnowledgeBase], questions: list[tuple[str, KBQuestion]],
+                      retrieve: Retrieve, k: int):
+    """Each question read with each of its top k passages (`tuning.MarginalExample`), the target the
+    answer its gold passage gives. When retrieval misses the gold passage it takes the k-th place
+    and p(z|x) is taken over those k rows: otherwise the target could stand in no passage read, and
+    the loss would teach answering from memory, against the swapped world."""
+    from ..tuning import MarginalExample, ReadingExample
+
+    examples, missed = [], 0
+    for name, question in questions:
+        rows, doc_logprobs = retrieve(name, question.question, k, None)
+        rows = [int(row) for row in rows]
+        if question.gold_id not in rows:
+            missed += 1
+            rows, doc_logprobs = retrieve(name, question.question, k, rows[:k - 1] + [question.gold_id])
+        kb, target = kbs[name], generator.answer_target(question.passage_answer).ids
+        reads = tuple(ReadingExample(tuple(generator.tokenizer(generator.format_input(
+            question.question, Passage(kb.titles[row], kb.texts[row])))["input_ids"]), target) for row in rows)
+        examples.append(MarginalExample(reads, tuple(float(lp) for lp in doc_logprobs)))
+    log.info("marginal training: %d of %d questions had their gold passage put in place of the %d-th", missed, len(questions), k)
+    return examples
+
+
 def ensure_tuned_generator(generator_path: Path, kb_paths: Mapping[str, Path], *,
                            generator_config: GeneratorConfig = GeneratorConfig(),
                            tuning: ReaderTuningConfig | None = None, cache: str | Path | None = None,
@@ -308,7 +336,8 @@ def ensure_tuned_generator(generator_path: Path, kb_paths: Mapping[str, Path], *
 
 
 def train_reader(generator, kb_paths: Mapping[str, Path], *, tuning: ReaderTuningConfig = ReaderTuningConfig(),
-                 progress: Progress | None = None, autocast: bool = False, check_before: bool = False) -> dict:
+                 progress: Progress | None = None, autocast: bool = False, check_before: bool = False,
+                 retrieve: Retrieve | None = None) -> dict:
     """Fine-tune `generator` in place as a reader of gold passages (`reading_questions`,
     `tuning.tune_reader`); what it trained on and the answer loss of held-out gold passages after
     training (and before, with `check_before`), in nats per token. The build skips the check before:
@@ -316,23 +345,31 @@ def train_reader(generator, kb_paths: Mapping[str, Path], *, tuning: ReaderTunin
     and took half a minute of every first start. `autocast`: train and check in bfloat16 where that is
     native (`rag_demo.precision`); the record says which precision ran. The default build trains
     in float32: an adapter trained under autocast followed 67.0% of 300 held-out swapped gold
-    passages against 70.0% in float32, and saved only 80 of 470 s (`benchmarks.reader_methods`)."""
+    passages against 70.0% in float32, and saved only 80 of 470 s (`benchmarks.reader_methods`).
+    `tuning.marginal_passages` needs `retrieve`, the engine's retrieval (`Retrieve`)."""
     from ..precision import build_autocast, build_precision
     from ..tuning import mean_answer_loss, shared_prefix, tune_reader
 
+    if tuning.marginal_passages and (retrieve is None or tuning.distractors or tuning.marginal_passages < 2):
+        raise ValueError("marginal training needs the engine's retrieval, at least 2 passages and no distractors")
     kbs = {name: load_kb(path, name=name) for name, path in kb_paths.items()}
     training, check = reading_questions(kb_paths, tuning)
     distractors = distractor_rows(kb_paths, kbs, training, tuning.distractors, seed=tuning.seed) if tuning.distractors else []
-    examples = _reading_examples(generator, kbs, training, distractors)
+    if tuning.marginal_passages:
+        examples = marginal_examples(generator, kbs, training, retrieve, tuning.marginal_passages)
+    else:
+        examples = _reading_examples(generator, kbs, training, distractors)
     check_examples = _reading_examples(generator, kbs, check)
-    shared = shared_prefix(examples + check_examples)
+    reads = [read for example in examples for read in example.reads] if tuning.marginal_passages else examples
+    shared = shared_prefix(reads + check_examples)
     device = generator.model.device
     before = None
     if check_before:
         with build_autocast(device, enabled=autocast):
             before = mean_answer_loss(generator.model, shared, check_examples)
     stage = f"fine-tuning the generator on {counted(len(training), 'question')}" + (
-        f" and {counted(len(distractors), 'distractor passage')}" if distractors else "")
+        f" and {counted(len(distractors), 'distractor passage')}" if distractors else "") + (
+        f", each read with its top {tuning.marginal_passages} passages" if tuning.marginal_passages else "")
     report(progress, stage, 0, 1)
     with timed(stage):
         tune_reader(generator.model, shared, examples, config=tuning, autocast=autocast,
