@@ -68,6 +68,8 @@ def main(argv=None) -> int:
                         help="besides the cached adapter, comma-separated: base, full, lora:FIELD=VALUE+... "
                              "(e.g. lora:examples=1200 or lora:epochs=2+rank=32)")
     parser.add_argument("--kbs", default="", help="comma-separated knowledge bases to ask (default: both)")
+    parser.add_argument("--skip-cached", action="store_true",
+                        help="do not ask the cached adapter (already measured on these questions, e.g. by eval --table)")
     parser.add_argument("--float32", action="store_true",
                         help="train here in float32 even where bfloat16 autocast is native (the cached build uses autocast)")
     args = parser.parse_args(argv)
@@ -87,7 +89,7 @@ def main(argv=None) -> int:
             logging.info("%s", _row(label, r))
         return [(label, r) for r in reports]
 
-    rows = measure(f"LoRA adapter ({prepared.reader_adapter_path.name})")
+    rows = [] if args.skip_cached else measure(f"LoRA adapter ({prepared.reader_adapter_path.name})")
     adapter_generator = engine.generator
     for reader in filter(None, args.readers.split(",")):
         name, _, fields = reader.strip().partition(":")

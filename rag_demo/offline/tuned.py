@@ -285,7 +285,7 @@ Retrieve = Callable[[str, str, int, Sequence[int] | None], tuple[Sequence[int], 
 def marginal_examples(generator, kbs: Mapping[str, KnowledgeBase], questions: list[tuple[str, KBQuestion]],
                       retrieve: Retrieve, k: int):
     """Each question read with each of its top k passages (`tuning.MarginalExample`), the target the
-    answer its gold passage gives. When retrieval misses the gold passage it takes the k-th place
+    answer its gold passage gives. When retrieval misses the gold passage it takes the last place
     and p(z|x) is taken over those k rows: otherwise the target could stand in no passage read, and
     the loss would teach answering from memory, against the swapped world."""
     from ..tuning import MarginalExample, ReadingExample
@@ -301,7 +301,7 @@ def marginal_examples(generator, kbs: Mapping[str, KnowledgeBase], questions: li
         reads = tuple(ReadingExample(tuple(generator.tokenizer(generator.format_input(
             question.question, Passage(kb.titles[row], kb.texts[row])))["input_ids"]), target) for row in rows)
         examples.append(MarginalExample(reads, tuple(float(lp) for lp in doc_logprobs)))
-    log.info("marginal training: %d of %d questions had their gold passage put in place of the %d-th", missed, len(questions), k)
+    log.info("marginal training: %d of %d questions had their gold passage put in the last of their %d places", missed, len(questions), k)
     return examples
 
 
