@@ -138,7 +138,9 @@ def tune_question_encoder(
 # RAG fine-tunes its generator too (paper, section 2.4). The paper's loss is the marginal
 # likelihood over the top-k retrieved passages; here each training question is read with its
 # gold passage alone, the answer that passage gives as the target. That is one prompt per
-# question instead of k, which is what two CPU cores can afford. Half the questions are read
+# question instead of k, which is what two CPU cores can afford. `marginal_loss` is the paper's
+# loss, for recipes that read each question's top k (`ReaderTuningConfig.marginal_passages`):
+# measured, it did not read better per second of training (docs/quality-notes.md). Half the questions are read
 # from nq-counterfactual, whose passage gives a swapped answer: the target is always what the
 # passage says, so the generator learns to read the passage rather than its own memory.
 
