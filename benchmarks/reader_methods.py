@@ -4,7 +4,7 @@
     python -m benchmarks.reader_methods --n 100 --seed 0 --k 5      # retrieved passages, both variants
     python -m benchmarks.reader_methods --n 100 --readers lora:examples=1200   # the adapter against another recipe
     python -m benchmarks.reader_methods --k 5 --n 150 --seed 7 --readers lora:distractors=600   # reading beside distractors
-    python -m benchmarks.reader_methods --k 5 --n 150 --seed 7 --readers lora:marginal_passages=4+examples=300   # the paper's loss
+    python -m benchmarks.reader_methods --k 5 --n 150 --seed 7 --readers lora:marginal_passages=3+examples=600   # the paper's loss
 
 Builds the offline default if needed, then asks the same sampled held-out questions of the cached
 adapter and of each of `--readers`: `base` (the converted generator), `full` (a full fine-tune

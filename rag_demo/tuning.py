@@ -140,8 +140,8 @@ def tune_question_encoder(
 # gold passage alone, the answer that passage gives as the target. That is one prompt per
 # question instead of k, which is what two CPU cores can afford. `marginal_loss` is the paper's
 # loss, for recipes that read each question's top k (`ReaderTuningConfig.marginal_passages`):
-# measured, it did not read better per second of training (docs/quality-notes.md). Half the questions are read
-# from nq-counterfactual, whose passage gives a swapped answer: the target is always what the
+# measured, it did not read better per second of training (docs/quality-notes.md). Half the
+# questions are read from nq-counterfactual, whose passage gives a swapped answer: the target is always what the
 # passage says, so the generator learns to read the passage rather than its own memory.
 
 
@@ -233,6 +233,12 @@ class MarginalExample:
             raise ValueError("every read of a marginal example has the same answer")
 
 
+def reads_of(examples: Sequence[ReadingExample] | Sequence[MarginalExample]) -> list[ReadingExample]:
+    """Every prompt `examples` read, in order: a marginal example's K reads in its place."""
+    return [read for example in examples
+            for read in (example.reads if isinstance(example, MarginalExample) else (example,))]
+
+
 def marginal_loss(model: torch.nn.Module, shared_ids: Sequence[int], batch: Sequence[MarginalExample]) -> torch.Tensor:
     """Mean over `batch` of RAG-Sequence's negative log marginal likelihood, per answer token:
 
@@ -243,8 +249,7 @@ def marginal_loss(model: torch.nn.Module, shared_ids: Sequence[int], batch: Sequ
     holds the answer learn most. Dividing by |y| keeps the scale of `reading_loss`, so one learning
     rate serves both.
     """
-    reads = [read for example in batch for read in example.reads]
-    picked, _ = _answer_token_logprobs(model, shared_ids, reads)
+    picked, _ = _answer_token_logprobs(model, shared_ids, reads_of(batch))
     sequence = picked.sum(dim=1)  # (B * K,) log p(y|x,z); non-answer positions hold 0
     losses, start = [], 0
     for example in batch:
@@ -282,8 +287,7 @@ def tune_reader(
     marginal = isinstance(examples[0], MarginalExample)
     if any(isinstance(example, MarginalExample) != marginal for example in examples):
         raise ValueError("train on reading examples or on marginal examples, not both")
-    reads = [read for example in examples for read in example.reads] if marginal else list(examples)
-    if any(tuple(read.prompt_ids[:len(shared_ids)]) != tuple(shared_ids) for read in reads):
+    if any(tuple(read.prompt_ids[:len(shared_ids)]) != tuple(shared_ids) for read in reads_of(examples)):
         raise ValueError("every prompt must begin with the shared block")
     torch.manual_seed(config.seed)
     if marginal:

@@ -265,19 +265,21 @@ def _reading_examples(generator, kbs: Mapping[str, KnowledgeBase], questions: li
     """Each question read with its gold passage, the target its answer; each distractor read with
     its passage, the target `prompts.NO_ANSWER`."""
     from ..prompts import NO_ANSWER
-    from ..tuning import ReadingExample
 
     reads = [(name, question, question.gold_id, question.passage_answer) for name, question in questions]
     reads += [(name, question, row, NO_ANSWER) for name, question, row in distractors]
-    examples = []
-    for name, question, row, target in reads:
-        kb = kbs[name]
-        prompt = generator.format_input(question.question, Passage(kb.titles[row], kb.texts[row]))
-        examples.append(ReadingExample(tuple(generator.tokenizer(prompt)["input_ids"]), generator.answer_target(target).ids))
-    return examples
+    return [_reading_example(generator, kbs[name], question.question, row, target) for name, question, row, target in reads]
 
 
-# (KB name, question, k, gold row) -> (rows, log p(z|x) of each): the engine's retrieval, or with the
+def _reading_example(generator, kb: KnowledgeBase, question: str, row: int, target: str):
+    """`question` read with passage `row` of `kb` in the generator's prompt, `target` the answer to learn."""
+    from ..tuning import ReadingExample
+
+    prompt = generator.format_input(question, Passage(kb.titles[row], kb.texts[row]))
+    return ReadingExample(tuple(generator.tokenizer(prompt)["input_ids"]), generator.answer_target(target).ids)
+
+
+# (KB name, question, k, rows or None) -> (rows, log p(z|x) of each): the engine's top k, or with
 # rows given, its p(z|x) over just those rows
 Retrieve = Callable[[str, str, int, Sequence[int] | None], tuple[Sequence[int], Sequence[float]]]
 
@@ -288,7 +290,7 @@ def marginal_examples(generator, kbs: Mapping[str, KnowledgeBase], questions: li
     answer its gold passage gives. When retrieval misses the gold passage it takes the last place
     and p(z|x) is taken over those k rows: otherwise the target could stand in no passage read, and
     the loss would teach answering from memory, against the swapped world."""
-    from ..tuning import MarginalExample, ReadingExample
+    from ..tuning import MarginalExample
 
     examples, missed = [], 0
     for name, question in questions:
@@ -297,9 +299,7 @@ def marginal_examples(generator, kbs: Mapping[str, KnowledgeBase], questions: li
         if question.gold_id not in rows:
             missed += 1
             rows, doc_logprobs = retrieve(name, question.question, k, rows[:k - 1] + [question.gold_id])
-        kb, target = kbs[name], generator.answer_target(question.passage_answer).ids
-        reads = tuple(ReadingExample(tuple(generator.tokenizer(generator.format_input(
-            question.question, Passage(kb.titles[row], kb.texts[row])))["input_ids"]), target) for row in rows)
+        reads = tuple(_reading_example(generator, kbs[name], question.question, row, question.passage_answer) for row in rows)
         examples.append(MarginalExample(reads, tuple(float(lp) for lp in doc_logprobs)))
     log.info("marginal training: %d of %d questions had their gold passage put in the last of their %d places", missed, len(questions), k)
     return examples
@@ -348,7 +348,7 @@ def train_reader(generator, kb_paths: Mapping[str, Path], *, tuning: ReaderTunin
     passages against 70.0% in float32, and saved only 80 of 470 s (`benchmarks.reader_methods`).
     `tuning.marginal_passages` needs `retrieve`, the engine's retrieval (`Retrieve`)."""
     from ..precision import build_autocast, build_precision
-    from ..tuning import mean_answer_loss, shared_prefix, tune_reader
+    from ..tuning import mean_answer_loss, reads_of, shared_prefix, tune_reader
 
     if tuning.marginal_passages and (retrieve is None or tuning.distractors or tuning.marginal_passages < 2):
         raise ValueError("marginal training needs the engine's retrieval, at least 2 passages and no distractors")
@@ -360,8 +360,7 @@ def train_reader(generator, kb_paths: Mapping[str, Path], *, tuning: ReaderTunin
     else:
         examples = _reading_examples(generator, kbs, training, distractors)
     check_examples = _reading_examples(generator, kbs, check)
-    reads = [read for example in examples for read in example.reads] if tuning.marginal_passages else examples
-    shared = shared_prefix(reads + check_examples)
+    shared = shared_prefix(reads_of(examples) + check_examples)
     device = generator.model.device
     before = None
     if check_before:
