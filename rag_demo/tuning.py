@@ -141,8 +141,9 @@ def tune_question_encoder(
 # question instead of k, which is what two CPU cores can afford. `marginal_loss` is the paper's
 # loss, for recipes that read each question's top k (`ReaderTuningConfig.marginal_passages`):
 # measured, it did not read better per second of training (docs/quality-notes.md). Half the
-# questions are read from nq-counterfactual, whose passage gives a swapped answer: the target is always what the
-# passage says, so the generator learns to read the passage rather than its own memory.
+# questions are read from nq-counterfactual, whose passage gives a swapped answer: the target is
+# always what the passage says, so the generator learns to read the passage rather than its own
+# memory.
 
 
 @dataclass(frozen=True)
