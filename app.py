@@ -7,9 +7,11 @@ Own KB folders (`python -m rag_demo build-kb ... --vectors float16` for one larg
 or transformers' format) can also be named in RAG_DEMO_KB_PATHS="big=/data/big-kb,other=/x", as
 a Space sets them; they appear in the page's list after the default ones.
 
-The engine is built in a background thread, so on a first start (models to fetch, indexes to
-build) the page comes up at once and shows progress until it is ready. Pass another factory
-to `main` / `create_demo` to serve a different engine.
+The engine is built in a process of its own (`rag_demo.engine_process`; RAG_DEMO_ENGINE_PROCESS=0
+keeps it in this one, in a thread) while this one imports gradio and serves the page: on a first
+start (models to fetch, indexes to build) the page comes up at once and shows progress until it is
+ready, and on a warm start the two halves load side by side on two cores. Pass another factory to
+`main` / `create_demo` to serve a different engine.
 """
 
 from __future__ import annotations
@@ -22,35 +24,10 @@ import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
 
 from rag_demo import heap
-from rag_demo.background import BackgroundEngine, Engine, Stage
+from rag_demo.background import BackgroundEngine, Engine, Stage, default_engines
 from rag_demo.progress import Progress
 
 log = logging.getLogger("rag_demo.app")
-
-
-def default_engines(progress: Progress, *, extra_kbs: dict | None = None) -> Iterator[Stage]:
-    """The real engine with the default config, in stages on a first start (heavy imports happen
-    here, not at import time): BM25 and the base generator answer within minutes, and each part
-    built afterwards is swapped in (`rag_demo.offline.prepare` says which). A warm start yields the
-    complete engine at once. `extra_kbs` (name -> loaded KB) follow the default KBs."""
-    from rag_demo.config import EngineConfig
-    from rag_demo.featured import feature_checked_examples
-    from rag_demo.loading import staged_default_engines
-
-    for engine, readiness in staged_default_engines(EngineConfig(), progress=progress, extra_kbs=extra_kbs):
-        engine.retriever.warm_up()  # BM25 and the indexes before the first ask, not during it
-        if not readiness.complete:
-            yield Stage(engine, readiness.serving(), readiness.building())
-            continue
-        # Full quality serves at once; what follows only orders the example questions (asked once per
-        # setup, saved) and warms the caches, and a visitor's ask meanwhile just shares the cores.
-        yield Stage(engine, readiness.serving())
-        feature_checked_examples(engine, progress=progress)
-        progress("warming up: one example question", 0, 1)
-        seconds = engine.warm_up()
-        progress("warming up: one example question", 1, 1)
-        log.info("warm-up ask took %.1f s", seconds)
-        heap.release_free_memory()  # loading parsed large files (the tokenizer's JSON) into memory now free
 
 
 def server_options(environ: Mapping[str, str]) -> dict:
@@ -63,12 +40,20 @@ def server_options(environ: Mapping[str, str]) -> dict:
     return {"server_name": environ.get("GRADIO_SERVER_NAME") or "127.0.0.1", "server_port": int(port) if port else None}
 
 
-def create_demo(factory: Callable[[Progress], Engine | Iterator[Stage]] = default_engines):
-    """Start building the engine in the background and return the page that waits for it.
+def create_demo(factory: Callable[[Progress], Engine | Iterator[Stage]] = default_engines, *,
+                separate_process: bool = False):
+    """Start building the engine and return the page that waits for it.
 
-    The engine's thread starts before gradio is imported: on a warm start the models load while
-    the page is built, instead of after it."""
-    engine = BackgroundEngine(factory).start()
+    The build starts before gradio is imported, so that on a warm start the models load while the
+    page is built: in a child process with `separate_process` (the factory must then pickle: a
+    module-level function or a partial of one), else in a thread of this one."""
+    if separate_process:
+        from rag_demo.engine_process import EngineProcess
+
+        engine = EngineProcess(factory).start()
+        import torch  # noqa: F401  (answers carry tensors: imported now, while the engine loads, not at the first answer)
+    else:
+        engine = BackgroundEngine(factory).start()
     from rag_demo.ui import build_demo
 
     return build_demo(engine)
@@ -86,14 +71,14 @@ def kb_paths_from(items: Sequence[str], environ: Mapping[str, str]) -> dict[str,
     return named_paths(listed, what="--kb-path or RAG_DEMO_KB_PATHS")
 
 
-def load_extra_kbs(paths: dict[str, str]) -> dict:
-    """The named KB folders, loaded (memory-mapped where large) before the page starts, so that a
-    wrong path stops the start with its reason instead of leaving the page without that KB."""
-    if not paths:
-        return {}
-    from rag_demo.loading import load_kbs
+def checked_kb_paths(paths: dict[str, str]) -> dict[str, str]:
+    """The named KB folders, once each exists: a wrong path stops the start with its reason before
+    anything is served. (They load with the engine, where a folder that is not a KB says so too.)"""
+    from rag_demo.corpus import kb_folder
 
-    return load_kbs(paths)
+    for path in paths.values():
+        kb_folder(path)
+    return paths
 
 
 def main(factory: Callable[[Progress], Engine | Iterator[Stage]] | None = None, argv: Sequence[str] | None = None) -> None:
@@ -102,17 +87,21 @@ def main(factory: Callable[[Progress], Engine | Iterator[Stage]] | None = None, 
                         help="a KB folder of your own, listed after the default KBs (repeatable; or RAG_DEMO_KB_PATHS)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    separate_process = False  # a factory given here may not pickle: it runs in a thread of this process
     if factory is None:
+        from rag_demo.engine_process import engine_process_wanted
         from rag_demo.errors import RagDemoError
 
+        separate_process = engine_process_wanted(os.environ)
         try:
-            extra = load_extra_kbs(kb_paths_from(args.kb_path, os.environ))
+            extra = checked_kb_paths(kb_paths_from(args.kb_path, os.environ))
         except (ValueError, RagDemoError) as err:
             sys.exit(f"python app.py: {err}")
-        factory = functools.partial(default_engines, extra_kbs=extra) if extra else default_engines
+        factory = functools.partial(default_engines, extra_kb_paths=extra) if extra else default_engines
     # before the server starts its worker threads, so that they share two malloc arenas (rag_demo.heap)
     heap.limit_arenas(2)
-    demo = create_demo(factory)
+    log.info("building the engine in %s", "a process of its own" if separate_process else "a thread")
+    demo = create_demo(factory, separate_process=separate_process)
     from rag_demo.ui import launch_options
 
     options = server_options(os.environ)

@@ -60,6 +60,11 @@ class EngineNotReady(RagDemoError):
     """The engine is still being prepared (first start) or failed to start."""
 
 
+def not_ready(status_text: str, *, failed: bool) -> EngineNotReady:
+    """What a call meets before any engine serves: the build's status and what to do."""
+    return EngineNotReady(status_text + (" Restart the app once fixed." if failed else " Try again in a moment."))
+
+
 @dataclass(frozen=True)
 class Stage:
     """One engine of a first start, serving while the rest of the build goes on."""
@@ -79,8 +84,10 @@ class BackgroundEngine:
     message the page shows; while later parts build, every answer says which parts gave it.
     """
 
-    def __init__(self, factory: Callable[[Progress], Engine | Iterator[Stage]]):
+    def __init__(self, factory: Callable[[Progress], Engine | Iterator[Stage]], *,
+                 on_change: Callable[[], None] | None = None):
         self._factory = factory
+        self._on_change = on_change or (lambda: None)  # told of each progress report, swap and failure
         self._current: Stage | None = None
         self._served = 0  # engines swapped in so far
         self._error: str | None = None
@@ -107,11 +114,13 @@ class BackgroundEngine:
             if str(stage) != self._stage[0]:
                 self._stage_started = time.monotonic()
             self._stage = (str(stage), int(done), int(total))
+        self._on_change()
 
     def _serve(self, stage: Stage) -> None:
         with self._lock:
             self._current = stage
             self._served += 1
+        self._on_change()
         log.info("serving with %s%s", stage.serving or "the engine", f"; {stage.building}" if stage.building else "")
 
     def _build(self) -> None:
@@ -125,6 +134,7 @@ class BackgroundEngine:
         except Exception as err:  # a thread boundary: record it for the page, keep the server up
             log.exception("engine failed to start")
             self._error = f"{type(err).__name__}: {err}"
+        self._on_change()
 
     @property
     def ready(self) -> bool:
@@ -184,7 +194,7 @@ class BackgroundEngine:
     def _get(self) -> Stage:
         current = self._current
         if current is None:
-            raise EngineNotReady(self.status_text() + (" Restart the app once fixed." if self.failed else " Try again in a moment."))
+            raise not_ready(self.status_text(), failed=self.failed)
         return current
 
     def _noted(self, stage: Stage, notices: tuple[str, ...]) -> tuple[str, ...]:
@@ -242,6 +252,34 @@ class BackgroundEngine:
         release = getattr(self._get().engine, "release_kb", None)
         if release is not None:
             release(kb)
+
+
+def default_engines(progress: Progress, *, extra_kb_paths: dict[str, str] | None = None) -> Iterator[Stage]:
+    """The real engine with the default config, in stages on a first start (heavy imports happen
+    here, not at import time): BM25 and the base generator answer within minutes, and each part
+    built afterwards is swapped in (`rag_demo.offline.prepare` says which). A warm start yields the
+    complete engine at once. `extra_kb_paths` (name -> KB folder) are loaded first, memory-mapped
+    where large, and follow the default KBs; a folder that cannot be read stops the start with its
+    reason."""
+    from .config import EngineConfig
+    from .featured import feature_checked_examples
+    from .loading import load_kbs, staged_default_engines
+
+    extra_kbs = load_kbs(extra_kb_paths) if extra_kb_paths else None
+    for engine, readiness in staged_default_engines(EngineConfig(), progress=progress, extra_kbs=extra_kbs):
+        engine.retriever.warm_up()  # BM25 and the indexes before the first ask, not during it
+        if not readiness.complete:
+            yield Stage(engine, readiness.serving(), readiness.building())
+            continue
+        # Full quality serves at once; what follows only orders the example questions (asked once per
+        # setup, saved) and warms the caches, and a visitor's ask meanwhile just shares the cores.
+        yield Stage(engine, readiness.serving())
+        feature_checked_examples(engine, progress=progress)
+        progress("warming up: one example question", 0, 1)
+        seconds = engine.warm_up()
+        progress("warming up: one example question", 1, 1)
+        log.info("warm-up ask took %.1f s", seconds)
+        heap.release_free_memory()  # loading parsed large files (the tokenizer's JSON) into memory now free
 
 
 def engine_ready(engine: Engine) -> bool:

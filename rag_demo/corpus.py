@@ -29,7 +29,7 @@ from pathlib import Path
 import numpy as np
 
 from .errors import IndexTooLargeError, InputError, KnowledgeBaseError
-from .store import BlockRows, ColumnRows, arrow_rows, row_chunks
+from .store import BlockRows, ColumnRows, arrow_rows, row_chunks, saved_table
 
 log = logging.getLogger(__name__)
 
@@ -352,6 +352,14 @@ def sibling_index(path: Path) -> Path | None:
     return found[0] if found else None
 
 
+def kb_folder(path: str | Path) -> Path:
+    """`path` as a Path, once it is a folder; else the error that says so (a check that loads nothing)."""
+    path = Path(path)
+    if not path.is_dir():
+        raise KnowledgeBaseError(f"knowledge base folder {path} does not exist; build one with `python -m rag_demo build-kb`")
+    return path
+
+
 def load_kb(path: str | Path, *, name: str | None = None, index_file: str | Path | None = None,
             lazy_from: int = LAZY_ROWS) -> KnowledgeBase:
     """Load a KB folder written by `save_kb` / `write_kb` or by `datasets.Dataset.save_to_disk`.
@@ -360,23 +368,14 @@ def load_kb(path: str | Path, *, name: str | None = None, index_file: str | Path
     `index_path`); a folder without our meta file picks up one saved beside it (`sibling_index`).
     From `lazy_from` passages on, passages and Arrow-stored embeddings are read in place.
     """
-    path = Path(path)
-    if not path.is_dir():
-        raise KnowledgeBaseError(f"knowledge base folder {path} does not exist; build one with `python -m rag_demo build-kb`")
-    from datasets import load_from_disk
-
-    try:
-        dataset = load_from_disk(str(path))
-    except Exception as err:  # datasets raises several types for a folder it cannot read
-        raise KnowledgeBaseError(
-            f"{path} is not a saved `datasets` dataset ({type(err).__name__}); rebuild it with `python -m rag_demo build-kb`"
-        ) from None
-    if hasattr(dataset, "column_names") and isinstance(dataset.column_names, dict):
-        raise KnowledgeBaseError(f"{path} holds a DatasetDict; save a single split (one Dataset) instead")
+    path = kb_folder(path)
+    table = saved_table(path)
+    if table is None:
+        table = _table_via_datasets(path)
     meta_path = path / KB_META
     meta = json.loads(meta_path.read_text()) if meta_path.is_file() else {}
     npy = path / meta["vectors"] if meta.get("vectors") else None
-    missing = [c for c in REQUIRED_COLUMNS if c not in dataset.column_names and not (c == "embeddings" and npy)]
+    missing = [c for c in REQUIRED_COLUMNS if c not in table.column_names and not (c == "embeddings" and npy)]
     if missing:
         raise KnowledgeBaseError(
             f"{path} lacks column(s) {', '.join(missing)}; a KB needs title, text and embeddings "
@@ -389,20 +388,20 @@ def load_kb(path: str | Path, *, name: str | None = None, index_file: str | Path
     elif not meta:
         index_file = sibling_index(path)
     name = name or meta.get("name") or path.name
-    lazy = len(dataset) >= lazy_from
+    lazy = table.num_rows >= lazy_from
     if npy is None and not lazy:  # the default KBs: everything in memory, as always
         # straight from the Arrow buffers: datasets' numpy format converts row by row (about 2 s per default KB)
-        embeddings = np.concatenate([np.asarray(block, dtype=np.float32) for block in _arrow_vectors(path, dataset).blocks])
-        titles, texts = dataset.data.column("title").to_pylist(), dataset.data.column("text").to_pylist()
+        embeddings = np.concatenate([np.asarray(block, dtype=np.float32) for block in _arrow_vectors(path, table).blocks])
+        titles, texts = table.column("title").to_pylist(), table.column("text").to_pylist()
         passages = [Passage(title=str(t or ""), text=str(x or "")) for t, x in zip(titles, texts)]
         kb = make_kb(name, passages, embeddings, encoder=meta.get("encoder", ""), path=path, index_file=index_file)
     else:
-        embeddings, fingerprint, normalized = _disk_vectors(path, dataset, npy, meta)
+        embeddings, fingerprint, normalized = _disk_vectors(path, table, npy, meta)
         if lazy:
-            titles, texts = ColumnRows(dataset.data.column("title")), ColumnRows(dataset.data.column("text"))
+            titles, texts = ColumnRows(table.column("title")), ColumnRows(table.column("text"))
         else:
-            titles = tuple(str(t or "") for t in dataset["title"])
-            texts = tuple(str(x or "") for x in dataset["text"])
+            titles = tuple(str(t or "") for t in table.column("title").to_pylist())
+            texts = tuple(str(x or "") for x in table.column("text").to_pylist())
         kb = KnowledgeBase(name=name, titles=titles, texts=texts, embeddings=embeddings, encoder=meta.get("encoder", ""),
                            normalized=normalized, fingerprint=fingerprint, path=path, index_file=index_file)
     if meta.get("fingerprint") and meta["fingerprint"] != kb.fingerprint:
@@ -410,18 +409,33 @@ def load_kb(path: str | Path, *, name: str | None = None, index_file: str | Path
     return kb
 
 
-def _arrow_vectors(path: Path, dataset) -> BlockRows:
+def _table_via_datasets(path: Path):
+    """The Arrow table of a saved dataset that `store.saved_table` does not read, through `datasets`."""
+    from datasets import load_from_disk
+
+    try:
+        dataset = load_from_disk(str(path))
+    except Exception as err:  # datasets raises several types for a folder it cannot read
+        raise KnowledgeBaseError(
+            f"{path} is not a saved `datasets` dataset ({type(err).__name__}); rebuild it with `python -m rag_demo build-kb`"
+        ) from None
+    if hasattr(dataset, "column_names") and isinstance(dataset.column_names, dict):
+        raise KnowledgeBaseError(f"{path} holds a DatasetDict; save a single split (one Dataset) instead")
+    return dataset.data
+
+
+def _arrow_vectors(path: Path, table) -> BlockRows:
     """The `embeddings` column's (N, D) rows, read in place from the Arrow buffers."""
     try:
-        return arrow_rows(dataset.data.column("embeddings"))
+        return arrow_rows(table.column("embeddings"))
     except ValueError as err:
         raise KnowledgeBaseError(f"{path}: {err}; every passage needs one vector of the same length") from None
 
 
-def _disk_vectors(path: Path, dataset, npy: Path | None, meta: dict) -> tuple[np.ndarray | BlockRows, str, bool]:
+def _disk_vectors(path: Path, table, npy: Path | None, meta: dict) -> tuple[np.ndarray | BlockRows, str, bool]:
     """(embeddings read in place, fingerprint, normalized) of a KB on disk."""
     if npy is None:
-        embeddings = _arrow_vectors(path, dataset)
+        embeddings = _arrow_vectors(path, table)
         return embeddings, embeddings_fingerprint(embeddings), unit_rows(embeddings)
     if not npy.is_file():
         raise KnowledgeBaseError(f"{path} lacks its vectors file {npy.name}; rebuild the KB")
@@ -429,9 +443,9 @@ def _disk_vectors(path: Path, dataset, npy: Path | None, meta: dict) -> tuple[np
         embeddings = np.load(npy, mmap_mode="r")
     except (OSError, ValueError) as err:
         raise KnowledgeBaseError(f"{npy} is not a readable .npy file ({err}); rebuild the KB") from None
-    if embeddings.ndim != 2 or len(embeddings) != len(dataset) or embeddings.dtype.name not in VECTOR_DTYPES:
+    if embeddings.ndim != 2 or len(embeddings) != table.num_rows or embeddings.dtype.name not in VECTOR_DTYPES:
         raise KnowledgeBaseError(f"{npy} holds {embeddings.dtype} {embeddings.shape}, expected float16/float32 "
-                                 f"({len(dataset)}, dim): one vector per passage; rebuild the KB")
+                                 f"({table.num_rows}, dim): one vector per passage; rebuild the KB")
     stat = npy.stat()
     if (meta.get("fingerprint") and "normalized" in meta and meta.get("vectors_bytes") == stat.st_size
             and meta.get("vectors_mtime_ns") == stat.st_mtime_ns):

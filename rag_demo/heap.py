@@ -55,3 +55,29 @@ def status_mb(field: str, pid: int | str = "self") -> float | None:
     except (OSError, ValueError, IndexError):
         return None
     return None
+
+
+def descendants(pid: int | str = "self") -> list[int]:
+    """The process ids of `pid`'s children, their children and so on (from /proc; [] where there is none)."""
+    found, queue = [], [str(pid)]
+    while queue:
+        parent = queue.pop()
+        for task in Path(f"/proc/{parent}/task").glob("*/children") if Path(f"/proc/{parent}/task").is_dir() else ():
+            try:
+                children = task.read_text().split()
+            except OSError:
+                continue
+            found.extend(int(child) for child in children)
+            queue.extend(children)
+    return found
+
+
+def tree_mb(field: str, pid: int | str = "self") -> float | None:
+    """`status_mb(field)` summed over `pid` and its descendants: the app and its engine's process.
+
+    For "VmHWM" it is the sum of each process's own peak, which bounds their peak together from above.
+    """
+    own = status_mb(field, pid)
+    if own is None:
+        return None
+    return own + sum(status_mb(field, child) or 0.0 for child in descendants(pid))

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import bisect
 import functools
+import json
 import mmap
 import os
 from collections.abc import Iterator, Sequence
@@ -280,3 +281,32 @@ def abs_mean(xb) -> float | np.floating:
         return np.abs(xb).mean()  # float32, exactly as the measure of in-memory KBs always was
     total = sum(float(np.abs(block, dtype=np.float64).sum()) for _, block in row_chunks(xb))
     return total / max(1, xb.shape[0] * xb.shape[1])
+
+
+def saved_table(folder: Path):
+    """The Arrow table of a folder written by `datasets.Dataset.save_to_disk`, memory-mapped as
+    `datasets` maps it, but read with pyarrow alone: importing `datasets` costs about a second of
+    every start. None for a folder in a form this does not read (an indices mapping, no state
+    file, a file pyarrow refuses), which `datasets.load_from_disk` then reads or explains."""
+    try:
+        state = json.loads((folder / "state.json").read_text())
+    except (OSError, ValueError):
+        return None
+    files = state.get("_data_files") if isinstance(state, dict) else None
+    if not isinstance(files, list) or not files or state.get("_indices_data_files"):
+        return None
+    import pyarrow as pa
+
+    tables = []
+    for entry in files:
+        name = entry.get("filename") if isinstance(entry, dict) else None
+        if not isinstance(name, str) or Path(name).name != name:
+            return None
+        try:
+            tables.append(pa.ipc.open_stream(pa.memory_map(str(folder / name))).read_all())
+        except (OSError, pa.ArrowException):
+            return None
+    try:
+        return tables[0] if len(tables) == 1 else pa.concat_tables(tables)
+    except pa.ArrowException:
+        return None

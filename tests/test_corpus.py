@@ -62,6 +62,41 @@ def test_kb_round_trip_and_validation(tmp_path):
         load_kb(tmp_path / "kb")
 
 
+def test_a_saved_kb_loads_without_importing_datasets(tmp_path):
+    """A start reads the default KBs with pyarrow alone: importing `datasets` would cost a second."""
+    import subprocess
+    import sys
+
+    kb = make_kb("mini", [Passage("a", "alpha"), Passage("b", "beta")], np.eye(2, 3, dtype=np.float32), encoder="enc")
+    save_kb(kb, tmp_path / "kb")
+    probe = ("import sys; from rag_demo.corpus import load_kb; kb = load_kb(sys.argv[1]); "
+             "print(kb.fingerprint, list(kb.titles), 'datasets' in sys.modules)")
+    shown = subprocess.run([sys.executable, "-c", probe, str(tmp_path / "kb")], capture_output=True, text=True, check=True)
+    assert shown.stdout.split() == [kb.fingerprint, "['a',", "'b']", "False"]
+
+
+def test_saved_folders_pyarrow_does_not_read_go_through_datasets(tmp_path):
+    from datasets import Dataset
+
+    from rag_demo.store import saved_table
+
+    vectors = np.arange(6, dtype=np.float32).reshape(3, 2)
+    rows = {"title": ["a", "b", "c"], "text": ["x", "y", "z"], "embeddings": vectors.tolist()}
+    Dataset.from_dict(rows).save_to_disk(str(tmp_path / "plain"), num_shards=2)  # two Arrow files, joined
+    table = saved_table(tmp_path / "plain")
+    assert table.num_rows == 3 and table.column("title").to_pylist() == ["a", "b", "c"]
+    np.testing.assert_array_equal(load_kb(tmp_path / "plain").embeddings, vectors)
+    # an indices mapping (a selection saved without flattening) is left to datasets
+    state = json.loads((tmp_path / "plain" / "state.json").read_text())
+    (tmp_path / "plain" / "state.json").write_text(json.dumps({**state, "_indices_data_files": [{"filename": "x.arrow"}]}))
+    assert saved_table(tmp_path / "plain") is None
+    (tmp_path / "plain" / "state.json").write_text(json.dumps(state))
+    (tmp_path / "plain" / state["_data_files"][0]["filename"]).write_bytes(b"not arrow")
+    assert saved_table(tmp_path / "plain") is None
+    with pytest.raises(KnowledgeBaseError, match="not a saved"):
+        load_kb(tmp_path / "plain")
+
+
 def test_kb_without_embeddings_or_folder_is_refused(tmp_path):
     from datasets import Dataset
 

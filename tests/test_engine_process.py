@@ -1,0 +1,161 @@
+"""The engine in a child process (`rag_demo.engine_process`): calls, progress, errors, a dying
+child, and the page's answers through it equal to those of the same engine in this process."""
+
+from __future__ import annotations
+
+import functools
+import os
+import threading
+import time
+
+import pytest
+
+from rag_demo.background import EngineNotReady
+from rag_demo.engine_process import EngineProcess, engine_process_wanted
+from rag_demo.errors import InputError, RagDemoError
+from tests import process_engines
+
+
+def _started(factory) -> EngineProcess:
+    engine = EngineProcess(factory).start()
+    deadline = time.monotonic() + 60
+    while not (engine.ready or engine.failed):
+        assert time.monotonic() < deadline, "the engine's process did not start"
+        time.sleep(0.02)
+    return engine
+
+
+@pytest.fixture(scope="module")
+def fake():
+    engine = _started(process_engines.fake_engine)
+    yield engine
+    engine.stop()
+
+
+def test_reads_and_calls_cross_the_pipe(fake):
+    assert fake.ready and fake.complete and not fake.failed and fake.engines_served == 1
+    assert (fake.kb_names, fake.default_kb, fake.retrievers, fake.lexical_weight) == (("left", "right"), "left", ("dense", "bm25"), 0.0)
+    answer = fake.ask("who?", kb="right", k=3)
+    assert (answer.question, answer.kb, answer.k) == ("who?", "right", 3)
+    assert answer.pid == fake.pid != os.getpid()
+    assert fake.example_questions("right", 2) == ["right question 0", "right question 1"]
+    status = fake.status()
+    assert status["ready"] and status["complete"] and status["status"] == "ready" == fake.status_text()
+    assert fake.wait(1) is True
+
+
+def test_progress_is_reported_in_the_callers_thread(fake):
+    seen = []
+    fake.ask("who?", progress=lambda stage, done, total: seen.append((stage, done, total, threading.get_ident())))
+    assert seen == [("reading", i, 3, threading.get_ident()) for i in (1, 2, 3)]
+
+
+def test_a_visitors_own_kb_crosses_whole(fake):
+    kb = fake.build_kb("mine", ["a passage", "another"])
+    assert kb == {"name": "mine", "passages": ["a passage", "another"]}
+    assert fake.ask("who?", kb=kb).kb == "own:mine"
+    fake.release_kb(kb)  # the fake has no release_kb; the background engine skips it
+
+
+def test_errors_are_raised_in_the_caller(fake):
+    with pytest.raises(InputError, match="type a question first"):
+        fake.ask("")
+    with pytest.raises(RagDemoError, match="TwoArgumentError: kaboom: it broke"):  # does not pickle: described
+        fake.ask("unpicklable error")
+    with pytest.raises(RagDemoError, match="could not be sent|PicklingError|AttributeError"):
+        fake.build_kb("unpicklable", [])
+    with pytest.raises(RagDemoError, match="no method"):
+        fake._call("__reduce__")
+    assert fake.ask("still fine?").question == "still fine?"
+
+
+def test_status_reads_never_wait_for_the_child(fake):
+    """The page polls the status often: it reads the child's last push, so a child that cannot run
+    (here stopped; in a start, busy importing) neither delays the reads nor is interrupted by them."""
+    import signal
+
+    os.kill(fake.pid, signal.SIGSTOP)
+    try:
+        started = time.monotonic()
+        for _ in range(100):
+            assert fake.ready and fake.complete and fake.kb_names == ("left", "right") and fake.status_text() == "ready"
+        assert time.monotonic() - started < 1.0
+    finally:
+        os.kill(fake.pid, signal.SIGCONT)
+    assert fake.ask("awake?").question == "awake?"
+
+
+def test_calls_run_side_by_side(fake):
+    order = []
+    slow = threading.Thread(target=lambda: order.append(fake.ask("slow").question))
+    slow.start()
+    time.sleep(0.1)
+    order.append(fake.ask("quick").question)
+    slow.join(10)
+    assert order == ["quick", "slow"]
+
+
+def test_stages_swap_in_and_answers_say_which_parts_gave_them():
+    engine = _started(functools.partial(process_engines.staged_fake_engines, hold_s=1.0))
+    try:
+        first = engine.ask("who?")
+        if not engine.complete:  # the first stage still serves
+            assert first.engine == "first" and "the second part is building" in first.notices[-1]
+            assert "Answering now with the first part" in engine.status_text()
+        assert engine.wait(10)
+        second = engine.ask("who?")
+        assert second.engine == "second" and second.notices == () and engine.engines_served == 2
+    finally:
+        engine.stop()
+
+
+def test_a_failed_build_says_why():
+    engine = _started(process_engines.failing_factory)
+    try:
+        assert engine.failed and not engine.ready
+        assert "could not start: the cache folder is not writable" in engine.status_text()
+        with pytest.raises(EngineNotReady, match="not writable"):
+            engine.ask("who?")
+    finally:
+        engine.stop()
+
+
+def test_a_child_that_dies_fails_every_call_clearly():
+    engine = _started(process_engines.fake_engine)
+    with pytest.raises(EngineNotReady, match=r"exited \(code 3\).*restart the app"):
+        engine.ask("die")
+    assert not engine.ready and engine.failed and not engine.complete
+    with pytest.raises(EngineNotReady, match="exited"):
+        engine.ask("who?")
+    assert "exited (code 3)" in engine.status()["error"] == engine.status_text()
+
+
+def test_engine_process_can_be_turned_off():
+    assert engine_process_wanted({}) and engine_process_wanted({"RAG_DEMO_ENGINE_PROCESS": "1"})
+    assert not any(engine_process_wanted({"RAG_DEMO_ENGINE_PROCESS": v}) for v in ("0", "false", "No", " off "))
+
+
+def _untimed(value):
+    """A JSON answer without its timings, which differ from run to run."""
+    if isinstance(value, dict):
+        return {key: _untimed(item) for key, item in value.items() if not key.startswith("timings")}
+    if isinstance(value, list):
+        return [_untimed(item) for item in value]
+    return value
+
+
+def test_the_pages_answers_through_the_process_equal_those_in_this_one(tmp_path, ui_engine):
+    """The same tiny engine (fixed seeds), built in a child and here: the page's JSON answers match."""
+    from rag_demo.ui.actions import DemoActions
+
+    engine = _started(functools.partial(process_engines.tiny_rag_engine, folder=str(tmp_path)))
+    try:
+        here, there = DemoActions(ui_engine), DemoActions(engine)
+        question = "who wrote a farewell to arms"
+        for kb in ("nq-wiki", "nq-counterfactual"):
+            theirs, ours = (_untimed(side.ask_json(question, "both", 3, "flat", kb, "", False)) for side in (there, here))
+            assert theirs == ours and ours["passages"] and ours["variants"]["token"]["answer"] is not None
+        assert _untimed(there.compare_json(question, "nq-wiki", 3)) == _untimed(here.compare_json(question, "nq-wiki", 3))
+        assert there.examples("nq-wiki") == here.examples("nq-wiki")
+    finally:
+        engine.stop()
