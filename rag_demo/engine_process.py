@@ -77,7 +77,7 @@ class EngineProcess:
         self._waiting: dict[int, queue.SimpleQueue] = {}
         self._lock = threading.Lock()  # guards _waiting and _stopped, and one send at a time
         self._stopped: str | None = None  # why the child is gone
-        self._snapshot: dict = {}  # the child's last pushed status (see `_status_snapshot`)
+        self._snapshot: dict = {}  # the child's last pushed status (see `status_snapshot`)
         self._process = None
         self._connection = None
         self._started = time.monotonic()
@@ -268,8 +268,12 @@ class EngineProcess:
 def main(argv: list[str]) -> None:
     """`python -m rag_demo.engine_process FD`: FD is this end of the pipe; the first message on it
     is the parent's import path, the second the factory and the log level."""
+    import signal
     from multiprocessing.connection import Connection
 
+    # Ctrl-C in a terminal reaches the whole process group: the page's process stops, and this one
+    # ends when the pipe closes, without a traceback of its own.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     connection = Connection(int(argv[0]))
     try:
         path = connection.recv()

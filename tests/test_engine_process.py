@@ -159,3 +159,40 @@ def test_the_pages_answers_through_the_process_equal_those_in_this_one(tmp_path,
         assert there.examples("nq-wiki") == here.examples("nq-wiki")
     finally:
         engine.stop()
+
+
+def test_the_page_serves_through_the_process(tmp_path, ui_engine):
+    """The page built on an `EngineProcess`: API answers as the same engine gives them here, and a
+    visitor's own knowledge base, embedded in the child, crosses back and is asked there."""
+    import json
+
+    from gradio_client import Client
+
+    from rag_demo.ui import build_demo, launch_options
+    from rag_demo.ui.actions import DemoActions
+    from tests.ui_engine import KB_NAMES, QUESTIONS
+
+    engine = _started(functools.partial(process_engines.tiny_rag_engine, folder=str(tmp_path / "models")))
+    demo = build_demo(engine)
+    try:
+        _, url, _ = demo.launch(server_name="127.0.0.1", server_port=None, prevent_thread_lock=True, quiet=True,
+                                ssr_mode=False, **launch_options())
+        client = Client(url, verbose=False)
+        assert client.predict(api_name="/status_json")["complete"]
+        theirs = client.predict(QUESTIONS[0], "both", 3, "flat", KB_NAMES[1], "", False, api_name="/ask_json")
+        ours = DemoActions(ui_engine).ask_json(QUESTIONS[0], "both", 3, "flat", KB_NAMES[1], "", False)
+        assert _untimed(theirs) == _untimed(json.loads(json.dumps(ours)))
+        status, answer, *_ = client.predict(QUESTIONS[0], "token", 3, "flat", KB_NAMES[0], 1, "thorough", api_name="/ask")
+        assert status == "" and f"knowledge base <b>{KB_NAMES[0]}</b>" in answer
+        notes = tmp_path / "notes.txt"
+        notes.write_text("Zorblax is the capital of Plutonia, a city of glass domes.")
+        from gradio_client import handle_file
+
+        built = client.predict([handle_file(str(notes))], "Pasted", "Quixel invented the hover bicycle in 2091.",
+                               api_name="/build_kb")
+        assert "Indexed 2 passages" in built[0]
+        status, answer, passages = client.predict("What is the capital of Plutonia?", api_name="/ask_mine")
+        assert status == "" and "Zorblax" in passages and "RAG-Token" in answer
+    finally:
+        demo.close()
+        engine.stop()
