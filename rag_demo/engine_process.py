@@ -17,8 +17,8 @@ whole, and is small: uploads are capped). An exception raised in the child is ra
 caller, as itself where it pickles. If the child stops (killed for memory, say), every call in
 flight and every later one raises `EngineNotReady` naming its exit code, and the status says so.
 
-Set RAG_DEMO_ENGINE_PROCESS=0 to keep the engine in the page's process instead (one process: what
-a GPU host that attaches the device to the serving process needs).
+Set RAG_DEMO_ENGINE_PROCESS=0 to keep the engine in the page's process instead, in a thread (one
+process to debug or profile, at the cost of the slower start).
 """
 
 from __future__ import annotations
