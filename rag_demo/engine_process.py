@@ -148,8 +148,8 @@ class EngineProcess:
         for each in waiting:
             each.put(("stopped", [why]))
 
-    def _request(self, op: str, name: str, args: tuple = (), kwargs: dict | None = None) -> Any:
-        kwargs = dict(kwargs or {})
+    def _call(self, name: str, *args: Any, **kwargs: Any) -> Any:
+        """`name(*args, **kwargs)` on the child's `BackgroundEngine`, with `progress` reported here."""
         progress = kwargs.pop("progress", None)
         call_id = next(self._ids)
         answers: queue.SimpleQueue = queue.SimpleQueue()
@@ -160,7 +160,7 @@ class EngineProcess:
                 raise EngineNotReady("The engine's process was not started.")
             self._waiting[call_id] = answers
             try:
-                self._connection.send((op, call_id, name, args, kwargs, progress is not None))
+                self._connection.send(("call", call_id, name, args, kwargs, progress is not None))
             except (OSError, ValueError) as err:
                 del self._waiting[call_id]
                 raise EngineNotReady(f"The engine's process cannot be reached ({err}); restart the app.") from None
@@ -182,9 +182,6 @@ class EngineProcess:
         finally:
             with self._lock:
                 self._waiting.pop(call_id, None)
-
-    def _call(self, name: str, *args: Any, **kwargs: Any) -> Any:
-        return self._request("call", name, args, kwargs)
 
     # ---- what the page reads: the child's last pushed status ------------------------------------
     def _engine_field(self, name: str) -> Any:

@@ -62,7 +62,7 @@ def descendants(pid: int | str = "self") -> list[int]:
     found, queue = [], [str(pid)]
     while queue:
         parent = queue.pop()
-        for task in Path(f"/proc/{parent}/task").glob("*/children") if Path(f"/proc/{parent}/task").is_dir() else ():
+        for task in Path(f"/proc/{parent}/task").glob("*/children"):  # nothing where there is no such process
             try:
                 children = task.read_text().split()
             except OSError:
