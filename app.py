@@ -46,12 +46,12 @@ def create_demo(factory: Callable[[Progress], Engine | Iterator[Stage]] = defaul
 
     The build starts before gradio is imported, so that on a warm start the models load while the
     page is built: in a child process with `separate_process` (the factory must then pickle: a
-    module-level function or a partial of one), else in a thread of this one."""
+    module-level function or a partial of one), else in a thread of this one. The answers that
+    cross from the child are plain data, so this process never imports torch."""
     if separate_process:
         from rag_demo.engine_process import EngineProcess
 
         engine = EngineProcess(factory).start()
-        import torch  # noqa: F401  (answers carry tensors: imported now, while the engine loads, not at the first answer)
     else:
         engine = BackgroundEngine(factory).start()
     from rag_demo.ui import build_demo

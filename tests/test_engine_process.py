@@ -196,3 +196,59 @@ def test_the_page_serves_through_the_process(tmp_path, ui_engine):
     finally:
         demo.close()
         engine.stop()
+
+
+PAGE_WITHOUT_TORCH = r"""
+import functools, json, sys
+from pathlib import Path
+from gradio_client import Client, handle_file
+from app import create_demo
+from rag_demo.ui import launch_options
+from tests import process_engines
+
+folder = Path(sys.argv[1])
+demo = create_demo(functools.partial(process_engines.tiny_rag_engine, folder=str(folder / "models")), separate_process=True)
+_, url, _ = demo.launch(server_name="127.0.0.1", server_port=None, prevent_thread_lock=True, quiet=True,
+                        ssr_mode=False, **launch_options())
+try:
+    client = Client(url, verbose=False)
+    while not client.predict(api_name="/status_json")["complete"]:
+        pass
+    question, kbs = "who wrote a farewell to arms", ("nq-wiki", "nq-counterfactual")
+    answered = {
+        "ask": client.predict(question, "both", 3, "flat", kbs[0], 1, "thorough", api_name="/ask")[1],
+        "ask_json": json.dumps(client.predict(question, "both", 3, "flat", kbs[1], "", False, api_name="/ask_json")),
+        "compare": str(client.predict(question, kbs[0], 3, api_name="/compare")),
+        "swap": str(client.predict(question, kbs[0], kbs[1], "both", 3, api_name="/swap")),
+        "score": str(client.predict(question, "Ernest Hemingway", kbs[0], 3, "flat", api_name="/score")),
+        "index_reports": str(client.predict(kbs[0], api_name="/index_reports")),
+    }
+    notes = folder / "notes.txt"
+    notes.write_text("Zorblax is the capital of Plutonia, a city of glass domes.")
+    answered["build_kb"] = client.predict([handle_file(str(notes))], "", "", api_name="/build_kb")[0]
+    answered["ask_mine"] = str(client.predict("What is the capital of Plutonia?", api_name="/ask_mine"))
+finally:
+    demo.close()
+print(json.dumps({"torch": "torch" in sys.modules, "answered": answered}))
+"""
+
+
+def test_the_pages_process_never_imports_torch(tmp_path):
+    """Answers cross from the engine's process as plain data: a fresh page process (`app.create_demo`)
+    that answers every kind of request over the child has not imported torch (about 2 s and 300 MB it need not spend)."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    done = subprocess.run([sys.executable, "-c", PAGE_WITHOUT_TORCH, str(tmp_path)], cwd=root, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    answered = report["answered"]
+    assert "RAG-Token" in answered["ask"] and '"passages": [{' in answered["ask_json"]
+    assert "Indexed 1 passage" in answered["build_kb"] and "Zorblax" in answered["ask_mine"]
+    assert all(answered.values())
+    assert report["torch"] is False

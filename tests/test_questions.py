@@ -6,7 +6,10 @@ import json
 import random
 from pathlib import Path
 
+import pytest
+
 from rag_demo import questions as qs
+from rag_demo.errors import KnowledgeBaseError
 from rag_demo.questions import KBQuestion
 
 
@@ -121,3 +124,20 @@ def test_examples_by_kb_leaves_out_kbs_without_examples(tmp_path: Path):
     own.mkdir()  # a user's KB: no questions at all
     found = qs.examples_by_kb({"wiki": kb("wiki", [False, True, True]), "quiet": kb("quiet", [False]), "own": own, "none": None})
     assert {name: [q.question for q in items] for name, items in found.items()} == {"wiki": ["wiki q1", "wiki q2"]}
+
+
+def test_example_questions_read_only_the_flagged_lines(tmp_path: Path):
+    """The warm start's shortcut finds every example, even among questions that quote the word, and
+    skips the other lines' JSON; reading all questions still finds a malformed one."""
+    rows = [
+        {"question": 'what does "example" mean', "answer": "a", "swapped_answer": "b", "passage_answer": "a", "gold_id": 0},
+        {"question": "who sang it first", "answer": "a", "swapped_answer": "b", "passage_answer": "a", "gold_id": 1,
+         "example": True},
+        {"question": "what is the example flag", "answer": "a", "swapped_answer": "b", "passage_answer": "a",
+         "gold_id": 2, "example": False},
+    ]
+    lines = [json.dumps(row) for row in rows] + ["{not json", json.dumps({**rows[1], "question": "last", "gold_id": 3}, ensure_ascii=False)]
+    (tmp_path / qs.QUESTIONS_FILE).write_text("\n".join(lines) + "\n")
+    assert [q.question for q in qs.example_questions(tmp_path)] == ["who sang it first", "last"]
+    with pytest.raises(KnowledgeBaseError, match="line 4 is malformed"):
+        qs.load_questions(tmp_path)
