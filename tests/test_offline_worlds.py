@@ -4,9 +4,12 @@ one consistent counterfactual world. Pure functions, on a synthetic task.json in
 from __future__ import annotations
 
 import json
+import re
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from rag_demo.offline import worlds
 from tests.offline_fakes import ROWS, row, task_json
@@ -141,3 +144,52 @@ def test_offline_docstring_examples(module):
     import importlib
 
     assert doctest.testmod(importlib.import_module(f"rag_demo.offline.{module}")).failed == 0
+
+
+def _regex_whole(*texts: str) -> re.Pattern:
+    """What the counterfactual world was built with before `WholeWords`: one alternation, longest first."""
+    alternatives = "|".join(map(re.escape, sorted(texts, key=len, reverse=True)))
+    return re.compile(r"(?<!\w)(?:" + alternatives + r")(?!\w)")
+
+
+_TEXT = st.text(alphabet="AaBb _.-'é東1", max_size=12)
+_NAME = st.text(alphabet="AaBb _.-'é東1", min_size=1, max_size=6).filter(lambda t: t[0].isalnum() or t[0] == "_")
+
+
+@st.composite
+def _names_and_text(draw):
+    """Names, some the start of others ("A", "A B"), and a text that strings names and odd characters together."""
+    names = draw(st.lists(_NAME, min_size=1, max_size=6))
+    names += [name + draw(st.sampled_from([" ", "-", "'", "_", "é", ""])) + draw(_NAME) for name in names[:2]]
+    pieces = draw(st.lists(st.one_of(st.sampled_from(names), _TEXT), max_size=8))
+    return names, "".join(pieces)
+
+
+@settings(max_examples=400, deadline=None)
+@given(names_and_text=_names_and_text(), word=st.text(alphabet="AaB _.é1", max_size=4))
+def test_whole_words_finds_what_the_regex_found(names_and_text, word):
+    """The fast matchers against the regexes they replace, on texts and names made of word characters
+    (ASCII, accented, CJK, digits, underscore) and separators, overlapping and nested names included."""
+    names, text = names_and_text
+    pattern = _regex_whole(*names)
+    finder = worlds.WholeWords(names)
+    assert list(finder.spans(text)) == [m.span() for m in pattern.finditer(text)]
+    assert finder.sub(str.upper, text) == pattern.sub(lambda m: m.group(0).upper(), text)
+    if word:
+        single = _regex_whole(word)
+        assert list(worlds._whole_spans(text, word)) == [m.span() for m in single.finditer(text)]
+        assert worlds._replace_whole(text, word, "<X>") == single.sub("<X>", text)
+    old_inside = any((text[m.start() - 1] if m.start() else " ").isalnum() or (text[m.end()] if m.end() < len(text) else " ").isalnum()
+                     for m in re.finditer(re.escape(word), text))
+    assert worlds._mentions_inside_words(text, word) == old_inside
+
+
+def test_whole_words_needs_texts_that_begin_a_word():
+    with pytest.raises(ValueError, match="word character"):
+        worlds.WholeWords(["Al", "(Bo)"])
+
+
+def test_a_word_character_is_what_the_regex_calls_one():
+    """`_is_word_char` against `\\w` on every character of the Basic Multilingual Plane."""
+    word = re.compile(r"\w")
+    assert all(worlds._is_word_char(ch) == bool(word.match(ch)) for ch in map(chr, range(0x10000)) if not 0xD800 <= ord(ch) < 0xE000)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import random
 import re
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -141,11 +141,20 @@ def dedup_passages(texts: Iterable[str], *, title: str = "") -> tuple[list[Passa
     return passages, rows
 
 
+def _occurrences(text: str, word: str) -> Iterator[int]:
+    """Where `word` starts in `text`, left to right and not overlapping (as `re.finditer` of the literal)."""
+    start = text.find(word)
+    while start != -1:
+        yield start
+        start = text.find(word, start + max(len(word), 1))
+
+
 def _mentions_inside_words(context: str, swapped: str) -> bool:
     """Whether some occurrence of `swapped` touches a letter or digit on either side."""
-    for match in re.finditer(re.escape(swapped), context):
-        before = context[match.start() - 1] if match.start() > 0 else " "
-        after = context[match.end()] if match.end() < len(context) else " "
+    for start in _occurrences(context, swapped):
+        end = start + len(swapped)
+        before = context[start - 1] if start > 0 else " "
+        after = context[end] if end < len(context) else " "
         if before.isalnum() or after.isalnum():
             return True
     return False
@@ -184,10 +193,77 @@ def looks_like_name(answer: str) -> bool:
             and words[-1][:1].isupper() and all(_NAME_WORD.match(w) for w in words))
 
 
-def _whole(*texts: str) -> re.Pattern:
-    """Any of `texts` as whole words (not inside a longer word); the longest first where they overlap."""
-    alternatives = "|".join(map(re.escape, sorted(texts, key=len, reverse=True)))
-    return re.compile(r"(?<!\w)(?:" + alternatives + r")(?!\w)")
+def _is_word_char(ch: str) -> bool:
+    """What `\\w` matches in a str regex: a Unicode letter or digit, or the underscore."""
+    return ch.isalnum() or ch == "_"
+
+
+def _whole_at(text: str, start: int, end: int) -> bool:
+    """Whether text[start:end] has no word character just outside it on either side."""
+    return (start == 0 or not _is_word_char(text[start - 1])) and (end == len(text) or not _is_word_char(text[end]))
+
+
+class WholeWords:
+    """Whole-word occurrences (no word character on either side) of any of `texts`, the longest where
+    several start at one place: what the regex `(?<!\\w)(?:longest|...|shortest)(?!\\w)` finds.
+
+    That regex tries every text at every place; over the default world's thousands of names it
+    took 40 s of a first start. Here a place is tried only where a word starts, and only against
+    the texts that begin with that word: a whole-word match there must begin with the same run of
+    word characters. So every text must begin with a word character, as names do.
+
+    >>> names = WholeWords(["Al Bo", "Al", "Ed Fu"])
+    >>> names.sub(lambda name: name.upper(), "Al Bo met Al, Ed Fuu and Ed Fu")
+    'AL BO met AL, Ed Fuu and ED FU'
+    """
+
+    _RUN = re.compile(r"(?<!\w)\w+")  # each maximal run of word characters
+
+    def __init__(self, texts: Iterable[str]) -> None:
+        self._by_first_run: dict[str, list[str]] = {}
+        for text in sorted(set(texts), key=len, reverse=True):
+            run = self._RUN.match(text)
+            if run is None:
+                raise ValueError(f"{text!r} does not begin with a word character")
+            self._by_first_run.setdefault(run.group(0), []).append(text)
+
+    def spans(self, text: str) -> Iterator[tuple[int, int]]:
+        """(start, end) of each occurrence, left to right, not overlapping."""
+        resume = 0
+        for run in self._RUN.finditer(text):
+            start = run.start()
+            if start < resume:
+                continue
+            for candidate in self._by_first_run.get(run.group(0), ()):
+                end = start + len(candidate)
+                if text.startswith(candidate, start) and _whole_at(text, start, end):
+                    yield start, end
+                    resume = end
+                    break
+
+    def sub(self, replace: Callable[[str], str], text: str) -> str:
+        """`text` with each occurrence replaced by `replace(occurrence)`."""
+        pieces, kept = [], 0
+        for start, end in self.spans(text):
+            pieces += [text[kept:start], replace(text[start:end])]
+            kept = end
+        return "".join(pieces) + text[kept:] if pieces else text
+
+
+def _whole_spans(text: str, word: str) -> Iterator[tuple[int, int]]:
+    """(start, end) of each whole-word occurrence of one `word`, as `WholeWords` finds them."""
+    for start in _occurrences(text, word):
+        if _whole_at(text, start, start + len(word)):
+            yield start, start + len(word)
+
+
+def _replace_whole(text: str, word: str, replacement: str) -> str:
+    """`text` with each whole-word occurrence of `word` replaced by `replacement`."""
+    pieces, kept = [], 0
+    for start, end in _whole_spans(text, word):
+        pieces += [text[kept:start], replacement]
+        kept = end
+    return "".join(pieces) + text[kept:] if pieces else text
 
 
 def counterfactual_world(swaps: list[ConflictRecord]) -> dict[str, str]:
@@ -203,20 +279,20 @@ def counterfactual_world(swaps: list[ConflictRecord]) -> dict[str, str]:
     return world
 
 
-def counterfactual_passage(swap: ConflictRecord, world: Mapping[str, str], names: re.Pattern | None) -> str:
+def counterfactual_passage(swap: ConflictRecord, world: Mapping[str, str], names: WholeWords | None) -> str:
     """The passage of `swap` in a consistent counterfactual world: its own answer takes the world's
-    one substitute, and every other name the world swaps (`names` matches them) takes its own.
+    one substitute, and every other name the world swaps (`names` finds them) takes its own.
 
     >>> world = {"Al Bo": "Cy Do", "Ed Fu": "Gu Hi", "Jo": "Ki Lu"}
-    >>> counterfactual_passage(ConflictRecord("q", "Zed Q met Ed Fu and Jo .", "Al Bo", "Zed Q"), world, _whole("Al Bo", "Ed Fu"))
+    >>> counterfactual_passage(ConflictRecord("q", "Zed Q met Ed Fu and Jo .", "Al Bo", "Zed Q"), world, WholeWords(["Al Bo", "Ed Fu"]))
     'Cy Do met Gu Hi and Jo .'
     """
     own = world.get(swap.answer, swap.swapped_answer)
-    text = swap.context if own == swap.swapped_answer else _whole(swap.swapped_answer).sub(own, swap.context)
+    text = swap.context if own == swap.swapped_answer else _replace_whole(swap.context, swap.swapped_answer, own)
     if names is None:
         return text
     # the pieces between the passage's own substitute, so a substitute that is itself a name stays put
-    return own.join(names.sub(lambda m: world[m.group(0)], piece) for piece in text.split(own))
+    return own.join(names.sub(world.__getitem__, piece) for piece in text.split(own))
 
 
 def counterfactual_answer(record: ConflictRecord, text: str, world: Mapping[str, str]) -> str:
@@ -227,7 +303,7 @@ def counterfactual_answer(record: ConflictRecord, text: str, world: Mapping[str,
     >>> [counterfactual_answer(ConflictRecord("q", "", a, ""), "Cy Do met Ed .", world) for a in ("Al Bo", "Ed", "Ed Fu")]
     ['Cy Do', 'Ed', '']
     """
-    if record.answer in world and world[record.answer] in text and not _whole(record.answer).search(text):
+    if record.answer in world and world[record.answer] in text and next(_whole_spans(text, record.answer), None) is None:
         return world[record.answer]
     return record.answer if record.answer in text else ""
 
@@ -323,8 +399,8 @@ def build_default_data(records: list[ConflictRecord], *, n_candidates: int = EXA
     swaps = [kept[swap_of[row]] for row in range(len(wiki))]
     world = counterfactual_world(swaps)
     names = [a for a in world if looks_like_name(a)]
-    pattern = _whole(*names) if names else None
-    counterfactual = [Passage(title="", text=counterfactual_passage(swap, world, pattern)) for swap in swaps]
+    finder = WholeWords(names) if names else None
+    counterfactual = [Passage(title="", text=counterfactual_passage(swap, world, finder)) for swap in swaps]
     examples = tuple(
         NQExample(r.question, r.answer, counterfactual_answer(r, counterfactual[row].text, world), row, row)
         for r, row in zip(kept, wiki_rows)
