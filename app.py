@@ -72,12 +72,12 @@ def kb_paths_from(items: Sequence[str], environ: Mapping[str, str]) -> dict[str,
 
 
 def checked_kb_paths(paths: dict[str, str]) -> dict[str, str]:
-    """The named KB folders, once each exists: a wrong path stops the start with its reason before
-    anything is served. (They load with the engine, where a folder that is not a KB says so too.)"""
-    from rag_demo.corpus import kb_folder
+    """The named KB folders, once each is a saved dataset: a wrong path stops the start with its
+    reason before anything is served. (They load with the engine, which checks their columns.)"""
+    from rag_demo.corpus import saved_kb_folder
 
     for path in paths.values():
-        kb_folder(path)
+        saved_kb_folder(path)
     return paths
 
 

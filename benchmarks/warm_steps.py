@@ -6,9 +6,9 @@
 Times each thing `python app.py` does before it can answer, one after another: the imports, the
 knowledge bases, the encoder, the generator (its tokenizer apart), two asks (the page's default:
 k = 5, both variants and closed-book) and, last, importing gradio. In the app the engine loads in a
-thread beside gradio's import and the page's construction; on two cores the two mostly take
-turns, as both run Python under one interpreter lock, so the sum of these steps is about what a
-warm start costs. Prints one table of seconds.
+process of its own while the page's process imports gradio and builds the page, each on a core,
+so the steps before gradio's are about what the engine's process spends before its first
+answer. Prints one table of seconds.
 """
 
 from __future__ import annotations
@@ -35,10 +35,10 @@ def main(argv: list[str] | None = None) -> None:
     import torch
 
     step("import torch")
-    import datasets  # noqa: F401  (what loading a KB folder imports)
     import faiss  # noqa: F401
+    import pyarrow  # noqa: F401  (what loading a KB folder imports; `datasets` only for other folder forms)
 
-    step("import datasets, faiss")
+    step("import pyarrow, faiss")
     from rag_demo.config import EngineConfig, cache_root
     from rag_demo.engine import RagEngine
     from rag_demo.encoders import load_encoder

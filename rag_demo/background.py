@@ -11,7 +11,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from typing import Any, Protocol
 
 from . import heap
@@ -63,6 +63,26 @@ class EngineNotReady(RagDemoError):
 def not_ready(status_text: str, *, failed: bool) -> EngineNotReady:
     """What a call meets before any engine serves: the build's status and what to do."""
     return EngineNotReady(status_text + (" Restart the app once fixed." if failed else " Try again in a moment."))
+
+
+@dataclass(frozen=True)
+class BuildStatus:
+    """The build as data, for the API (`/status_json`): what serves, what is building, how far it has come."""
+
+    status: str  # the banner's text
+    seconds: float  # since the build started
+    ready: bool = False  # an engine serves
+    complete: bool = False  # and nothing is being built any more
+    engines_served: int = 0  # 1 + the swaps so far
+    serving: str = ""  # which parts answer
+    building: str = ""  # what is still being built
+    step: str = ""  # the build's current step, with `done` of `total`
+    done: int = 0
+    total: int = 0
+    error: str = ""  # why the build stopped, if it did
+
+    def to_json(self) -> dict:
+        return asdict(self)
 
 
 @dataclass(frozen=True)
@@ -183,13 +203,13 @@ class BackgroundEngine:
                 "Answers get better as each part is ready, with no restart.")
 
     def status(self) -> dict:
-        """The build as data, for the API: what serves, what is building, how far it has come."""
+        """The build as data, for the API (`BuildStatus`)."""
         current = self._current
         stage, done, total = self._stage
-        return {"ready": current is not None, "complete": self.complete, "engines_served": self._served,
-                "serving": current.serving if current else "", "building": current.building if current else "",
-                "step": stage, "done": done, "total": total, "error": self._error or "",
-                "seconds": round(time.monotonic() - self._started, 1), "status": self.status_text()}
+        return BuildStatus(status=self.status_text(), seconds=round(time.monotonic() - self._started, 1),
+                           ready=current is not None, complete=self.complete, engines_served=self._served,
+                           serving=current.serving if current else "", building=current.building if current else "",
+                           step=stage, done=done, total=total, error=self._error or "").to_json()
 
     def _get(self) -> Stage:
         current = self._current

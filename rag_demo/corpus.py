@@ -360,6 +360,19 @@ def kb_folder(path: str | Path) -> Path:
     return path
 
 
+def saved_kb_folder(path: str | Path) -> Path:
+    """`path`, once it is a folder that `datasets` saved one dataset to (it has the state.json that
+    `save_to_disk` writes); else the error that says what it is instead. Reads no data, so a start
+    can check a folder before anything is served and load it later."""
+    path = kb_folder(path)
+    if not (path / "state.json").is_file():
+        if (path / "dataset_dict.json").is_file():
+            raise KnowledgeBaseError(f"{path} holds a DatasetDict; save a single split (one Dataset) instead")
+        raise KnowledgeBaseError(f"{path} is not a knowledge base folder (no state.json, which `save_to_disk` writes); "
+                                 "build one with `python -m rag_demo build-kb`")
+    return path
+
+
 def load_kb(path: str | Path, *, name: str | None = None, index_file: str | Path | None = None,
             lazy_from: int = LAZY_ROWS) -> KnowledgeBase:
     """Load a KB folder written by `save_kb` / `write_kb` or by `datasets.Dataset.save_to_disk`.

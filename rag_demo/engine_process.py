@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from . import heap
-from .background import BackgroundEngine, EngineNotReady, Stage, not_ready
+from .background import BackgroundEngine, BuildStatus, EngineNotReady, Stage, not_ready
 from .errors import RagDemoError
 from .progress import Progress
 
@@ -229,10 +229,8 @@ class EngineProcess:
         """The build as data (`BackgroundEngine.status`), as the child last pushed it."""
         if self._stopped is None and "status" in self._snapshot:
             return dict(self._snapshot["status"])
-        why = self._stopped or "The engine's process is starting."
-        return {"ready": False, "complete": False, "engines_served": 0, "serving": "", "building": "", "step": "",
-                "done": 0, "total": 0, "error": self._stopped or "", "seconds": round(time.monotonic() - self._started, 1),
-                "status": why}
+        return BuildStatus(status=self._stopped or "The engine's process is starting.",
+                           seconds=round(time.monotonic() - self._started, 1), error=self._stopped or "").to_json()
 
     def wait(self, timeout: float | None = None) -> bool:
         """Block until the build has finished or failed; True when the complete engine is serving."""

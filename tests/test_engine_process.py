@@ -3,6 +3,7 @@ child, and the page's answers through it equal to those of the same engine in th
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import os
 import threading
@@ -10,7 +11,7 @@ import time
 
 import pytest
 
-from rag_demo.background import EngineNotReady
+from rag_demo.background import BuildStatus, EngineNotReady
 from rag_demo.engine_process import EngineProcess, engine_process_wanted
 from rag_demo.errors import InputError, RagDemoError
 from tests import process_engines
@@ -122,12 +123,14 @@ def test_a_failed_build_says_why():
 
 def test_a_child_that_dies_fails_every_call_clearly():
     engine = _started(process_engines.fake_engine)
+    pushed = engine.status()  # the child's BackgroundEngine.status(), as pushed
     with pytest.raises(EngineNotReady, match=r"exited \(code 3\).*restart the app"):
         engine.ask("die")
     assert not engine.ready and engine.failed and not engine.complete
     with pytest.raises(EngineNotReady, match="exited"):
         engine.ask("who?")
     assert "exited (code 3)" in engine.status()["error"] == engine.status_text()
+    assert pushed["ready"] and set(engine.status()) == set(pushed) == {f.name for f in dataclasses.fields(BuildStatus)}
 
 
 def test_engine_process_can_be_turned_off():

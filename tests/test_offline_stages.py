@@ -168,6 +168,18 @@ def test_app_reads_own_kbs_from_its_arguments_and_the_environment(tmp_path, caps
     with pytest.raises(SystemExit) as stopped:  # stops with its reason before anything is served
         app.main(argv=["--kb-path", f"big={tmp_path / 'missing'}"])
     assert "does not exist" in str(stopped.value.code) and "Traceback" not in str(stopped.value.code)
+    (tmp_path / "notes").mkdir()
+    (tmp_path / "notes" / "a.txt").write_text("not a knowledge base")
+    with pytest.raises(SystemExit) as stopped:
+        app.main(argv=["--kb-path", f"notes={tmp_path / 'notes'}"])
+    assert "is not a knowledge base folder" in str(stopped.value.code) and "Traceback" not in str(stopped.value.code)
+    import numpy as np
+
+    from rag_demo.corpus import write_kb
+
+    saved = write_kb(tmp_path / "own", name="own", titles=["Ada"], texts=["Ada wrote the notes."],
+                     vectors=iter([np.ones((1, 4), np.float32)]), dim=4)
+    assert app.checked_kb_paths({"own": str(saved)}) == {"own": str(saved)}
 
 
 def test_a_second_build_of_the_same_cache_waits_for_the_first(tmp_path):
