@@ -22,6 +22,50 @@ from .results import AskResult, IndexReport, RetrieverComparison
 
 log = logging.getLogger(__name__)
 
+LONGEST_PAUSE_S = 30.0  # the build steps aside for visitors' calls at most this long at a time
+
+
+class Answering:
+    """Counts the calls that answer a visitor, so that a build running beside them can step aside.
+
+    On 2 cores a first start's build (embedding, fine-tuning) and an ask share the cores, and the
+    ask took 30-40% longer. The build reports progress after every batch or step; there it waits
+    while a call answers (`step_aside`): at most LONGEST_PAUSE_S at a time, and only while its
+    waits add up to less than the time it has run, so that steady asking slows it by half at most."""
+
+    def __init__(self) -> None:
+        self._calls = 0
+        self._changed = threading.Condition()
+        self._began = time.monotonic()
+        self._waited = 0.0
+
+    def __enter__(self) -> Answering:
+        with self._changed:
+            self._calls += 1
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        with self._changed:
+            self._calls -= 1
+            self._changed.notify_all()
+
+    @property
+    def calls(self) -> int:
+        return self._calls
+
+    def step_aside(self) -> float:
+        """Wait while a visitor's call runs, within the bounds above; the seconds waited."""
+        now = time.monotonic()
+        limit = min(LONGEST_PAUSE_S, (now - self._began) - 2 * self._waited)  # after this wait too: waited <= ran
+        with self._changed:
+            if self._calls == 0 or limit <= 0:
+                return 0.0
+            self._changed.wait_for(lambda: self._calls == 0, timeout=limit)
+        waited = time.monotonic() - now
+        self._waited += waited
+        log.debug("the build stepped aside %.1f s for a visitor's call", waited)
+        return waited
+
 
 class Engine(Protocol):
     """What the UI needs from `rag_demo.engine.RagEngine`."""
@@ -116,6 +160,7 @@ class BackgroundEngine:
         self._stage_started = self._started
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
+        self.answering = Answering()  # the visitors' calls in flight, which the build steps aside for
 
     def start(self) -> BackgroundEngine:
         if self._thread is None:
@@ -135,6 +180,8 @@ class BackgroundEngine:
                 self._stage_started = time.monotonic()
             self._stage = (str(stage), int(done), int(total))
         self._on_change()
+        if self._current is not None:  # an engine serves: its answers come before the next batch
+            self.answering.step_aside()
 
     def _serve(self, stage: Stage) -> None:
         with self._lock:
@@ -241,7 +288,8 @@ class BackgroundEngine:
     def ask(self, question: str, **options: Any) -> AskResult:
         stage = self._get()  # one engine for the whole ask, whatever is swapped in meanwhile
         try:
-            result = stage.engine.ask(question, **options)
+            with self.answering:
+                result = stage.engine.ask(question, **options)
         finally:
             heap.release_free_memory()  # a long-running server: see rag_demo.heap
         return replace(result, notices=self._noted(stage, result.notices))
@@ -249,21 +297,27 @@ class BackgroundEngine:
     def score(self, question: str, answer: str, **options: Any) -> AskResult:
         stage = self._get()
         try:
-            result = stage.engine.score(question, answer, **options)
+            with self.answering:
+                result = stage.engine.score(question, answer, **options)
         finally:
             heap.release_free_memory()
         return replace(result, notices=self._noted(stage, result.notices))
 
     def compare_retrievers(self, question: str, *, kb: str | KnowledgeBase, k: int = 5) -> RetrieverComparison:
         stage = self._get()
-        comparison = stage.engine.compare_retrievers(question, kb=kb, k=k)
+        with self.answering:
+            comparison = stage.engine.compare_retrievers(question, kb=kb, k=k)
         return replace(comparison, notices=self._noted(stage, comparison.notices))
 
     def index_reports(self, kb: str | KnowledgeBase) -> list[IndexReport]:
-        return self._get().engine.index_reports(kb)
+        stage = self._get()
+        with self.answering:
+            return stage.engine.index_reports(kb)
 
     def build_kb(self, name: str, passages: list[Passage], *, progress: Progress | None = None) -> KnowledgeBase:
-        return self._get().engine.build_kb(name, passages, progress=progress)
+        stage = self._get()
+        with self.answering:
+            return stage.engine.build_kb(name, passages, progress=progress)
 
     def example_questions(self, kb: str, n: int = 8) -> list[str]:
         return self._get().engine.example_questions(kb, n)

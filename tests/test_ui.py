@@ -19,7 +19,7 @@ import gradio as gr
 import pytest
 
 from rag_demo import plots
-from rag_demo.background import BackgroundEngine, Stage
+from rag_demo.background import Answering, BackgroundEngine, Stage
 from rag_demo.config import LIMITS
 from rag_demo.corpus import Passage
 from rag_demo.errors import InputError, RagDemoError
@@ -634,6 +634,59 @@ def test_a_staged_start_answers_early_and_swaps_in_each_better_engine(ui_engine)
     assert is_skip(swapped.kb) and is_skip(swapped.retriever)  # the visitor's choices stay
     assert swapped.examples.raw_samples == [[q] for q in QUESTIONS]
     assert engine.status()["complete"] is True and engine.status_text() == "ready"
+
+
+def test_the_build_steps_aside_while_a_visitor_is_answered(ui_engine):
+    """Between two batches the build waits for an ask in flight, so the two do not share the cores;
+    with nobody asking it does not wait at all."""
+    asking, finish_ask, events = threading.Event(), threading.Event(), []
+    slow_engine = SimpleNamespace(**{name: getattr(ui_engine, name) for name in
+                                     ("kb_names", "default_kb", "lexical_weight", "retrievers", "example_questions")})
+
+    def slow_ask(question, **options):
+        asking.set()
+        finish_ask.wait(10)
+        events.append("ask done")
+        return ui_engine.ask(question, **options)
+
+    slow_engine.ask = slow_ask
+
+    def factory(progress):
+        yield Stage(slow_engine, "BM25 retrieval", "dense vectors are building (2 of 4)")
+        started = time.monotonic()
+        progress("embedding passages", 1, 3)  # nobody asks: no wait
+        events.append(("first batch reported", time.monotonic() - started))
+        assert asking.wait(5)
+        progress("embedding passages", 2, 3)  # an ask is in flight: waits for it
+        events.append("second batch reported")
+        yield Stage(ui_engine, "dense retrieval")
+
+    engine = BackgroundEngine(factory)
+    engine.answering._began -= 60  # as if the build had run a minute: its waits are bounded by that
+    engine.start()
+    deadline = time.monotonic() + 5
+    while not engine.ready and time.monotonic() < deadline:
+        time.sleep(0.01)
+    threading.Thread(target=lambda: engine.ask(QUESTION, kb=KB_NAMES[0], k=2), daemon=True).start()
+    assert asking.wait(5)
+    time.sleep(0.3)
+    assert "second batch reported" not in events and engine.answering.calls == 1
+    finish_ask.set()
+    assert engine.wait(5) and engine.complete
+    assert events[0][0] == "first batch reported" and events[0][1] < 0.1
+    assert events[1:] == ["ask done", "second batch reported"]
+
+
+def test_stepping_aside_is_bounded_by_the_time_the_build_has_run():
+    """Waits add up to no more than the time the build ran, and none is longer than LONGEST_PAUSE_S."""
+    answering = Answering()
+    assert answering.step_aside() == 0.0  # nobody asks
+    with answering:  # an ask that outlasts every bound
+        answering._began = time.monotonic() - 0.4
+        first = answering.step_aside()
+        assert 0.3 < first < 0.6  # it had run 0.4 s, so it waited about 0.4 s
+        assert answering.step_aside() < 0.05  # waited as long as it ran: no more until it runs again
+    assert answering.calls == 0
 
 
 def test_a_failure_after_the_first_engine_keeps_it_serving_and_says_so(ui_engine):
