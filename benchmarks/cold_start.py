@@ -129,12 +129,7 @@ def measure_cold(cache: Path, *, question: str, timeout_s: float, log_dir: Path)
             if process.poll() is not None:
                 raise SystemExit(f"the app exited with code {process.returncode}; see {log_dir / 'cold-start-app.log'}")
             report.peak_rss_mb = tree_mb("VmHWM", process.pid) or report.peak_rss_mb
-            try:
-                status = client.predict(api_name="/status_json")
-            except Exception as err:  # the server is busy starting; try again
-                log.debug("status: %s", err)
-                time.sleep(POLL_S)
-                continue
+            status = _status(client)  # {} while the server is busy starting: polled again below
             if status.get("error"):
                 raise SystemExit(f"the app failed to start: {status['error']}")
             stage = status.get("engines_served")

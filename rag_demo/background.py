@@ -29,7 +29,7 @@ class Answering:
     """Counts the calls that answer a visitor, so that a build running beside them can step aside.
 
     On 2 cores a first start's build (embedding, fine-tuning) and an ask share the cores, and the
-    ask took 30-40% longer. The build reports progress after every batch or step; there it waits
+    ask took up to twice as long. The build reports progress after every batch or step; there it waits
     while a call answers (`step_aside`): at most LONGEST_PAUSE_S at a time, and only while its
     waits add up to less than the time it has run, so that steady asking slows it by half at most."""
 

@@ -243,11 +243,7 @@ class WholeWords:
 
     def sub(self, replace: Callable[[str], str], text: str) -> str:
         """`text` with each occurrence replaced by `replace(occurrence)`."""
-        pieces, kept = [], 0
-        for start, end in self.spans(text):
-            pieces += [text[kept:start], replace(text[start:end])]
-            kept = end
-        return "".join(pieces) + text[kept:] if pieces else text
+        return _replaced(text, self.spans(text), replace)
 
 
 def _whole_spans(text: str, word: str) -> Iterator[tuple[int, int]]:
@@ -257,13 +253,18 @@ def _whole_spans(text: str, word: str) -> Iterator[tuple[int, int]]:
             yield start, start + len(word)
 
 
-def _replace_whole(text: str, word: str, replacement: str) -> str:
-    """`text` with each whole-word occurrence of `word` replaced by `replacement`."""
+def _replaced(text: str, spans: Iterable[tuple[int, int]], replace: Callable[[str], str]) -> str:
+    """`text` with each of `spans` (left to right, not overlapping) replaced by `replace(what it held)`."""
     pieces, kept = [], 0
-    for start, end in _whole_spans(text, word):
-        pieces += [text[kept:start], replacement]
+    for start, end in spans:
+        pieces += [text[kept:start], replace(text[start:end])]
         kept = end
     return "".join(pieces) + text[kept:] if pieces else text
+
+
+def _replace_whole(text: str, word: str, replacement: str) -> str:
+    """`text` with each whole-word occurrence of `word` replaced by `replacement`."""
+    return _replaced(text, _whole_spans(text, word), lambda _: replacement)
 
 
 def counterfactual_world(swaps: list[ConflictRecord]) -> dict[str, str]:
