@@ -40,6 +40,50 @@ def test_a_first_start_serves_bm25_first_then_each_part_as_it_is_built(default_s
     assert len(warm) == 1 and warm[0].complete and warm[0].paths == full.paths
 
 
+def test_the_reading_adapters_check_is_recorded_after_full_quality_serves(default_setup, caplog):
+    """The held-out check of a freshly trained adapter runs once the complete stage has been handed
+    out, loads the adapter as the engine does, and writes its record beside the marker."""
+    import json
+
+    from rag_demo.offline.cache import marker_problem
+    from rag_demo.offline.tuned import READER_CHECK_FILE, reader_check_record, tuned_generator_key
+
+    cache, config = default_setup
+    stages = prepare_in_stages(cache=cache, encoder_config=config)
+    full = next(readiness for readiness in stages if readiness.complete)
+    adapter = full.paths.reader_adapter_path
+    assert reader_check_record(adapter) is None and not (adapter / READER_CHECK_FILE).exists()
+    with caplog.at_level(logging.INFO, logger="rag_demo.offline.tuned"):
+        assert list(stages) == []  # what the build does after full quality serves: the check alone
+    record = reader_check_record(adapter)
+    assert record == json.loads((adapter / READER_CHECK_FILE).read_text())
+    assert record["checked_questions"] > 0 and 0 < record["answer_loss_after"] < 50
+    assert any("held-out gold passages after fine-tuning" in r.getMessage() for r in caplog.records)
+    assert marker_problem(adapter, tuned_generator_key()) is None  # the record lies outside the marker
+    # a warm start neither checks again nor changes the record
+    warm = list(prepare_in_stages(cache=cache, encoder_config=config))
+    assert len(warm) == 1 and reader_check_record(adapter) == record
+
+
+def test_a_reader_check_that_cannot_be_written_leaves_the_build_complete(default_setup, monkeypatch, caplog):
+    from rag_demo.errors import CacheError
+    from rag_demo.offline import prepare as prepare_module
+    from rag_demo.offline.cache import marker_problem
+    from rag_demo.offline.tuned import tuned_generator_key
+
+    cache, config = default_setup
+
+    def unwritable(*args, **kwargs):
+        raise CacheError("cannot write to the cache: read-only file system")
+
+    monkeypatch.setattr(prepare_module, "check_tuned_generator", unwritable)
+    with caplog.at_level(logging.WARNING, logger="rag_demo.offline.prepare"):
+        stages = list(prepare_in_stages(cache=cache, encoder_config=config))
+    assert stages[-1].complete
+    assert marker_problem(stages[-1].paths.reader_adapter_path, tuned_generator_key()) is None
+    assert any("held-out check was not recorded" in r.getMessage() and "read-only" in r.getMessage() for r in caplog.records)
+
+
 def test_the_source_downloads_while_the_generator_converts(default_setup, monkeypatch, caplog):
     """The fetch runs in a thread beside the conversion: a conversion that waits for the fetch to
     begin would time out if the two ran one after the other. The fetch's steps join the timeline."""

@@ -1,7 +1,8 @@
 """The offline default's fine-tuned parts, built once from the default KBs' training questions: the
 encoder's question side (`tuning.tune_question_encoder`) and the generator's reading adapter
-(`tuning.tune_reader`). Held-out questions are measured before and after, and the numbers kept in
-the folder's marker."""
+(`tuning.tune_reader`). Held-out questions are measured before and after: the encoder's recall in
+its folder's marker, the reader's answer loss in its folder's check.json, measured once the adapter
+serves (`check_tuned_generator`)."""
 
 from __future__ import annotations
 
@@ -47,6 +48,7 @@ READER_FORMAT = 3  # bump when `rag_demo.tuning` changes how the generator is tr
 READER_QUESTIONS_VARIABLE = "RAG_DEMO_READER_QUESTIONS"  # training questions of the build's reader, if not the default
 READER_QUESTIONS_MAX = 10_000  # the training split holds about 11,000 nq-wiki questions, some without a clear answer
 READER_CHECK_QUESTIONS = 100  # held-out questions (half of them counterfactual) whose answer loss the build records
+READER_CHECK_FILE = "check.json"  # in the adapter's folder, beside its marker: the check comes after it serves
 
 
 def _tuned_model_folder(name: str, key: str, cache: str | Path | None) -> Path:
@@ -328,16 +330,81 @@ def ensure_tuned_generator(generator_path: Path, kb_paths: Mapping[str, Path], *
         return folder
     device = torch.device("cuda") if torch.cuda.is_available() else None
     generator = load_generator(replace(generator_config, tuned=False, dtype="float32"), path=str(generator_path), device=device)
-    info = train_reader(generator, kb_paths, tuning=tuning, progress=progress)
+    # the held-out check waits until the adapter serves (`check_tuned_generator`): 40 s of a first start
+    info = train_reader(generator, kb_paths, tuning=tuning, progress=progress, check_after=False)
     with staged(folder) as staging, writing(staging):
         save_adapters(generator.model, staging, no_answer=generator.reads_no_answer)
         publish(staging, folder, key, info)
     return folder
 
 
+def check_tuned_generator(generator_path: Path, adapter_path: Path, kb_paths: Mapping[str, Path], *,
+                          generator_config: GeneratorConfig = GeneratorConfig(),
+                          tuning: ReaderTuningConfig | None = None, progress: Progress | None = None) -> dict:
+    """Measure the saved reading adapter as the engine loads it: the answer loss of held-out gold
+    passages (`reader_check_loss`), written to `READER_CHECK_FILE` in its folder and returned.
+
+    A record, not a gate: the build runs it after the adapter has begun to serve, so a first start
+    reaches full quality without waiting for it. The folder's marker does not list the file, so the
+    adapter stays complete whether or not the check has run.
+    """
+    import torch
+
+    from ..generator import load_generator
+
+    tuning = tuning or build_reader_tuning()
+    device = torch.device("cuda") if torch.cuda.is_available() else None
+    generator = load_generator(replace(generator_config, tuned=True, dtype="float32"), path=str(generator_path),
+                               device=device, adapter=adapter_path)
+    stage = "checking the reading adapter on held-out gold passages"
+    with timed(stage):
+        checked, loss = reader_check_loss(generator, kb_paths, tuning,
+                                          progress=lambda done, total: report(progress, stage, done, total))
+    log.info("answer loss on %d held-out gold passages after fine-tuning: %.3f", checked, loss)
+    record = {"checked_questions": checked, "answer_loss_after": loss if checked else None}
+    staging = adapter_path / (READER_CHECK_FILE + ".tmp")
+    with writing(adapter_path):
+        staging.write_text(json.dumps(record), encoding="utf-8")
+        os.replace(staging, adapter_path / READER_CHECK_FILE)
+    return record
+
+
+def reader_check_record(adapter_path: Path) -> dict | None:
+    """What the build measured of the adapter in `adapter_path`: its `READER_CHECK_FILE`, or for a
+    folder built when the check came before publishing, the same fields from its marker; None when
+    it was never checked."""
+    from .cache import MARKER
+
+    for path, inside in ((adapter_path / READER_CHECK_FILE, False), (adapter_path / MARKER, True)):
+        try:
+            record = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        record = record.get("info", {}) if inside else record
+        if isinstance(record, dict) and record.get("answer_loss_after") is not None:
+            return {"checked_questions": record.get("checked_questions"), "answer_loss_after": record["answer_loss_after"]}
+    return None
+
+
+def reader_check_loss(generator, kb_paths: Mapping[str, Path], tuning: ReaderTuningConfig, *, autocast: bool = False,
+                      progress: Callable[[int, int], None] | None = None) -> tuple[int, float]:
+    """(questions, mean answer loss in nats per token) of `generator` as it is, reading the held-out
+    check questions of `reading_questions` with their gold passages."""
+    from ..precision import build_autocast
+    from ..tuning import mean_answer_loss, shared_prefix
+
+    kbs = {name: load_kb(path, name=name) for name, path in kb_paths.items()}
+    _, check = reading_questions(kb_paths, tuning)
+    examples = _reading_examples(generator, kbs, check)
+    if not examples:
+        return 0, float("nan")
+    with build_autocast(generator.model.device, enabled=autocast):
+        return len(examples), mean_answer_loss(generator.model, shared_prefix(examples), examples, progress=progress)
+
+
 def train_reader(generator, kb_paths: Mapping[str, Path], *, tuning: ReaderTuningConfig = ReaderTuningConfig(),
                  progress: Progress | None = None, autocast: bool = False, check_before: bool = False,
-                 retrieve: Retrieve | None = None) -> dict:
+                 check_after: bool = True, retrieve: Retrieve | None = None) -> dict:
     """Fine-tune `generator` in place as a reader of gold passages (`reading_questions`,
     `tuning.tune_reader`); what it trained on and the answer loss of held-out gold passages after
     training (and before, with `check_before`), in nats per token. The build skips the check before:
@@ -346,26 +413,27 @@ def train_reader(generator, kb_paths: Mapping[str, Path], *, tuning: ReaderTunin
     native (`rag_demo.precision`); the record says which precision ran. The default build trains
     in float32: an adapter trained under autocast followed 67.0% of 300 held-out swapped gold
     passages against 70.0% in float32, and saved only 80 of 470 s (`benchmarks.reader_methods`).
-    `tuning.marginal_passages` needs `retrieve`, the engine's retrieval (`Retrieve`)."""
-    from ..precision import build_autocast, build_precision
-    from ..tuning import mean_answer_loss, reads_of, shared_prefix, tune_reader
+    `check_after=False` leaves the check after training to the caller (the build's
+    `check_tuned_generator`). `tuning.marginal_passages` needs `retrieve`, the engine's retrieval
+    (`Retrieve`)."""
+    from ..precision import build_precision
+    from ..tuning import reads_of, shared_prefix, tune_reader
 
     if tuning.marginal_passages and (retrieve is None or tuning.distractors or tuning.marginal_passages < 2):
         raise ValueError("marginal training needs the engine's retrieval, at least 2 passages and no distractors")
     kbs = {name: load_kb(path, name=name) for name, path in kb_paths.items()}
-    training, check = reading_questions(kb_paths, tuning)
+    training, _ = reading_questions(kb_paths, tuning)
     distractors = distractor_rows(kb_paths, kbs, training, tuning.distractors, seed=tuning.seed) if tuning.distractors else []
     if tuning.marginal_passages:
         examples = marginal_examples(generator, kbs, training, retrieve, tuning.marginal_passages)
     else:
         examples = _reading_examples(generator, kbs, training, distractors)
-    check_examples = _reading_examples(generator, kbs, check)
-    shared = shared_prefix(reads_of(examples) + check_examples)
+    shared = shared_prefix(reads_of(examples))
     device = generator.model.device
-    before = None
+    before = after = None
+    checked = 0
     if check_before:
-        with build_autocast(device, enabled=autocast):
-            before = mean_answer_loss(generator.model, shared, check_examples)
+        checked, before = reader_check_loss(generator, kb_paths, tuning, autocast=autocast)
     stage = f"fine-tuning the generator on {counted(len(training), 'question')}" + (
         f" and {counted(len(distractors), 'distractor passage')}" if distractors else "") + (
         f", each read with its top {tuning.marginal_passages} passages" if tuning.marginal_passages else "")
@@ -374,13 +442,13 @@ def train_reader(generator, kb_paths: Mapping[str, Path], *, tuning: ReaderTunin
         tune_reader(generator.model, shared, examples, config=tuning, autocast=autocast,
                     progress=lambda done, total: report(progress, stage, done, total))
     generator.reads_no_answer = bool(distractors)
-    with build_autocast(device, enabled=autocast):
-        after = mean_answer_loss(generator.model, shared, check_examples)
-    log.info("answer loss on %d held-out gold passages after fine-tuning: %.3f%s", len(check_examples), after,
-             "" if before is None else f" ({before:.3f} before)")
+    if check_after:
+        checked, after = reader_check_loss(generator, kb_paths, tuning, autocast=autocast)
+        log.info("answer loss on %d held-out gold passages after fine-tuning: %.3f%s", checked, after,
+                 "" if before is None else f" ({before:.3f} before)")
     return {
         "training_questions": len(training), "distractors": len(distractors), "counterfactual": sum(name == "nq-counterfactual" for name, _ in training),
-        "checked_questions": len(check_examples),
-        "answer_loss_before": before if check_examples else None, "answer_loss_after": after if check_examples else None,
+        "checked_questions": checked,
+        "answer_loss_before": before if checked else None, "answer_loss_after": after if checked else None,
         "precision": build_precision(device, enabled=autocast),
     }
