@@ -107,7 +107,8 @@ def tune_question_encoder(
     device = next(model.parameters()).device
     passages = torch.from_numpy(np.ascontiguousarray(passage_vectors, dtype=np.float32)).to(device)  # (N, D)
     # One fused kernel per tensor: the plain step walks the 22M weights (the word embeddings are half)
-    # op by op, a seventh of each step on 2 CPU cores; fused, a step took 13% less (docs/speed-notes.md).
+    # op by op, a seventh of a step's time under the profiler on 2 CPU cores. Side by side the fused
+    # step was 13% faster in one run and no faster in another (docs/speed-notes.md); the recall is the same.
     optimizer = torch.optim.AdamW(model.parameters(), lr=config.learning_rate, fused=device.type in ("cpu", "cuda"))
     steps_per_epoch = -(-len(questions) // config.batch_size)
     total = steps_per_epoch * config.epochs

@@ -30,7 +30,7 @@ KB_FORMAT = 5  # 2: example questions retrieval gets right in both KBs; 3: one c
 # 4: no restoration with several mentions unless checked against a second one; 5: one substitute per swapped
 # answer, and swapped names swapped in every counterfactual passage
 EXAMPLES_PER_KB = 8
-EMBED_BATCH_SIZE = 16  # passages are sorted by length, so batches pad little; 16 ran 10% faster than 32 on 2 cores (activations stay in cache)
+EMBED_BATCH_SIZE = 16  # passages are sorted by length, so batches pad little; 16 took 0.84 of 32's time on 2 cores (benchmarks.build_steps)
 
 
 def encoder_identity(name: str) -> str:
