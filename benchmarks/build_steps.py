@@ -1,12 +1,16 @@
-"""Two settings of a first start's build, each against the one it replaced, side by side in one run.
+"""Settings of a first start's build, each against the one it replaced, side by side in one run.
 
-    python -m benchmarks.build_steps --rounds 2 --every 16 --steps 15
+    python -m benchmarks.build_steps --rounds 2 --every 16 --steps 15 --reader-steps 8
+    python -m benchmarks.build_steps --parts reader --reader-steps 8
 
 Embedding: every `--every`th passage of the default KBs in the build's longest-first order (so the
 sample has the build's mix of lengths), embedded at 32, 16 and 8 passages a batch in turn, each
 round in the same order. The question encoder's fine-tune: `--steps` steps of the build's recipe
-with torch's plain AdamW (one op at a time) and with the fused one the build uses, in turn. A slow spell
-of the machine thus lands on every setting. Prints one table of seconds and rates.
+with torch's plain AdamW (one op at a time) and with the fused one the build uses, in turn. The
+reader: its first `--reader-steps` training batches (after one that warms up), each as one
+forward and backward with the rows right-padded and with the rows packed, in turn batch by batch,
+the losses compared. A slow spell of the machine thus lands on every setting. Prints one table of
+seconds and rates.
 """
 
 from __future__ import annotations
@@ -44,10 +48,29 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=2, help="rounds of each comparison")
     parser.add_argument("--every", type=int, default=16, help="embed every n-th passage of the build's order")
     parser.add_argument("--steps", type=int, default=15, help="question-encoder steps per setting and round")
+    parser.add_argument("--reader-steps", type=int, default=8, help="reader batches per setting")
+    parser.add_argument("--parts", default="embedding,encoder,reader", help="which comparisons to run")
     args = parser.parse_args(argv)
-    if args.rounds < 1 or args.every < 1 or args.steps < 1:
-        raise SystemExit("--rounds, --every and --steps must be at least 1")
+    parts = {part.strip() for part in args.parts.split(",") if part.strip()}
+    if args.rounds < 1 or args.every < 1 or args.steps < 1 or args.reader_steps < 1:
+        raise SystemExit("--rounds, --every, --steps and --reader-steps must be at least 1")
+    if not parts or not parts <= {"embedding", "encoder", "reader"}:
+        raise SystemExit("--parts takes embedding, encoder and reader, comma-separated")
     paths = prepare()
+    rows = []
+    if parts & {"embedding", "encoder"}:
+        rows += _encoder_rows(args, paths, parts)
+    if "reader" in parts:
+        rows += _reader_rows(args, paths)
+    print(f"\nbuild steps, threads {torch.get_num_threads()}\n")
+    print("| what | setting | seconds | rate | ratio to the first row of its kind |")
+    print("|---|---|---|---|---|")
+    for row in rows:
+        print("| " + " | ".join(row) + " |")
+    return 0
+
+
+def _encoder_rows(args, paths, parts: set[str]) -> list[tuple[str, ...]]:
     config = EngineConfig().encoder
     encoder = load_encoder(config)
     data = read_default_data(ensure_source())
@@ -56,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
     sample = unique[::args.every]
     encoder.encode_passages(sample[:64], batch_size=16)  # warms up
     embedding = {size: [] for size in BATCH_SIZES}
-    for _ in range(args.rounds):
+    for _ in range(args.rounds if "embedding" in parts else 0):
         for size in BATCH_SIZES:
             started = time.perf_counter()
             encoder.encode_passages(sample, batch_size=size, autocast=True)
@@ -71,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
     steps = {False: [], True: []}
     plain = torch.optim.AdamW
     try:
-        for _ in range(args.rounds):
+        for _ in range(args.rounds if "encoder" in parts else 0):
             for fused in (False, True):
                 torch.optim.AdamW = _adamw(fused)
                 started = time.perf_counter()
@@ -81,20 +104,73 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         torch.optim.AdamW = plain
 
-    print(f"\nbuild steps, {args.rounds} rounds, threads {torch.get_num_threads()}\n")
-    print("| what | setting | seconds per round | rate | ratio to the first row |")
-    print("|---|---|---|---|---|")
-    base = sum(embedding[BATCH_SIZES[0]])
-    for size in BATCH_SIZES:
-        spent = embedding[size]
-        print(f"| embedding {len(sample):,} passages | {size} a batch | {', '.join(f'{s:.1f}' for s in spent)} | "
-              f"{len(sample) * len(spent) / sum(spent):.1f} passages/s | {sum(spent) / base:.2f} |")
-    base = sum(steps[False])
-    for fused in (False, True):
-        spent = steps[fused]
-        print(f"| question encoder, {args.steps} steps of {recipe.batch_size} | {'fused' if fused else 'plain'} AdamW | "
-              f"{', '.join(f'{s:.1f}' for s in spent)} | {sum(spent) / (args.steps * len(spent)):.2f} s/step | {sum(spent) / base:.2f} |")
-    return 0
+    rows = []
+    if "embedding" in parts:
+        base = sum(embedding[BATCH_SIZES[0]])
+        for size in BATCH_SIZES:
+            spent = embedding[size]
+            rows.append((f"embedding {len(sample):,} passages", f"{size} a batch", ", ".join(f"{s:.1f}" for s in spent),
+                         f"{len(sample) * len(spent) / sum(spent):.1f} passages/s", f"{sum(spent) / base:.2f}"))
+    if "encoder" in parts:
+        base = sum(steps[False])
+        for fused in (False, True):
+            spent = steps[fused]
+            rows.append((f"question encoder, {args.steps} steps of {recipe.batch_size}", f"{'fused' if fused else 'plain'} AdamW",
+                         ", ".join(f"{s:.1f}" for s in spent), f"{sum(spent) / (args.steps * len(spent)):.2f} s/step",
+                         f"{sum(spent) / base:.2f}"))
+    return rows
+
+
+def _reader_rows(args, paths) -> list[tuple[str, ...]]:
+    from dataclasses import replace
+
+    from rag_demo.adapters import AdapterShape, adapter_parameters, add_adapters, first_block_for_share
+    from rag_demo.config import GeneratorConfig, ReaderTuningConfig
+    from rag_demo.generator import load_generator
+    from rag_demo.offline.tuned import _reading_examples, reading_questions
+
+    recipe = ReaderTuningConfig()
+    kbs = {name: load_kb(path, name=name) for name, path in paths.kb_paths.items()}
+    training, _ = reading_questions(paths.kb_paths, recipe)
+    generator = load_generator(replace(GeneratorConfig(), tuned=False, dtype="float32"), path=str(paths.generator_path))
+    model = generator.model
+    first = first_block_for_share(model, recipe.adapted_share)
+    add_adapters(model, AdapterShape(rank=recipe.rank, alpha=recipe.alpha, first_layer=first), seed=recipe.seed)
+    trained = list(adapter_parameters(model).values())
+    trained_ids = {id(parameter) for parameter in trained}
+    for parameter in model.parameters():  # as `tuning.tune_reader` sets them
+        parameter.requires_grad_(id(parameter) in trained_ids)
+    model.train()
+    examples = _reading_examples(generator, kbs, training)
+    shared = tuner.shared_prefix(examples)
+    batches = tuner.length_sorted_batches([len(e.prompt_ids) + len(e.answer_ids) for e in examples],
+                                          batch_size=recipe.batch_size, window=recipe.sort_window, seed=recipe.seed)
+    packable = tuner._packable
+    seconds = {False: [], True: []}
+    largest_difference, packed_batches = 0.0, 0
+    try:
+        for step in range(args.reader_steps + 1):
+            batch = [examples[i] for i in batches[step % len(batches)]]
+            rows = [list(e.prompt_ids[len(shared):]) + list(e.answer_ids) for e in batch]
+            packed_batches += step > 0 and packable(model, len(shared), rows)
+            losses = {}
+            for packed in (False, True):
+                tuner._packable = packable if packed else (lambda *args: False)
+                model.zero_grad(set_to_none=True)
+                started = time.perf_counter()
+                loss = tuner.reading_loss(model, shared, batch)
+                loss.backward()
+                if step:  # the first batch warms up
+                    seconds[packed].append(time.perf_counter() - started)
+                losses[packed] = loss.item()
+            largest_difference = max(largest_difference, abs(losses[True] - losses[False]))
+    finally:
+        tuner._packable = packable
+    what = f"reader, {args.reader_steps} batches of {recipe.batch_size} ({packed_batches} packable)"
+    base = sum(seconds[False])
+    return [(what, "rows padded" if not packed else f"rows packed (losses within {largest_difference:.1e})",
+             ", ".join(f"{s:.1f}" for s in seconds[packed]), f"{sum(seconds[packed]) / len(seconds[packed]):.2f} s/batch",
+             f"{sum(seconds[packed]) / base:.2f}") for packed in (False, True)]
 
 
 if __name__ == "__main__":

@@ -72,7 +72,8 @@ def stock_head(model):
 
 def packed_rows_attention(module, query, key, value, attention_mask, *, scaling=None, dropout=0.0,
                           packed_rows: tuple[int, tuple[int, ...]] | None = None, **kwargs):
-    """Attention for a packed prefill; any other call goes to transformers' SDPA attention.
+    """Attention for a packed prefill or a packed training step (`tuning`, no attention dropout);
+    any other call goes to transformers' SDPA attention.
 
     packed_rows = (shared, lengths): the query holds rows of `lengths` tokens end to end, the keys
     are [shared prefix | the same rows]. Each row attends to the prefix and causally to itself.
@@ -80,7 +81,7 @@ def packed_rows_attention(module, query, key, value, attention_mask, *, scaling=
     """
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
-    if packed_rows is None or module.training or kwargs.get("softcap") is not None:
+    if packed_rows is None or (module.training and dropout) or kwargs.get("softcap") is not None:
         return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs)
     shared, lengths = packed_rows
     grouped = query.shape[1] != key.shape[1]

@@ -187,12 +187,15 @@ def _answer_token_logprobs(model: torch.nn.Module, shared_ids: Sequence[int], ba
     Every prompt begins with `shared_ids`. That block's keys and values are computed once per batch
     and held constant (no gradient flows into them): it is about half of each prompt, so this
     nearly halves a step, and every layer still learns from each example's own passage, question
-    and answer. Rows are right-padded; positions continue after the shared block. Only the answer
+    and answer. Rows are packed end to end where the model attends per packed row (`_packable`),
+    else right-padded; either way positions continue after the shared block. Only the answer
     positions go through the output head.
     """
     device = next(model.parameters()).device
     shared = len(shared_ids)
     rows = [list(example.prompt_ids[shared:]) + list(example.answer_ids) for example in batch]
+    if _packable(model, shared, rows):
+        return _packed_answer_token_logprobs(model, shared_ids, batch, rows)
     width = max(map(len, rows))
     tokens = torch.zeros(len(rows), width, dtype=torch.long, device=device)  # (B, T)
     mask = torch.zeros(len(rows), shared + width, dtype=torch.long, device=device)  # (B, S + T)
@@ -208,6 +211,55 @@ def _answer_token_logprobs(model: torch.nn.Module, shared_ids: Sequence[int], ba
                               cache=_shared_block_cache(model, shared_ids, len(rows)), use_cache=True).last_hidden_state
     scored = labels != -100
     logprobs = torch.log_softmax(_answer_logits(model, hidden[scored]).float(), dim=-1)  # (M, V)
+    picked = torch.zeros(labels.shape, dtype=torch.float32, device=device)
+    picked[scored] = logprobs.gather(1, labels[scored].unsqueeze(1)).squeeze(1)
+    return picked, scored
+
+
+def _packable(model: torch.nn.Module, shared: int, rows: Sequence[Sequence[int]]) -> bool:
+    """The rows can go through the model as one packed sequence: it attends through
+    `kernels.packed_rows_attention`, and no row reaches past a sliding window, which that attention
+    does not apply (the padded path does, through transformers' masks)."""
+    from .kernels import PACKED_ATTENTION
+
+    config = model.config
+    if getattr(config, "_attn_implementation", None) != PACKED_ATTENTION:
+        return False
+    window = getattr(config, "sliding_window", None)
+    types = getattr(config, "layer_types", None) or ()
+    windowed = bool(window) and ("sliding_attention" in types if types else True)
+    return not windowed or shared + max(map(len, rows)) <= int(window)
+
+
+def _packed_answer_token_logprobs(model: torch.nn.Module, shared_ids: Sequence[int], batch: Sequence[ReadingExample],
+                                  rows: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
+    """As `_answer_token_logprobs`, with the rows laid end to end in one sequence of N tokens: each
+    attends to the shared block and causally to itself, so no padding goes through the layers (the
+    length-sorted batches of the default recipe padded 12% of their tokens)."""
+    device = next(model.parameters()).device
+    shared = len(shared_ids)
+    lengths = [len(ids) for ids in rows]
+    total, width = sum(lengths), max(lengths)
+    ends = np.cumsum(lengths).tolist()
+    tokens = torch.tensor([[token for ids in rows for token in ids]], dtype=torch.long, device=device)  # (1, N)
+    positions = torch.cat([torch.arange(shared, shared + n) for n in lengths])[None].to(device)  # (1, N)
+    allowed = torch.zeros(total, shared + total, dtype=torch.bool)  # (N, S + N); for a fallback to plain SDPA
+    allowed[:, :shared] = True
+    labels = torch.full((len(rows), width), -100, dtype=torch.long)  # (B, T): next token to predict
+    packed_at = torch.zeros((len(rows), width), dtype=torch.long)  # (B, T): that position's place in the pack
+    for row, (example, n, end) in enumerate(zip(batch, lengths, ends)):
+        allowed[end - n:end, shared + end - n:shared + end] = torch.ones(n, n, dtype=torch.bool).tril()
+        answer = len(example.answer_ids)
+        labels[row, n - answer - 1:n - 1] = torch.tensor(example.answer_ids)
+        packed_at[row, :n] = torch.arange(end - n, end)
+    dtype = next(model.parameters()).dtype
+    mask = torch.zeros(allowed.shape, dtype=dtype).masked_fill(~allowed, torch.finfo(dtype).min)[None, None]
+    hidden = model.base_model(input_ids=tokens, attention_mask=mask.to(device), position_ids=positions,
+                              cache=_shared_block_cache(model, shared_ids, 1), use_cache=True,
+                              packed_rows=(shared, tuple(lengths))).last_hidden_state[0]  # (N, H)
+    labels, packed_at = labels.to(device), packed_at.to(device)
+    scored = labels != -100
+    logprobs = torch.log_softmax(_answer_logits(model, hidden[packed_at[scored]]).float(), dim=-1)  # (M, V)
     picked = torch.zeros(labels.shape, dtype=torch.float32, device=device)
     picked[scored] = logprobs.gather(1, labels[scored].unsqueeze(1)).squeeze(1)
     return picked, scored

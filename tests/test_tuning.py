@@ -311,6 +311,56 @@ def test_reading_loss_with_the_shared_block_cached_equals_plain_full_forwards(re
     assert tuning.mean_answer_loss(generator.model, shared, examples, batch_size=4) == pytest.approx(got, rel=1e-5)
 
 
+def test_packed_rows_give_the_padded_loss_and_gradients(reader, monkeypatch):
+    """Laying the rows end to end (one sequence, each row attending to the shared block and to
+    itself) changes only how the batch goes through the layers: the loss and every gradient are
+    those of the right-padded batch, in training mode as the reader trains."""
+    from rag_demo.kernels import PACKED_ATTENTION
+
+    generator, examples = reader
+    model = generator.model
+    shared = tuning.shared_prefix(examples)
+    rows = [list(e.prompt_ids[len(shared):]) + list(e.answer_ids) for e in examples]
+    assert model.config._attn_implementation == PACKED_ATTENTION and tuning._packable(model, len(shared), rows)
+    assert len({len(r) for r in rows}) > 1  # rows of unequal length: the padded batch pads
+    packable = tuning._packable
+    model.train()
+    try:
+        results = {}
+        for packed in (True, False):
+            monkeypatch.setattr(tuning, "_packable", packable if packed else (lambda *args: False))
+            model.zero_grad(set_to_none=True)
+            loss = tuning.reading_loss(model, shared, examples)
+            loss.backward()
+            results[packed] = (loss.item(), {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None})
+    finally:
+        model.zero_grad(set_to_none=True)
+        model.eval()
+    (packed_loss, packed_grads), (padded_loss, padded_grads) = results[True], results[False]
+    assert packed_loss == pytest.approx(padded_loss, rel=1e-5)
+    assert packed_grads.keys() == padded_grads.keys() and len(packed_grads) > 10
+    for name, grad in packed_grads.items():
+        assert torch.allclose(grad, padded_grads[name], rtol=1e-4, atol=1e-6), name
+
+
+def test_rows_that_reach_past_a_sliding_window_are_padded_not_packed(reader, monkeypatch):
+    """The packed attention applies no sliding window, so a batch any of whose rows a window would
+    cut takes the padded path, whose masks apply it; a model without the packed attention always does."""
+    generator, examples = reader
+    model = generator.model
+    shared = tuning.shared_prefix(examples)
+    rows = [list(e.prompt_ids[len(shared):]) + list(e.answer_ids) for e in examples]
+    longest = len(shared) + max(map(len, rows))
+    monkeypatch.setattr(model.config, "sliding_window", longest, raising=False)
+    assert tuning._packable(model, len(shared), rows)
+    monkeypatch.setattr(model.config, "sliding_window", longest - 1)
+    assert not tuning._packable(model, len(shared), rows)
+    monkeypatch.setattr(model.config, "layer_types", ["full_attention"] * model.config.num_hidden_layers, raising=False)
+    assert tuning._packable(model, len(shared), rows)  # a window no layer uses cuts nothing
+    monkeypatch.setattr(model.config, "_attn_implementation", "sdpa")
+    assert not tuning._packable(model, len(shared), rows)
+
+
 def _grouped(examples, answer_of, doc_logprobs):
     """Marginal examples: for each answer index in `answer_of`, every example's prompt read with that answer."""
     return [tuning.MarginalExample(tuple(tuning.ReadingExample(e.prompt_ids, examples[a].answer_ids) for e in examples[:len(doc)]),
