@@ -25,7 +25,7 @@ from .config import DEFAULT_GENERATOR, GeneratorConfig
 from .corpus import Passage
 from .decode_state import DecodeState, Target, copy_cache, index_rows, rebinding_layers, row_bytes
 from .errors import ModelLoadError
-from .kernels import PACKED_ATTENTION, register_packed_attention, use_few_rows_head
+from .kernels import PACKED_ATTENTION, packed_rows_mask, register_packed_attention, use_few_rows_head
 from .saved_states import FewShotBlocks, SavedStates
 
 log = logging.getLogger(__name__)
@@ -505,18 +505,14 @@ class CausalGenerator(Generator):
             total = sum(lengths)
             ids = torch.tensor([[t for i in chunk for t in rests[i]]], dtype=torch.long, device=self.device)  # (1, N)
             positions = torch.cat([torch.arange(shared, shared + n) for n in lengths])[None].to(self.device)  # (1, N)
-            allowed = torch.zeros(total, shared + total, dtype=torch.bool)
-            allowed[:, :shared] = True
             ends = torch.tensor(lengths).cumsum(0)
-            for n, end in zip(lengths, ends.tolist()):
-                allowed[end - n : end, shared + end - n : shared + end] = torch.ones(n, n, dtype=torch.bool).tril()
-            mask = torch.zeros(allowed.shape, dtype=dtype).masked_fill(~allowed, torch.finfo(dtype).min)
+            mask = packed_rows_mask(shared, lengths, dtype)  # (1, 1, N, S + N)
             cache = DynamicCache()  # plain layers keep every packed position (no sliding-window crop)
             if prefix_cache is not None:
                 for index, layer in enumerate(prefix_cache.layers):
                     cache.update(layer.keys, layer.values, index)
             packed = {"packed_rows": (shared, tuple(lengths))} if self.model.config._attn_implementation == PACKED_ATTENTION else {}
-            out = self.model(input_ids=ids, attention_mask=mask[None, None].to(self.device), position_ids=positions,
+            out = self.model(input_ids=ids, attention_mask=mask.to(self.device), position_ids=positions,
                              cache=cache, use_cache=True, logits_to_keep=(ends - 1).to(self.device), **packed)
             for j, i in enumerate(chunk):
                 logits[i] = out.logits[0, j]

@@ -96,6 +96,20 @@ def packed_rows_attention(module, query, key, value, attention_mask, *, scaling=
     return torch.cat(outputs, dim=2).transpose(1, 2).contiguous(), None
 
 
+def packed_rows_mask(shared: int, lengths: list[int], dtype: torch.dtype) -> torch.Tensor:
+    """(1, 1, N, shared + N) additive mask of rows of `lengths` packed end to end after a shared
+    prefix: each row sees the prefix and causally itself. What `packed_rows_attention` computes row
+    by row; plain SDPA needs it whole."""
+    total = sum(lengths)
+    allowed = torch.zeros(total, shared + total, dtype=torch.bool)
+    allowed[:, :shared] = True
+    end = 0
+    for n in lengths:
+        end += n
+        allowed[end - n:end, shared + end - n:shared + end] = torch.ones(n, n, dtype=torch.bool).tril()
+    return torch.zeros(allowed.shape, dtype=dtype).masked_fill(~allowed, torch.finfo(dtype).min)[None, None]
+
+
 def _prefix_causal_mask(shared: int, n: int, device: torch.device) -> torch.Tensor:
     """(1, 1, n, shared + n) bool: every query sees the prefix and the row's tokens up to itself."""
     allowed = torch.ones(n, shared + n, dtype=torch.bool, device=device)

@@ -32,6 +32,7 @@ import torch
 from .adapters import AdapterShape, adapter_parameters, adapter_switch, add_adapters, first_block_for_share
 from .config import ReaderTuningConfig, TuningConfig
 from .encoders import Encoder, mean_pooled
+from .kernels import PACKED_ATTENTION, packed_rows_mask
 from .lexical import LexicalIndex
 from .precision import build_autocast
 
@@ -220,8 +221,6 @@ def _packable(model: torch.nn.Module, shared: int, rows: Sequence[Sequence[int]]
     """The rows can go through the model as one packed sequence: it attends through
     `kernels.packed_rows_attention`, and no row reaches past a sliding window, which that attention
     does not apply (the padded path does, through transformers' masks)."""
-    from .kernels import PACKED_ATTENTION
-
     config = model.config
     if getattr(config, "_attn_implementation", None) != PACKED_ATTENTION:
         return False
@@ -239,21 +238,17 @@ def _packed_answer_token_logprobs(model: torch.nn.Module, shared_ids: Sequence[i
     device = next(model.parameters()).device
     shared = len(shared_ids)
     lengths = [len(ids) for ids in rows]
-    total, width = sum(lengths), max(lengths)
+    width = max(lengths)
     ends = np.cumsum(lengths).tolist()
     tokens = torch.tensor([[token for ids in rows for token in ids]], dtype=torch.long, device=device)  # (1, N)
     positions = torch.cat([torch.arange(shared, shared + n) for n in lengths])[None].to(device)  # (1, N)
-    allowed = torch.zeros(total, shared + total, dtype=torch.bool)  # (N, S + N); for a fallback to plain SDPA
-    allowed[:, :shared] = True
     labels = torch.full((len(rows), width), -100, dtype=torch.long)  # (B, T): next token to predict
     packed_at = torch.zeros((len(rows), width), dtype=torch.long)  # (B, T): that position's place in the pack
     for row, (example, n, end) in enumerate(zip(batch, lengths, ends)):
-        allowed[end - n:end, shared + end - n:shared + end] = torch.ones(n, n, dtype=torch.bool).tril()
         answer = len(example.answer_ids)
         labels[row, n - answer - 1:n - 1] = torch.tensor(example.answer_ids)
         packed_at[row, :n] = torch.arange(end - n, end)
-    dtype = next(model.parameters()).dtype
-    mask = torch.zeros(allowed.shape, dtype=dtype).masked_fill(~allowed, torch.finfo(dtype).min)[None, None]
+    mask = packed_rows_mask(shared, lengths, next(model.parameters()).dtype)  # (1, 1, N, S + N); what plain SDPA would need
     hidden = model.base_model(input_ids=tokens, attention_mask=mask.to(device), position_ids=positions,
                               cache=_shared_block_cache(model, shared_ids, 1), use_cache=True,
                               packed_rows=(shared, tuple(lengths))).last_hidden_state[0]  # (N, H)
