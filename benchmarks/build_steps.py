@@ -4,19 +4,20 @@
     python -m benchmarks.build_steps --parts reader --reader-steps 8
 
 Embedding: every `--every`th passage of the default KBs in the build's longest-first order (so the
-sample has the build's mix of lengths), embedded at 32, 16 and 8 passages a batch in turn, each
+sample has the build's mix of lengths), 16 a batch, cut at 256 tokens and at 128, in turn, each
 round in the same order. The question encoder's fine-tune: `--steps` steps of the build's recipe
-with torch's plain AdamW (one op at a time) and with the fused one the build uses, in turn. The
-reader: its first `--reader-steps` training batches (after one that warms up), each as one
-forward and backward with the rows right-padded and with the rows packed, in turn batch by batch,
-the losses compared. A slow spell of the machine thus lands on every setting. Prints one table of
-seconds and rates.
+with each batch through the encoder whole and in 2 and 4 runs of similar length
+(`tuning.length_groups`), in turn. The reader: its first `--reader-steps` training batches (after
+one that warms up), each as one forward and backward with the rows right-padded and with the rows
+packed, in turn batch by batch, the losses compared. A slow spell of the machine thus lands on every setting. Prints one table of seconds
+and rates.
 """
 
 from __future__ import annotations
 
 import argparse
 import time
+from dataclasses import replace
 
 import torch
 
@@ -30,17 +31,8 @@ from rag_demo.offline.tuned import training_split
 from rag_demo.questions import load_questions
 from rag_demo import tuning as tuner
 
-BATCH_SIZES = (32, 16, 8)
-
-
-def _adamw(fused: bool):
-    plain = torch.optim.AdamW
-
-    def make(params, **options):
-        options["fused"] = fused
-        return plain(params, **options)
-
-    return make
+PASSAGE_LENGTHS = (256, 128)
+LENGTH_GROUPS = (1, 2, 4)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -78,12 +70,13 @@ def _encoder_rows(args, paths, parts: set[str]) -> list[tuple[str, ...]]:
                     key=lambda p: (-len(p.title) - len(p.text), p.title, p.text))  # as `offline.kbs` orders them
     sample = unique[::args.every]
     encoder.encode_passages(sample[:64], batch_size=16)  # warms up
-    embedding = {size: [] for size in BATCH_SIZES}
+    embedding = {length: [] for length in PASSAGE_LENGTHS}
     for _ in range(args.rounds if "embedding" in parts else 0):
-        for size in BATCH_SIZES:
+        for length in PASSAGE_LENGTHS:
+            cut = replace(encoder, max_length=length)
             started = time.perf_counter()
-            encoder.encode_passages(sample, batch_size=size, autocast=True)
-            embedding[size].append(time.perf_counter() - started)
+            cut.encode_passages(sample, batch_size=16, autocast=True)
+            embedding[length].append(time.perf_counter() - started)
 
     wiki = paths.kb_paths["nq-wiki"]
     kb = load_kb(wiki)
@@ -91,38 +84,38 @@ def _encoder_rows(args, paths, parts: set[str]) -> list[tuple[str, ...]]:
     training, _ = training_split(load_questions(wiki))
     recipe = TuningConfig()
     questions = [tuner.TrainingQuestion(q.question, q.gold_id) for q in training][:recipe.batch_size * args.steps]
-    steps = {False: [], True: []}
-    plain = torch.optim.AdamW
+    steps = {groups: [] for groups in LENGTH_GROUPS}
+    built = tuner.QUESTION_LENGTH_GROUPS
     try:
         for _ in range(args.rounds if "encoder" in parts else 0):
-            for fused in (False, True):
-                torch.optim.AdamW = _adamw(fused)
+            for groups in LENGTH_GROUPS:
+                tuner.QUESTION_LENGTH_GROUPS = groups
                 started = time.perf_counter()
                 tuner.tune_question_encoder(encoder, kb.embeddings, lexical, questions, lexical_weight=DEFAULT_LEXICAL_WEIGHT,
                                             config=recipe, autocast=True)
-                steps[fused].append(time.perf_counter() - started)
+                steps[groups].append(time.perf_counter() - started)
     finally:
-        torch.optim.AdamW = plain
+        tuner.QUESTION_LENGTH_GROUPS = built
 
     rows = []
     if "embedding" in parts:
-        base = sum(embedding[BATCH_SIZES[0]])
-        for size in BATCH_SIZES:
-            spent = embedding[size]
-            rows.append((f"embedding {len(sample):,} passages", f"{size} a batch", ", ".join(f"{s:.1f}" for s in spent),
+        base = sum(embedding[PASSAGE_LENGTHS[0]])
+        for length in PASSAGE_LENGTHS:
+            spent = embedding[length]
+            rows.append((f"embedding {len(sample):,} passages, 16 a batch", f"cut at {length} tokens", ", ".join(f"{s:.1f}" for s in spent),
                          f"{len(sample) * len(spent) / sum(spent):.1f} passages/s", f"{sum(spent) / base:.2f}"))
     if "encoder" in parts:
-        base = sum(steps[False])
-        for fused in (False, True):
-            spent = steps[fused]
-            rows.append((f"question encoder, {args.steps} steps of {recipe.batch_size}", f"{'fused' if fused else 'plain'} AdamW",
+        base = sum(steps[LENGTH_GROUPS[0]])
+        for groups in LENGTH_GROUPS:
+            spent = steps[groups]
+            rows.append((f"question encoder, {args.steps} steps of {recipe.batch_size}",
+                         "the batch whole" if groups == 1 else f"{groups} runs of similar length",
                          ", ".join(f"{s:.1f}" for s in spent), f"{sum(spent) / (args.steps * len(spent)):.2f} s/step",
                          f"{sum(spent) / base:.2f}"))
     return rows
 
 
 def _reader_rows(args, paths) -> list[tuple[str, ...]]:
-    from dataclasses import replace
 
     from rag_demo.adapters import AdapterShape, adapter_parameters, add_adapters, first_block_for_share
     from rag_demo.config import GeneratorConfig, ReaderTuningConfig
@@ -146,32 +139,31 @@ def _reader_rows(args, paths) -> list[tuple[str, ...]]:
     batches = tuner.length_sorted_batches([len(e.prompt_ids) + len(e.answer_ids) for e in examples],
                                           batch_size=recipe.batch_size, window=recipe.sort_window, seed=recipe.seed)
     packable = tuner._packable
-    seconds = {False: [], True: []}
-    largest_difference, packed_batches = 0.0, 0
+    settings = (("rows padded", False), ("rows packed", True))
+    seconds = {name: [] for name, _ in settings}
+    losses_apart, packed_batches = 0.0, 0
     try:
         for step in range(args.reader_steps + 1):
             batch = [examples[i] for i in batches[step % len(batches)]]
             rows = [list(e.prompt_ids[len(shared):]) + list(e.answer_ids) for e in batch]
             packed_batches += step > 0 and packable(model, len(shared), rows)
-            losses = {}
-            for packed in (False, True):
+            losses = []
+            for name, packed in settings:
                 tuner._packable = packable if packed else (lambda *args: False)
                 model.zero_grad(set_to_none=True)
                 started = time.perf_counter()
                 loss = tuner.reading_loss(model, shared, batch)
                 loss.backward()
                 if step:  # the first batch warms up
-                    seconds[packed].append(time.perf_counter() - started)
-                losses[packed] = loss.item()
-            largest_difference = max(largest_difference, abs(losses[True] - losses[False]))
+                    seconds[name].append(time.perf_counter() - started)
+                losses.append(loss.item())
+            losses_apart = max(losses_apart, max(losses) - min(losses))
     finally:
         tuner._packable = packable
-    what = f"reader, {args.reader_steps} batches of {recipe.batch_size} ({packed_batches} packable)"
-    base = sum(seconds[False])
-    return [(what, "rows padded" if not packed else f"rows packed (losses within {largest_difference:.1e})",
-             ", ".join(f"{s:.1f}" for s in seconds[packed]), f"{sum(seconds[packed]) / len(seconds[packed]):.2f} s/batch",
-             f"{sum(seconds[packed]) / base:.2f}") for packed in (False, True)]
-
+    what = f"reader, {args.reader_steps} batches of {recipe.batch_size} ({packed_batches} packable; losses within {losses_apart:.1e})"
+    base = sum(seconds[settings[0][0]])
+    return [(what, name, ", ".join(f"{s:.1f}" for s in seconds[name]), f"{sum(seconds[name]) / len(seconds[name]):.2f} s/batch",
+             f"{sum(seconds[name]) / base:.2f}") for name, _ in settings]
 
 if __name__ == "__main__":
     raise SystemExit(main())

@@ -147,7 +147,7 @@ def load_encoder(config: EncoderConfig, *, device: torch.device | None = None, q
         tokenizer = load_pretrained(tok_cls, path, "encoder tokenizer")
         # One DPR folder is one side; the same weights then serve both, which keeps a KB buildable.
         scale = 1.0 if config.scale is None else config.scale
-        return Encoder(config.model, tokenizer, model, model, tokenizer, "dpr", scale, _fit_length(model, config.max_length), device)
+        return Encoder(config.model, tokenizer, model, model, tokenizer, "dpr", scale, _fit_length(model, config.input_tokens), device)
     model = load_pretrained(AutoModel, path, "encoder").to(device).eval()
     tokenizer = load_pretrained(AutoTokenizer, path, "encoder tokenizer")
     scale = SENTENCE_TRANSFORMERS_SCALE if config.scale is None else config.scale
@@ -155,7 +155,7 @@ def load_encoder(config: EncoderConfig, *, device: torch.device | None = None, q
     if question_path is not None:
         question_model = load_pretrained(AutoModel, str(question_path), "fine-tuned question encoder").to(device).eval()
     return Encoder(config.model, tokenizer, question_model, model, tokenizer, "sentence-transformers", scale,
-                   _fit_length(model, config.max_length), device,
+                   _fit_length(model, config.input_tokens), device,
                    question_weights=Path(question_path).name if question_path is not None else "")
 
 

@@ -60,6 +60,13 @@ def test_default_kbs_are_built_once_with_questions(offline_source):
     assert set(other.values()).isdisjoint(paths.values())  # the key follows the encoder
 
 
+def test_the_default_encoder_reads_128_word_pieces_and_others_256():
+    assert EncoderConfig().input_tokens == 128  # what all-MiniLM-L6-v2 was trained on
+    assert EncoderConfig(model="facebook/dpr-ctx_encoder-single-nq-base").input_tokens == 256
+    assert EncoderConfig(max_length=200).input_tokens == 200
+    assert default_kb_paths("minilm", 128) != default_kb_paths("minilm", 256)  # KBs cut at 256 are rebuilt
+
+
 def test_questions_of_a_kb_without_them(tmp_path):
     with pytest.raises(KnowledgeBaseError, match="questions.jsonl"):
         load_questions(tmp_path)

@@ -98,6 +98,39 @@ def test_tuning_pulls_training_questions_to_their_gold_passages(tiny_setup):
         assert torch.equal(p, before_weights[name]), name
 
 
+def test_length_groups_are_runs_of_similar_length():
+    assert tuning.length_groups([5, 1, 3, 1, 9, 2], groups=2) == [[1, 3, 5], [2, 0, 4]]
+    assert tuning.length_groups([4, 2], groups=3) == [[1], [0]]  # no empty runs
+    assert tuning.length_groups([7, 7, 7], groups=1) == [[0, 1, 2]]
+    assert tuning.length_groups([], groups=2) == []
+
+
+def test_a_step_in_length_runs_is_the_step_of_the_whole_batch(tiny_setup, monkeypatch):
+    """The runs' gradients add up to the batch mean's: one step in 1 or 3 runs gives the same weights
+    (dropout off, so the two differ only in how the batch is cut)."""
+    encoder, vectors, lexical, _ = tiny_setup
+    for module in encoder.question_model.modules():
+        if isinstance(module, torch.nn.Dropout):
+            module.p = 0.0
+    words = ["fox", "paris hemingway baikal", "penny", "mozart fox paris penny baikal", "the", "hemingway mozart"]
+    questions = [tuning.TrainingQuestion(f"who wrote {w}", row) for row, w in enumerate(words)]
+    lengths = {len(ids) for ids in encoder.tokenizer([q.question for q in questions])["input_ids"]}
+    assert len(lengths) >= 3  # the runs do pad differently
+    # plain SGD in place of AdamW, whose first step is about lr times the gradient's sign: with it,
+    # float noise in near-zero gradients would flip whole steps, and the weights compare the gradients
+    monkeypatch.setattr(torch.optim, "AdamW", lambda params, lr, fused=False: torch.optim.SGD(params, lr=lr))
+    tuned = {}
+    for groups in (1, 3):
+        monkeypatch.setattr(tuning, "QUESTION_LENGTH_GROUPS", groups)
+        tuned[groups] = tuning.tune_question_encoder(encoder, vectors, lexical, questions, lexical_weight=0.2,
+                                                     config=TuningConfig(epochs=1, learning_rate=1.0, batch_size=6))
+    moved = 0.0
+    for (name, whole), (_, runs) in zip(tuned[1].named_parameters(), tuned[3].named_parameters()):
+        torch.testing.assert_close(runs, whole, atol=1e-6, rtol=1e-5)
+        moved = max(moved, (whole - dict(encoder.question_model.named_parameters())[name]).abs().max().item())
+    assert moved > 1e-3  # the step did change the weights
+
+
 def test_gold_ranks_count_the_passages_scored_above_the_gold_one():
     questions = torch.tensor([[1.0, 0.0], [0.0, 1.0]])  # (Q, D)
     passages = torch.tensor([[1.0, 0.0], [0.0, 1.0], [0.6, 0.8]])  # (N, D)
@@ -113,7 +146,7 @@ def test_tuned_encoder_is_built_once_and_loads_for_questions_only(tmp_path, tiny
     config = EncoderConfig(model=str(encoder_folder))
     encoder, vectors, _, questions = tiny_setup
     cache = tmp_path / "cache"
-    wiki = default_kb_paths(config.model, config.max_length, cache=cache)["nq-wiki"]
+    wiki = default_kb_paths(config.model, config.input_tokens, cache=cache)["nq-wiki"]
     passages = [Passage(t, x) for t, x in tiny.PASSAGES]
     save_kb(make_kb("nq-wiki", passages, vectors, encoder=config.model), wiki)
     with (wiki / QUESTIONS_FILE).open("w") as handle:

@@ -113,8 +113,8 @@ def prepare_in_stages(
     root = resolve_root(cache)
     started = time.perf_counter()
     with build_lock(root, progress), recording_timeline() as timeline, ThreadPoolExecutor(1) as fetching:
-        kb_paths = default_kb_paths(encoder_config.model, encoder_config.max_length, cache=root)
-        key = kb_key(encoder_config.model, encoder_config.max_length)
+        kb_paths = default_kb_paths(encoder_config.model, encoder_config.input_tokens, cache=root)
+        key = kb_key(encoder_config.model, encoder_config.input_tokens)
         kbs_ready = all(marker_problem(path, key) is None for path in kb_paths.values())
         # A missing model package is reported before anything is downloaded.
         encoder_path = resolve_encoder_path(encoder_config.model)

@@ -68,7 +68,7 @@ def wants_reading_adapter(generator_config: GeneratorConfig) -> bool:
 
 def tuned_encoder_key(encoder_config: EncoderConfig, tuning: TuningConfig = TuningConfig()) -> str:
     """What the tuned question encoder is made from: nq-wiki (with its encoder), the recipe, the retrieval logits."""
-    return (f"{kb_key(encoder_config.model, encoder_config.max_length)}:tuning{TUNING_FORMAT}:{tuning}"
+    return (f"{kb_key(encoder_config.model, encoder_config.input_tokens)}:tuning{TUNING_FORMAT}:{tuning}"
             f":scale={encoder_config.scale}:lexical={DEFAULT_LEXICAL_WEIGHT}:split={SPLIT_VERSION}")
 
 
