@@ -82,9 +82,9 @@ def test_warm_prepare_loads_no_model(offline_source, monkeypatch):
     generator.mkdir(parents=True)
     (generator / "config.json").write_text("{}")
     write_marker(generator, key)
-    tuned = tuned_generator_path(cache=cache)
+    tuned = tuned_generator_path(encoder_config=config, cache=cache)
     tuned.mkdir(parents=True)
-    write_marker(tuned, tuned_generator_key())
+    write_marker(tuned, tuned_generator_key(encoder_config=config))
 
     def no_loading(*args, **kwargs):
         raise AssertionError("a warm prepare loaded a model")

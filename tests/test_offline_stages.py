@@ -59,7 +59,7 @@ def test_the_reading_adapters_check_is_recorded_after_full_quality_serves(defaul
     assert record == json.loads((adapter / READER_CHECK_FILE).read_text())
     assert record["checked_questions"] > 0 and 0 < record["answer_loss_after"] < 50
     assert any("held-out gold passages after fine-tuning" in r.getMessage() for r in caplog.records)
-    assert marker_problem(adapter, tuned_generator_key()) is None  # the record lies outside the marker
+    assert marker_problem(adapter, tuned_generator_key(encoder_config=config)) is None  # the record lies outside the marker
     # a warm start neither checks again nor changes the record
     warm = list(prepare_in_stages(cache=cache, encoder_config=config))
     assert len(warm) == 1 and reader_check_record(adapter) == record
@@ -80,7 +80,7 @@ def test_a_reader_check_that_cannot_be_written_leaves_the_build_complete(default
     with caplog.at_level(logging.WARNING, logger="rag_demo.offline.prepare"):
         stages = list(prepare_in_stages(cache=cache, encoder_config=config))
     assert stages[-1].complete
-    assert marker_problem(stages[-1].paths.reader_adapter_path, tuned_generator_key()) is None
+    assert marker_problem(stages[-1].paths.reader_adapter_path, tuned_generator_key(encoder_config=config)) is None
     assert any("held-out check was not recorded" in r.getMessage() and "read-only" in r.getMessage() for r in caplog.records)
 
 

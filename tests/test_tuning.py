@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -208,7 +209,8 @@ def test_prepare_fine_tunes_the_default_models_once_and_then_loads_nothing(defau
     assert marker_problem(prepared.question_encoder_path, tuned_encoder_key(config)) is None
     assert prepared.generator_path == generator
     adapter = prepared.reader_adapter_path
-    assert adapter == tuned_generator_path(cache=cache)
+    assert adapter == tuned_generator_path(encoder_config=config, cache=cache)
+    assert adapter != tuned_generator_path(cache=cache)  # the KBs' encoder picks the examples the reader skips
     marker = json.loads((adapter / MARKER).read_text())
     assert marker["info"]["training_questions"] > 0
     assert sum(f.stat().st_size for f in adapter.iterdir()) < 1_000_000  # an adapter, not a copy of the model
@@ -239,8 +241,9 @@ def test_prepare_fine_tunes_the_default_models_once_and_then_loads_nothing(defau
     # what an engine without prepared data (own KBs, another generator) looks up
     assert cached_tuned_encoder(config, cache=cache) == prepared.question_encoder_path
     assert cached_tuned_encoder(EncoderConfig(model=folder, max_length=32, tuned=False), cache=cache) is None
-    assert cached_tuned_generator(cache=cache) == prepared.reader_adapter_path
-    assert cached_tuned_generator(GeneratorConfig(model="other/model"), cache=cache) is None
+    assert cached_tuned_generator(encoder_config=config, cache=cache) == prepared.reader_adapter_path
+    assert cached_tuned_generator(GeneratorConfig(model="other/model"), encoder_config=config, cache=cache) is None
+    assert cached_tuned_generator(encoder_config=replace(config, max_length=24), cache=cache) is None
     warm_own = prepare(cache=cache, encoder_config=config, build_kbs=False)
     assert (warm_own.question_encoder_path, warm_own.reader_adapter_path) == (prepared.question_encoder_path,
                                                                              prepared.reader_adapter_path)
@@ -260,15 +263,15 @@ def test_the_readers_training_questions_can_be_set_for_the_whole_build(default_s
     from rag_demo.offline.tuned import build_reader_tuning
 
     cache, config = default_setup
-    default_folder = tuned_generator_path(cache=cache)
+    default_folder = tuned_generator_path(encoder_config=config, cache=cache)
     monkeypatch.setenv("RAG_DEMO_READER_QUESTIONS", "3")
     prepared = prepare(cache=cache, encoder_config=config)
     adapter = prepared.reader_adapter_path
-    assert adapter == tuned_generator_path(cache=cache) != default_folder and not default_folder.exists()
+    assert adapter == tuned_generator_path(encoder_config=config, cache=cache) != default_folder and not default_folder.exists()
     assert json.loads((adapter / MARKER).read_text())["info"]["training_questions"] == 3
-    assert cached_tuned_generator(cache=cache) == adapter
+    assert cached_tuned_generator(encoder_config=config, cache=cache) == adapter
     monkeypatch.delenv("RAG_DEMO_READER_QUESTIONS")
-    assert cached_tuned_generator(cache=cache) is None  # the default recipe's adapter was never built
+    assert cached_tuned_generator(encoder_config=config, cache=cache) is None  # the default recipe's adapter was never built
     for wrong in ("many", "0", "-5", "1.5", "20000"):
         with pytest.raises(InputError, match="RAG_DEMO_READER_QUESTIONS is the number of questions"):
             build_reader_tuning({"RAG_DEMO_READER_QUESTIONS": wrong})

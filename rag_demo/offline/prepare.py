@@ -127,7 +127,7 @@ def prepare_in_stages(
         tunes = wants_tuned_encoder(encoder_config)
         question_path = cached_tuned_encoder(encoder_config, cache=root)
         reads = wants_reading_adapter(generator_config)
-        adapter_path = cached_tuned_generator(generator_config, cache=root)
+        adapter_path = cached_tuned_generator(generator_config, encoder_config=encoder_config, cache=root)
         base = PreparedPaths(generator_path=generator_path, encoder_path=encoder_path)
         if not build_kbs:
             if tunes and question_path is None:
@@ -158,7 +158,7 @@ def prepare_in_stages(
         if built_adapter:
             yield Readiness(replace(base, kb_paths=kb_paths, question_encoder_path=question_path), stage=3)
             adapter_path = ensure_tuned_generator(generator_path, kb_paths, generator_config=generator_config,
-                                                  cache=root, progress=progress)
+                                                  encoder_config=encoder_config, cache=root, progress=progress)
         if timeline.steps:
             log.info("offline default built under %s:\n%s", root, timeline.table())
         log.info("offline default ready in %.1f s", time.perf_counter() - started)

@@ -32,8 +32,7 @@ from ..evaluate import contains_answer
 from ..questions import SPLIT_VERSION, KBQuestion, load_questions, split_questions
 from .cache import is_complete, marker_problem, publish, report, resolve_root, staged, timed, writing
 from .gguf import generator_key
-from .kbs import KB_FORMAT, kb_key
-from .source import SOURCE_SHA256
+from .kbs import kb_key
 
 if TYPE_CHECKING:
     from ..encoders import Encoder
@@ -176,28 +175,33 @@ def _recipe_text(tuning: ReaderTuningConfig) -> str:
     return f"{text}:no_answer={NO_ANSWER}"
 
 
-def tuned_generator_key(generator_config: GeneratorConfig = GeneratorConfig(), tuning: ReaderTuningConfig | None = None) -> str:
-    """What the fine-tuned generator is made from: the converted generator, the KBs' text (not their
-    embeddings: any encoder's default KBs hold the same passages), the recipe (None: the build's,
-    `build_reader_tuning`) and the prompt."""
+def tuned_generator_key(generator_config: GeneratorConfig = GeneratorConfig(), tuning: ReaderTuningConfig | None = None,
+                        encoder_config: EncoderConfig = EncoderConfig()) -> str:
+    """What the fine-tuned generator is made from: the converted generator, the default KBs as
+    `encoder_config` builds them, the recipe (None: the build's, `build_reader_tuning`) and the
+    prompt. The KBs' encoder counts though the reader never sees a vector: its retrieval picks the
+    page's example questions, which are left out of training, so another encoder (or passage cut)
+    trains on other questions."""
     tuning = tuning or build_reader_tuning()
-    return (f"{generator_key()[1]}:{SOURCE_SHA256}:kb{KB_FORMAT}:reader{READER_FORMAT}:{_recipe_text(tuning)}"
-            f":prompt={_prompt_digest()}:max_prompt_tokens={generator_config.max_prompt_tokens}:split={SPLIT_VERSION}")
+    return (f"{generator_key()[1]}:{kb_key(encoder_config.model, encoder_config.input_tokens)}:reader{READER_FORMAT}"
+            f":{_recipe_text(tuning)}:prompt={_prompt_digest()}:max_prompt_tokens={generator_config.max_prompt_tokens}"
+            f":split={SPLIT_VERSION}")
 
 
 def tuned_generator_path(generator_config: GeneratorConfig = GeneratorConfig(), tuning: ReaderTuningConfig | None = None,
-                         *, cache: str | Path | None = None) -> Path:
+                         encoder_config: EncoderConfig = EncoderConfig(), *, cache: str | Path | None = None) -> Path:
     """Where the fine-tuned generator lives (built or not); computing this loads nothing."""
-    return _tuned_model_folder(TUNED_GENERATOR_NAME, tuned_generator_key(generator_config, tuning), cache)
+    return _tuned_model_folder(TUNED_GENERATOR_NAME, tuned_generator_key(generator_config, tuning, encoder_config), cache)
 
 
-def cached_tuned_generator(generator_config: GeneratorConfig = GeneratorConfig(), *, cache: str | Path | None = None) -> Path | None:
+def cached_tuned_generator(generator_config: GeneratorConfig = GeneratorConfig(), *,
+                           encoder_config: EncoderConfig = EncoderConfig(), cache: str | Path | None = None) -> Path | None:
     """The fine-tuned default generator when it is cached; None otherwise (or when the config asks
     for none: another generator, or `tuned=False`). Reads a marker, loads nothing."""
     if not wants_reading_adapter(generator_config):
         return None
-    path = tuned_generator_path(generator_config, cache=cache)
-    return path if marker_problem(path, tuned_generator_key(generator_config)) is None else None
+    path = tuned_generator_path(generator_config, encoder_config=encoder_config, cache=cache)
+    return path if marker_problem(path, tuned_generator_key(generator_config, encoder_config=encoder_config)) is None else None
 
 
 def reading_questions(kb_paths: Mapping[str, Path], tuning: ReaderTuningConfig = ReaderTuningConfig()
@@ -309,6 +313,7 @@ def marginal_examples(generator, kbs: Mapping[str, KnowledgeBase], questions: li
 
 def ensure_tuned_generator(generator_path: Path, kb_paths: Mapping[str, Path], *,
                            generator_config: GeneratorConfig = GeneratorConfig(),
+                           encoder_config: EncoderConfig = EncoderConfig(),
                            tuning: ReaderTuningConfig | None = None, cache: str | Path | None = None,
                            progress: Progress | None = None) -> Path:
     """Train (once) the default generator's reading adapter on gold passages (`tuning.tune_reader`);
@@ -324,8 +329,8 @@ def ensure_tuned_generator(generator_path: Path, kb_paths: Mapping[str, Path], *
     tuning = tuning or build_reader_tuning()
     if tuning.method != "lora":
         raise ValueError("the cached reader is an adapter; train a full fine-tune with `train_reader` instead")
-    folder = tuned_generator_path(generator_config, tuning, cache=cache)
-    key = tuned_generator_key(generator_config, tuning)
+    folder = tuned_generator_path(generator_config, tuning, encoder_config, cache=cache)
+    key = tuned_generator_key(generator_config, tuning, encoder_config)
     if is_complete(folder, key):
         return folder
     device = torch.device("cuda") if torch.cuda.is_available() else None
