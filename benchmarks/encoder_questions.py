@@ -1,0 +1,78 @@
+"""The question encoder fine-tuned on a share of its training questions: time and retrieval recall.
+
+    python -m benchmarks.encoder_questions --shares 0.5,0.25
+
+For each share, the build's recipe (`TuningConfig`, the default KBs' nq-wiki vectors, the hybrid
+logits) on that share of nq-wiki's training questions, drawn in one seeded order so a smaller share
+is a part of a larger one; then every held-out nq-wiki question ranked under the hybrid logits.
+The packaged question side and the build's own fine-tuned one (every training question, from the
+cache) are the first rows. Builds the default KBs and question encoder where missing. Prints one
+table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import numpy as np
+import torch
+
+from rag_demo.config import DEFAULT_LEXICAL_WEIGHT, EncoderConfig, TuningConfig
+from rag_demo.corpus import load_kb
+from rag_demo.encoders import load_encoder
+from rag_demo.lexical import LexicalIndex
+from rag_demo.offline.kbs import ensure_default_kbs
+from rag_demo.offline.tuned import ensure_tuned_encoder, training_split
+from rag_demo.questions import load_questions
+from rag_demo import tuning as tuner
+
+KS = (1, 5, 20)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.encoder_questions", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--shares", default="0.5,0.25", help="comma-separated shares of the training questions, in (0, 1]")
+    parser.add_argument("--seed", type=int, default=0, help="the order the shares are drawn in")
+    args = parser.parse_args(argv)
+    try:
+        shares = [float(part) for part in args.shares.split(",") if part.strip()]
+    except ValueError:
+        raise SystemExit("--shares takes numbers, comma-separated") from None
+    if not shares or not all(0 < share <= 1 for share in shares):
+        raise SystemExit("--shares takes shares in (0, 1]")
+    config, recipe = EncoderConfig(), TuningConfig()
+    encoder = load_encoder(config)
+    wiki = ensure_default_kbs(encoder)["nq-wiki"]
+    built = load_encoder(config, question_path=ensure_tuned_encoder(encoder, config, wiki))
+    kb = load_kb(wiki)
+    vectors = torch.from_numpy(kb.embeddings)  # (N, D)
+    lexical = LexicalIndex.for_passages(kb.titles, kb.texts)
+    training, held = training_split(load_questions(wiki))
+    training = [tuner.TrainingQuestion(q.question, q.gold_id) for q in training]
+    check = [tuner.TrainingQuestion(q.question, q.gold_id) for q in held]
+    order = np.random.default_rng(args.seed).permutation(len(training))
+
+    def recall(model) -> str:
+        found = tuner.recall_at(model, encoder, vectors, lexical, check, lexical_weight=DEFAULT_LEXICAL_WEIGHT, ks=KS)
+        return " / ".join(f"{100 * found[k]:.1f}" for k in KS)
+
+    rows = [("packaged", "0", "-", recall(encoder.question_model)),
+            ("the build's (cached)", f"{len(training):,}", "-", recall(built.question_model))]
+    for share in shares:
+        part = [training[i] for i in order[:max(1, round(len(training) * share))]]
+        started = time.perf_counter()
+        model = tuner.tune_question_encoder(encoder, kb.embeddings, lexical, part, lexical_weight=DEFAULT_LEXICAL_WEIGHT,
+                                            config=recipe, autocast=True)
+        rows.append((f"{share:g} of the training questions", f"{len(part):,}", f"{time.perf_counter() - started:.1f}",
+                     recall(model)))
+    print(f"\nheld-out nq-wiki questions: {len(check):,}; threads {torch.get_num_threads()}\n")
+    print("| question side | training questions | fine-tune, s | gold passage in top 1 / 5 / 20, % |")
+    print("|---|---:|---:|---|")
+    for row in rows:
+        print("| " + " | ".join(row) + " |")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
