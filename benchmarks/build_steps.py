@@ -21,6 +21,7 @@ from dataclasses import replace
 
 import torch
 
+from benchmarks.speed import table
 from rag_demo.config import DEFAULT_LEXICAL_WEIGHT, EngineConfig, TuningConfig
 from rag_demo.corpus import load_kb
 from rag_demo.encoders import load_encoder
@@ -31,6 +32,7 @@ from rag_demo.offline.tuned import training_split
 from rag_demo.questions import load_questions
 from rag_demo import tuning as tuner
 
+COLUMNS = ("what", "setting", "seconds", "rate", "ratio to the first row of its kind")
 PASSAGE_LENGTHS = (256, 128)
 LENGTH_GROUPS = (1, 2, 4)
 
@@ -55,10 +57,7 @@ def main(argv: list[str] | None = None) -> int:
     if "reader" in parts:
         rows += _reader_rows(args, paths)
     print(f"\nbuild steps, threads {torch.get_num_threads()}\n")
-    print("| what | setting | seconds | rate | ratio to the first row of its kind |")
-    print("|---|---|---|---|---|")
-    for row in rows:
-        print("| " + " | ".join(row) + " |")
+    print(table([dict(zip(COLUMNS, row)) for row in rows], list(COLUMNS)))
     return 0
 
 
@@ -116,7 +115,6 @@ def _encoder_rows(args, paths, parts: set[str]) -> list[tuple[str, ...]]:
 
 
 def _reader_rows(args, paths) -> list[tuple[str, ...]]:
-
     from rag_demo.adapters import AdapterShape, adapter_parameters, add_adapters, first_block_for_share
     from rag_demo.config import GeneratorConfig, ReaderTuningConfig
     from rag_demo.generator import load_generator
@@ -164,6 +162,7 @@ def _reader_rows(args, paths) -> list[tuple[str, ...]]:
     base = sum(seconds[settings[0][0]])
     return [(what, name, ", ".join(f"{s:.1f}" for s in seconds[name]), f"{sum(seconds[name]) / len(seconds[name]):.2f} s/batch",
              f"{sum(seconds[name]) / base:.2f}") for name, _ in settings]
+
 
 if __name__ == "__main__":
     raise SystemExit(main())

@@ -16,9 +16,10 @@ import argparse
 import numpy as np
 import torch
 
+from benchmarks.speed import table
 from rag_demo.config import DEFAULT_LEXICAL_WEIGHT, EncoderConfig
 from rag_demo.corpus import load_kb
-from rag_demo.encoders import load_encoder
+from rag_demo.encoders import Encoder, load_encoder
 from rag_demo.lexical import LexicalIndex
 from rag_demo.offline.kbs import ensure_default_kbs
 from rag_demo.offline.tuned import ensure_tuned_encoder, training_split
@@ -26,6 +27,14 @@ from rag_demo.questions import load_questions
 from rag_demo import tuning as tuner
 
 KS = (1, 5, 20)
+RECALL = "gold passage in top 1 / 5 / 20, %"
+COSINE = "cosine to the first cut's passage vectors, mean"
+
+
+def held_out_recall(side: Encoder, vectors: torch.Tensor, lexical: LexicalIndex, questions: list) -> str:
+    """"top 1 / 5 / 20" percentages of `questions` whose gold passage `side`'s question model ranks there."""
+    found = tuner.recall_at(side.question_model, side, vectors, lexical, questions, lexical_weight=DEFAULT_LEXICAL_WEIGHT, ks=KS)
+    return " / ".join(f"{100 * found[k]:.1f}" for k in KS)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -52,15 +61,11 @@ def main(argv: list[str] | None = None) -> int:
         _, held = training_split(load_questions(wiki))
         questions = [tuner.TrainingQuestion(q.question, q.gold_id) for q in held]
         for name, side in (("packaged", encoder), ("fine-tuned for this cut", tuned)):
-            recall = tuner.recall_at(side.question_model, side, vectors, lexical, questions,
-                                     lexical_weight=DEFAULT_LEXICAL_WEIGHT, ks=KS)
-            rows.append((str(cut), name, str(len(questions)), " / ".join(f"{100 * recall[k]:.1f}" for k in KS),
-                         f"{closeness.mean():.4f} (lowest {closeness.min():.4f})"))
-    print("\n| cut (word pieces) | question encoder | held-out questions | gold passage in top 1 / 5 / 20, % "
-          "| cosine to the first cut's passage vectors, mean |")
-    print("|---|---|---|---|---|")
-    for row in rows:
-        print("| " + " | ".join(row) + " |")
+            rows.append({"cut (word pieces)": str(cut), "question encoder": name, "held-out questions": str(len(questions)),
+                         RECALL: held_out_recall(side, vectors, lexical, questions),
+                         COSINE: f"{closeness.mean():.4f} (lowest {closeness.min():.4f})"})
+    print()
+    print(table(rows, ["cut (word pieces)", "question encoder", "held-out questions", RECALL, COSINE]))
     return 0
 
 

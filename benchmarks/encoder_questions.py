@@ -14,10 +14,13 @@ from __future__ import annotations
 
 import argparse
 import time
+from dataclasses import replace
 
 import numpy as np
 import torch
 
+from benchmarks.encoder_cut import RECALL, held_out_recall
+from benchmarks.speed import table
 from rag_demo.config import DEFAULT_LEXICAL_WEIGHT, EncoderConfig, TuningConfig
 from rag_demo.corpus import load_kb
 from rag_demo.encoders import load_encoder
@@ -27,7 +30,7 @@ from rag_demo.offline.tuned import ensure_tuned_encoder, training_split
 from rag_demo.questions import load_questions
 from rag_demo import tuning as tuner
 
-KS = (1, 5, 20)
+COLUMNS = ("question side", "training questions", "fine-tune, s", RECALL)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -52,25 +55,17 @@ def main(argv: list[str] | None = None) -> int:
     training = [tuner.TrainingQuestion(q.question, q.gold_id) for q in training]
     check = [tuner.TrainingQuestion(q.question, q.gold_id) for q in held]
     order = np.random.default_rng(args.seed).permutation(len(training))
-
-    def recall(model) -> str:
-        found = tuner.recall_at(model, encoder, vectors, lexical, check, lexical_weight=DEFAULT_LEXICAL_WEIGHT, ks=KS)
-        return " / ".join(f"{100 * found[k]:.1f}" for k in KS)
-
-    rows = [("packaged", "0", "-", recall(encoder.question_model)),
-            ("the build's (cached)", f"{len(training):,}", "-", recall(built.question_model))]
+    rows = [("packaged", "0", "-", held_out_recall(encoder, vectors, lexical, check)),
+            ("the build's (cached)", f"{len(training):,}", "-", held_out_recall(built, vectors, lexical, check))]
     for share in shares:
         part = [training[i] for i in order[:max(1, round(len(training) * share))]]
         started = time.perf_counter()
         model = tuner.tune_question_encoder(encoder, kb.embeddings, lexical, part, lexical_weight=DEFAULT_LEXICAL_WEIGHT,
                                             config=recipe, autocast=True)
         rows.append((f"{share:g} of the training questions", f"{len(part):,}", f"{time.perf_counter() - started:.1f}",
-                     recall(model)))
+                     held_out_recall(replace(encoder, question_model=model), vectors, lexical, check)))
     print(f"\nheld-out nq-wiki questions: {len(check):,}; threads {torch.get_num_threads()}\n")
-    print("| question side | training questions | fine-tune, s | gold passage in top 1 / 5 / 20, % |")
-    print("|---|---:|---:|---|")
-    for row in rows:
-        print("| " + " | ".join(row) + " |")
+    print(table([dict(zip(COLUMNS, row)) for row in rows], list(COLUMNS)))
     return 0
 
 
