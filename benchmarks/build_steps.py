@@ -115,7 +115,6 @@ def _encoder_rows(args, paths, parts: set[str]) -> list[tuple[str, ...]]:
 
 
 def _reader_rows(args, paths) -> list[tuple[str, ...]]:
-    from rag_demo.adapters import AdapterShape, adapter_parameters, add_adapters, first_block_for_share
     from rag_demo.config import GeneratorConfig, ReaderTuningConfig
     from rag_demo.generator import load_generator
     from rag_demo.offline.tuned import _reading_examples, reading_questions
@@ -125,13 +124,7 @@ def _reader_rows(args, paths) -> list[tuple[str, ...]]:
     training, _ = reading_questions(paths.kb_paths, recipe)
     generator = load_generator(replace(GeneratorConfig(), tuned=False, dtype="float32"), path=str(paths.generator_path))
     model = generator.model
-    first = first_block_for_share(model, recipe.adapted_share)
-    add_adapters(model, AdapterShape(rank=recipe.rank, alpha=recipe.alpha, first_layer=first), seed=recipe.seed)
-    trained = list(adapter_parameters(model).values())
-    trained_ids = {id(parameter) for parameter in trained}
-    for parameter in model.parameters():  # as `tuning.tune_reader` sets them
-        parameter.requires_grad_(id(parameter) in trained_ids)
-    model.train()
+    tuner.adapters_to_train(model, recipe)
     examples = _reading_examples(generator, kbs, training)
     shared = tuner.shared_prefix(examples)
     batches = tuner.length_sorted_batches([len(e.prompt_ids) + len(e.answer_ids) for e in examples],

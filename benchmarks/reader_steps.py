@@ -17,13 +17,13 @@ from dataclasses import replace
 
 import torch
 
-from rag_demo.adapters import AdapterShape, adapter_parameters, add_adapters, first_block_for_share
+from rag_demo.adapters import first_block_for_share
 from rag_demo.config import GeneratorConfig, ReaderTuningConfig
 from rag_demo.corpus import load_kb
 from rag_demo.generator import load_generator
 from rag_demo.offline.prepare import prepare
 from rag_demo.offline.tuned import _reading_examples, reading_questions
-from rag_demo.tuning import length_sorted_batches, reading_loss, shared_prefix
+from rag_demo.tuning import adapters_to_train, length_sorted_batches, reading_loss, shared_prefix
 
 
 def main(argv=None) -> int:
@@ -42,12 +42,7 @@ def main(argv=None) -> int:
     for share in shares:
         generator = load_generator(replace(GeneratorConfig(), tuned=False), path=str(paths.generator_path))
         first = first_block_for_share(generator.model, share)
-        add_adapters(generator.model, AdapterShape(rank=recipe.rank, alpha=recipe.alpha, first_layer=first), seed=recipe.seed)
-        trained = list(adapter_parameters(generator.model).values())
-        trained_ids = {id(parameter) for parameter in trained}
-        for parameter in generator.model.parameters():  # as `tuning.tune_reader` sets them
-            parameter.requires_grad_(id(parameter) in trained_ids)
-        generator.model.train()
+        trained = adapters_to_train(generator.model, replace(recipe, adapted_share=share))
         copies.append((share, first, generator, torch.optim.AdamW(trained, lr=recipe.learning_rate)))
     examples = _reading_examples(copies[0][2], kbs, training)
     shared = shared_prefix(examples)

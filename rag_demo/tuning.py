@@ -333,6 +333,25 @@ def marginal_loss(model: torch.nn.Module, shared_ids: Sequence[int], batch: Sequ
     return torch.stack(losses).mean()
 
 
+def _train_only(model: torch.nn.Module, trained: Sequence[torch.nn.Parameter]) -> None:
+    """`trained` are the only parameters of `model` that get gradients; the model is put in training mode."""
+    trained_ids = {id(p) for p in trained}
+    for parameter in model.parameters():
+        parameter.requires_grad_(id(parameter) in trained_ids)
+    model.train()
+
+
+def adapters_to_train(model: torch.nn.Module, config: ReaderTuningConfig) -> list[torch.nn.Parameter]:
+    """The recipe's adapters on `model` (added unless it has some) as its only trainable parameters,
+    the model in training mode; the adapters' parameters are returned."""
+    if adapter_switch(model) is None:
+        first = first_block_for_share(model, config.adapted_share)
+        add_adapters(model, AdapterShape(rank=config.rank, alpha=config.alpha, first_layer=first), seed=config.seed)
+    trained = list(adapter_parameters(model).values())
+    _train_only(model, trained)
+    return trained
+
+
 def tune_reader(
     model: torch.nn.Module,
     shared_ids: Sequence[int],
@@ -374,10 +393,7 @@ def tune_reader(
                for batch in length_sorted_batches(lengths, batch_size=batch_size, window=config.sort_window,
                                                   seed=config.seed + epoch)]
     if config.method == "lora":
-        if adapter_switch(model) is None:
-            first = first_block_for_share(model, config.adapted_share)
-            add_adapters(model, AdapterShape(rank=config.rank, alpha=config.alpha, first_layer=first), seed=config.seed)
-        trained = list(adapter_parameters(model).values())
+        trained = adapters_to_train(model, config)
     elif config.method == "full":
         frozen = {id(model.get_input_embeddings().weight)}
         head = model.get_output_embeddings()
@@ -385,12 +401,9 @@ def tune_reader(
             frozen.add(id(head.weight))
         trained = [p for p in model.parameters() if id(p) not in frozen and id(p) not in
                    {id(a) for a in adapter_parameters(model).values()}]
+        _train_only(model, trained)
     else:
         raise ValueError(f"unknown reader tuning method {config.method!r}; use lora or full")
-    trained_ids = {id(p) for p in trained}
-    for parameter in model.parameters():
-        parameter.requires_grad_(id(parameter) in trained_ids)
-    model.train()
     device = next(model.parameters()).device
     optimizer = torch.optim.AdamW(trained, lr=config.learning_rate, weight_decay=0.0)
     total = len(batches)
