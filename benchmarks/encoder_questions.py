@@ -5,8 +5,8 @@
 For each share, the build's recipe (`TuningConfig`, the default KBs' nq-wiki vectors, the hybrid
 logits) on that share of nq-wiki's training questions, drawn in one seeded order so a smaller share
 is a part of a larger one; then every held-out nq-wiki question ranked under the hybrid logits.
-The packaged question side and the build's own fine-tuned one (every training question, from the
-cache) are the first rows. Builds the default KBs and question encoder where missing. Prints one
+The packaged question side and the build's own fine-tuned one (`TuningConfig.question_share` of
+them, from the cache) are the first rows. Builds the default KBs and question encoder where missing. Prints one
 table.
 """
 
@@ -16,7 +16,6 @@ import argparse
 import time
 from dataclasses import replace
 
-import numpy as np
 import torch
 
 from benchmarks.encoder_cut import RECALL, held_out_recall
@@ -54,11 +53,10 @@ def main(argv: list[str] | None = None) -> int:
     training, held = training_split(load_questions(wiki))
     training = [tuner.TrainingQuestion(q.question, q.gold_id) for q in training]
     check = [tuner.TrainingQuestion(q.question, q.gold_id) for q in held]
-    order = np.random.default_rng(args.seed).permutation(len(training))
     rows = [("packaged", "0", "-", held_out_recall(encoder, vectors, lexical, check)),
-            ("the build's (cached)", f"{len(training):,}", "-", held_out_recall(built, vectors, lexical, check))]
+            ("the build's (cached)", f"{len(tuner.drawn_share(training, recipe.question_share, seed=recipe.seed)):,}", "-", held_out_recall(built, vectors, lexical, check))]
     for share in shares:
-        part = [training[i] for i in order[:max(1, round(len(training) * share))]]
+        part = tuner.drawn_share(training, share, seed=args.seed)
         started = time.perf_counter()
         model = tuner.tune_question_encoder(encoder, kb.embeddings, lexical, part, lexical_weight=DEFAULT_LEXICAL_WEIGHT,
                                             config=recipe, autocast=True)

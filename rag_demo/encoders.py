@@ -85,6 +85,18 @@ class Encoder:
         """(B, D) float32 question vectors."""
         return self._embed(self.question_model, self.tokenizer, list(questions))
 
+    def _passage_texts(self, passages: list[Passage]) -> tuple[list[str], list[str] | None]:
+        if self.kind == "dpr":  # DPR's context encoder reads (title, text) as a sentence pair
+            return [p.title for p in passages], [p.text for p in passages]
+        return [f"{p.title}: {p.text}" if p.title else p.text for p in passages], None
+
+    def passage_token_ids(self, passages: list[Passage]) -> list[tuple[int, ...]]:
+        """What the passage side reads of each passage: its token ids, cut at `max_length`. Passages
+        that read the same get the same vector."""
+        first, second = self._passage_texts(passages)
+        ids = self.passage_tokenizer(first, second, truncation=True, max_length=self.max_length)["input_ids"]
+        return [tuple(row) for row in ids]
+
     def encode_passages(self, passages: list[Passage], *, batch_size: int = 64, progress=None,
                         autocast: bool = False) -> np.ndarray:
         """(N, D) float32 passage vectors; `progress(done, total)` is called after each batch.
@@ -101,12 +113,7 @@ class Encoder:
         chunks = []
         with build_autocast(self.device, enabled=autocast):
             for start in range(0, len(passages), batch_size):
-                batch = passages[start : start + batch_size]
-                if self.kind == "dpr":  # DPR's context encoder reads (title, text) as a sentence pair
-                    vectors = self._embed(self.passage_model, self.passage_tokenizer, [p.title for p in batch], [p.text for p in batch])
-                else:
-                    texts = [f"{p.title}: {p.text}" if p.title else p.text for p in batch]
-                    vectors = self._embed(self.passage_model, self.passage_tokenizer, texts)
+                vectors = self._embed(self.passage_model, self.passage_tokenizer, *self._passage_texts(passages[start : start + batch_size]))
                 chunks.append(vectors.cpu().numpy())
                 if progress is not None:
                     progress(min(start + batch_size, len(passages)), len(passages))

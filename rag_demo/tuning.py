@@ -20,6 +20,7 @@ questions are left out of training too.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import logging
 import time
@@ -29,10 +30,10 @@ from typing import Callable, Sequence
 import numpy as np
 import torch
 
-from .adapters import AdapterShape, adapter_parameters, adapter_switch, add_adapters, first_block_for_share
+from .adapters import AdapterShape, adapter_parameters, adapter_switch, add_adapters, block_number, first_block_for_share
 from .config import ReaderTuningConfig, TuningConfig
 from .encoders import Encoder, mean_pooled
-from .kernels import PACKED_ATTENTION, packed_rows_mask
+from .kernels import PACKED_ATTENTION, packed_rows_mask, picked_logprobs, picked_logprobs_applies
 from .lexical import LexicalIndex
 from .precision import build_autocast
 
@@ -48,6 +49,15 @@ QUESTION_LENGTH_GROUPS = 2
 class TrainingQuestion:
     question: str
     gold_id: int  # row of its gold passage in the KB the encoder is tuned on
+
+
+def drawn_share(items: Sequence, share: float, *, seed: int) -> list:
+    """round(share * len(items)) of `items` (at least one of a non-empty list), in a seeded random
+    order; with the same seed a larger share begins with a smaller one's draw."""
+    if not 0 < share <= 1:
+        raise ValueError(f"a share is in (0, 1], not {share}")
+    order = np.random.default_rng(seed).permutation(len(items))
+    return [items[i] for i in order[:max(1, round(len(items) * share))]] if len(items) else []
 
 
 def gold_ranks(question_vectors: torch.Tensor, passage_vectors: torch.Tensor, lexical_scores: np.ndarray,
@@ -180,17 +190,93 @@ class ReadingExample:
     answer_ids: tuple[int, ...]  # the answer's tokens and the token that ends it
 
 
-def _shared_block_cache(model: torch.nn.Module, shared_ids: Sequence[int], rows: int):
-    """The KV cache of the shared few-shot block, computed without gradients, repeated for `rows` rows."""
+@dataclass(frozen=True)
+class FrozenBottom:
+    """What the shared block leaves in the blocks below the lowest trainable one: their keys and
+    values, and the hidden state that enters that block. Training changes none of it, so it is
+    computed once (`frozen_bottom`) and each step runs the shared block through the trainable
+    blocks only (with the recipe's top-half adapters, half of the shared block's cost)."""
+
+    first: int  # the lowest block with trainable weights
+    keys: tuple[torch.Tensor, ...]  # one (1, kv heads, S, head dim) per block below `first`
+    values: tuple[torch.Tensor, ...]
+    hidden: torch.Tensor  # (1, S, H) entering block `first`
+
+
+def _blocks(model: torch.nn.Module):
+    layers = getattr(model.base_model, "layers", None)
+    return layers if isinstance(layers, torch.nn.ModuleList) else None
+
+
+def frozen_bottom(model: torch.nn.Module, shared_ids: Sequence[int]) -> FrozenBottom | None:
+    """The shared block's states below `model`'s lowest trainable block, or None where nothing can be
+    kept: no shared block, no numbered blocks, a trainable weight outside them or in the lowest
+    block, or dropout (which would draw new masks every step)."""
+    blocks = _blocks(model)
+    trained = [name for name, parameter in model.named_parameters() if parameter.requires_grad]
+    numbers = [block_number(name) for name in trained]
+    if (not shared_ids or blocks is None or not trained or None in numbers or min(numbers) == 0
+            or getattr(model.config, "attention_dropout", 0.0)
+            or any(isinstance(module, torch.nn.Dropout) and module.p > 0 for module in model.modules())):
+        return None
+    first = min(numbers)
+    captured = {}
+
+    def capture(module, args, kwargs):
+        captured["hidden"] = (args[0] if args else kwargs["hidden_states"]).detach().clone()
+
+    hook = blocks[first].register_forward_pre_hook(capture, with_kwargs=True)
+    try:
+        single = _run_shared_block(model, shared_ids, None)
+    finally:
+        hook.remove()
+    return FrozenBottom(first, tuple(layer.keys for layer in single.layers[:first]),
+                        tuple(layer.values for layer in single.layers[:first]), captured["hidden"])
+
+
+@contextlib.contextmanager
+def _bottom_from(model: torch.nn.Module, bottom: FrozenBottom):
+    """Within the block, each block below `bottom.first` only hands on what it computed once."""
+    blocks = _blocks(model)
+
+    def kept(index: int):
+        def forward(hidden_states, *args, cache=None, **kwargs):
+            cache = cache if cache is not None else kwargs["past_key_values"]  # the older name of the argument
+            cache.update(bottom.keys[index], bottom.values[index], index)
+            return bottom.hidden if index == bottom.first - 1 else hidden_states
+        return forward
+
+    for index in range(bottom.first):
+        blocks[index].forward = kept(index)
+    try:
+        yield
+    finally:
+        for index in range(bottom.first):
+            del blocks[index].forward
+
+
+def _run_shared_block(model: torch.nn.Module, shared_ids: Sequence[int], bottom: FrozenBottom | None):
+    """A DynamicCache of the shared block's keys and values at the model's current weights, without gradients."""
+    from transformers import DynamicCache
+
+    single = DynamicCache()
+    device = next(model.parameters()).device
+    with torch.no_grad(), (_bottom_from(model, bottom) if bottom is not None else contextlib.nullcontext()):
+        model.base_model(input_ids=torch.tensor([list(shared_ids)], device=device), cache=single, use_cache=True)
+    return single
+
+
+def _shared_block_cache(model: torch.nn.Module, shared_ids: Sequence[int], rows: int, bottom: FrozenBottom | None = None):
+    """The KV cache of the shared few-shot block, computed without gradients, repeated for `rows` rows.
+
+    With `bottom` (`frozen_bottom` of the same model and block) only the blocks from `bottom.first`
+    up are run."""
     from transformers import DynamicCache
 
     cache = DynamicCache()
     if not shared_ids:
         return cache
-    device = next(model.parameters()).device
-    single = DynamicCache()
-    with torch.no_grad():
-        model.base_model(input_ids=torch.tensor([list(shared_ids)], device=device), cache=single, use_cache=True)
+    single = _run_shared_block(model, shared_ids, bottom)
     for index, layer in enumerate(single.layers):
         cache.update(layer.keys.expand(rows, -1, -1, -1).contiguous(), layer.values.expand(rows, -1, -1, -1).contiguous(), index)
     return cache
@@ -203,8 +289,21 @@ def _answer_logits(model: torch.nn.Module, hidden: torch.Tensor) -> torch.Tensor
     return torch.tanh(logits / cap) * cap if cap else logits
 
 
-def _answer_token_logprobs(model: torch.nn.Module, shared_ids: Sequence[int], batch: Sequence[ReadingExample]
-                           ) -> tuple[torch.Tensor, torch.Tensor]:
+def _answer_logprobs(model: torch.nn.Module, hidden: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """(M,) float32 log-probability of each target token after (M, H) hidden states, under the model's head.
+
+    A plain frozen head goes through `kernels.picked_logprobs`, one pass over its weight; a head
+    with soft-capped logits, bias, gradient or autocast through the full (M, V) log-softmax.
+    """
+    head = model.get_output_embeddings()
+    if not getattr(model.config, "final_logit_softcapping", None) and picked_logprobs_applies(head, hidden):
+        return picked_logprobs(hidden, head.weight, targets)
+    logprobs = torch.log_softmax(_answer_logits(model, hidden).float(), dim=-1)  # (M, V)
+    return logprobs.gather(1, targets.unsqueeze(1)).squeeze(1)
+
+
+def _answer_token_logprobs(model: torch.nn.Module, shared_ids: Sequence[int], batch: Sequence[ReadingExample],
+                           bottom: FrozenBottom | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """((B, T) float32 log-prob of each row's next token, (B, T) bool: that token is an answer token).
 
     Every prompt begins with `shared_ids`. That block's keys and values are computed once per batch
@@ -218,7 +317,7 @@ def _answer_token_logprobs(model: torch.nn.Module, shared_ids: Sequence[int], ba
     shared = len(shared_ids)
     rows = [list(example.prompt_ids[shared:]) + list(example.answer_ids) for example in batch]
     if _packable(model, shared, rows):
-        return _packed_answer_token_logprobs(model, shared_ids, batch, rows)
+        return _packed_answer_token_logprobs(model, shared_ids, batch, rows, bottom)
     width = max(map(len, rows))
     tokens = torch.zeros(len(rows), width, dtype=torch.long, device=device)  # (B, T)
     mask = torch.zeros(len(rows), shared + width, dtype=torch.long, device=device)  # (B, S + T)
@@ -231,11 +330,10 @@ def _answer_token_logprobs(model: torch.nn.Module, shared_ids: Sequence[int], ba
         labels[row, len(ids) - answer - 1:len(ids) - 1] = torch.tensor(example.answer_ids, device=device)
     positions = torch.arange(shared, shared + width, device=device).expand(len(rows), -1)  # (B, T)
     hidden = model.base_model(input_ids=tokens, attention_mask=mask, position_ids=positions,
-                              cache=_shared_block_cache(model, shared_ids, len(rows)), use_cache=True).last_hidden_state
+                              cache=_shared_block_cache(model, shared_ids, len(rows), bottom), use_cache=True).last_hidden_state
     scored = labels != -100
-    logprobs = torch.log_softmax(_answer_logits(model, hidden[scored]).float(), dim=-1)  # (M, V)
     picked = torch.zeros(labels.shape, dtype=torch.float32, device=device)
-    picked[scored] = logprobs.gather(1, labels[scored].unsqueeze(1)).squeeze(1)
+    picked[scored] = _answer_logprobs(model, hidden[scored], labels[scored])
     return picked, scored
 
 
@@ -253,7 +351,7 @@ def _packable(model: torch.nn.Module, shared: int, rows: Sequence[Sequence[int]]
 
 
 def _packed_answer_token_logprobs(model: torch.nn.Module, shared_ids: Sequence[int], batch: Sequence[ReadingExample],
-                                  rows: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
+                                  rows: list[list[int]], bottom: FrozenBottom | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """As `_answer_token_logprobs`, with the rows laid end to end in one sequence of N tokens: each
     attends to the shared block and causally to itself, so no padding goes through the layers (the
     length-sorted batches of the default recipe padded 12% of their tokens)."""
@@ -272,19 +370,22 @@ def _packed_answer_token_logprobs(model: torch.nn.Module, shared_ids: Sequence[i
         packed_at[row, :n] = torch.arange(end - n, end)
     mask = packed_rows_mask(shared, lengths, next(model.parameters()).dtype)  # (1, 1, N, S + N); what plain SDPA would need
     hidden = model.base_model(input_ids=tokens, attention_mask=mask.to(device), position_ids=positions,
-                              cache=_shared_block_cache(model, shared_ids, 1), use_cache=True,
+                              cache=_shared_block_cache(model, shared_ids, 1, bottom), use_cache=True,
                               packed_rows=(shared, tuple(lengths))).last_hidden_state[0]  # (N, H)
     labels, packed_at = labels.to(device), packed_at.to(device)
     scored = labels != -100
-    logprobs = torch.log_softmax(_answer_logits(model, hidden[packed_at[scored]]).float(), dim=-1)  # (M, V)
     picked = torch.zeros(labels.shape, dtype=torch.float32, device=device)
-    picked[scored] = logprobs.gather(1, labels[scored].unsqueeze(1)).squeeze(1)
+    picked[scored] = _answer_logprobs(model, hidden[packed_at[scored]], labels[scored])
     return picked, scored
 
 
-def reading_loss(model: torch.nn.Module, shared_ids: Sequence[int], batch: Sequence[ReadingExample]) -> torch.Tensor:
-    """Mean negative log-likelihood of the answer tokens of `batch`, each read after its own prompt."""
-    picked, scored = _answer_token_logprobs(model, shared_ids, batch)
+def reading_loss(model: torch.nn.Module, shared_ids: Sequence[int], batch: Sequence[ReadingExample], *,
+                 bottom: FrozenBottom | None = None) -> torch.Tensor:
+    """Mean negative log-likelihood of the answer tokens of `batch`, each read after its own prompt.
+
+    `bottom`: `frozen_bottom(model, shared_ids)` at the current trainable set, which spares the
+    shared block's run through the blocks below it."""
+    picked, scored = _answer_token_logprobs(model, shared_ids, batch, bottom)
     return -picked[scored].mean()
 
 
@@ -312,7 +413,8 @@ def reads_of(examples: Sequence[ReadingExample] | Sequence[MarginalExample]) -> 
             for read in (example.reads if isinstance(example, MarginalExample) else (example,))]
 
 
-def marginal_loss(model: torch.nn.Module, shared_ids: Sequence[int], batch: Sequence[MarginalExample]) -> torch.Tensor:
+def marginal_loss(model: torch.nn.Module, shared_ids: Sequence[int], batch: Sequence[MarginalExample], *,
+                  bottom: FrozenBottom | None = None) -> torch.Tensor:
     """Mean over `batch` of RAG-Sequence's negative log marginal likelihood, per answer token:
 
         -log sum_z p(z|x) prod_i p(y_i|x, z, y<i) / |y|
@@ -322,7 +424,7 @@ def marginal_loss(model: torch.nn.Module, shared_ids: Sequence[int], batch: Sequ
     holds the answer learn most. Dividing by |y| keeps the scale of `reading_loss`, so one learning
     rate serves both.
     """
-    picked, _ = _answer_token_logprobs(model, shared_ids, reads_of(batch))
+    picked, _ = _answer_token_logprobs(model, shared_ids, reads_of(batch), bottom)
     sequence = picked.sum(dim=1)  # (B * K,) log p(y|x,z); non-answer positions hold 0
     losses, start = [], 0
     for example in batch:
@@ -406,6 +508,8 @@ def tune_reader(
         raise ValueError(f"unknown reader tuning method {config.method!r}; use lora or full")
     device = next(model.parameters()).device
     optimizer = torch.optim.AdamW(trained, lr=config.learning_rate, weight_decay=0.0)
+    with build_autocast(device, enabled=autocast):
+        bottom = frozen_bottom(model, shared_ids)  # the shared block below the adapters, computed once
     total = len(batches)
     warmup = max(1, total // 10)
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: min(1.0, (step + 1) / warmup) * (total - step) / total)
@@ -414,7 +518,7 @@ def tune_reader(
         for step in range(total):
             batch = [examples[i] for i in batches[step]]
             with build_autocast(device, enabled=autocast):
-                loss = loss_of(model, shared_ids, batch)
+                loss = loss_of(model, shared_ids, batch, bottom=bottom)
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(trained, 1.0)

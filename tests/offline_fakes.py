@@ -79,11 +79,15 @@ class FakeEncoder:
                 vectors[row, int(hashlib.sha256(word.encode()).hexdigest()[:8], 16) % 64] += 1
         return vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
 
+    def passage_token_ids(self, passages):
+        """Its "tokens" are words, cut at max_length, as a real encoder cuts word pieces."""
+        return [tuple(p.text.lower().split()[:self.max_length]) for p in passages]
+
     def encode_passages(self, passages, *, batch_size=64, progress=None, autocast=False):
         self.embedded.extend(passages)
         if progress is not None:
             progress(len(passages), len(passages))
-        return self._vectors([p.text for p in passages])
+        return self._vectors([" ".join(words) for words in self.passage_token_ids(passages)])
 
     def encode_questions(self, questions):
         import torch

@@ -124,3 +124,42 @@ def test_registered_name_builds_masks_and_attends():
         out = model(input_ids=ids, attention_mask=mask).logits
     assert model.config._attn_implementation == kernels.PACKED_ATTENTION
     assert torch.allclose(out[0, 2:], expected[0, 2:], atol=1e-6) and torch.allclose(out[1], expected[1], atol=1e-6)
+
+
+@pytest.mark.parametrize("slice_rows", [7, 64, 4096])
+def test_picked_logprobs_equal_log_softmax_and_gather_with_gradient(slice_rows):
+    torch.manual_seed(0)
+    weight = torch.randn(300, 16)
+    weight[250:] *= 6  # the largest logits come in a late slice, so the running maximum must rescale
+    hidden = torch.randn(5, 16, requires_grad=True)
+    targets = torch.tensor([0, 299, 17, 250, 17])
+    upstream = torch.randn(5)
+    expected = F.log_softmax(hidden @ weight.T, dim=-1).gather(1, targets[:, None]).squeeze(1)
+    (expected_grad,) = torch.autograd.grad((expected * upstream).sum(), hidden)
+    picked = kernels.picked_logprobs(hidden, weight, targets, slice_rows=slice_rows)
+    (grad,) = torch.autograd.grad((picked * upstream).sum(), hidden)
+    torch.testing.assert_close(picked, expected, rtol=0, atol=1e-5)
+    torch.testing.assert_close(grad, expected_grad, rtol=0, atol=1e-5)
+
+
+def test_picked_logprobs_without_gradient_and_without_rows():
+    weight = torch.randn(50, 8)
+    hidden = torch.randn(3, 8)
+    targets = torch.tensor([1, 2, 3])
+    with torch.no_grad():
+        picked = kernels.picked_logprobs(hidden, weight, targets, slice_rows=16)
+    torch.testing.assert_close(picked, F.log_softmax(hidden @ weight.T, -1)[torch.arange(3), targets], rtol=0, atol=1e-5)
+    assert kernels.picked_logprobs(torch.zeros(0, 8), weight, torch.zeros(0, dtype=torch.long)).shape == (0,)
+    with pytest.raises(ValueError):
+        kernels.picked_logprobs(hidden, weight, targets[:2])
+
+
+def test_picked_logprobs_applies_only_to_a_frozen_float32_cpu_head_without_bias():
+    head = torch.nn.Linear(8, 50, bias=False).requires_grad_(False)
+    hidden = torch.randn(2, 8)
+    assert kernels.picked_logprobs_applies(head, hidden)
+    assert not kernels.picked_logprobs_applies(head, hidden.bfloat16())
+    assert not kernels.picked_logprobs_applies(torch.nn.Linear(8, 50).requires_grad_(False), hidden)
+    assert not kernels.picked_logprobs_applies(torch.nn.Linear(8, 50, bias=False), hidden)  # trained head
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert not kernels.picked_logprobs_applies(head, hidden)

@@ -9,7 +9,7 @@ import time
 import pytest
 
 from rag_demo.adapters import is_adapter_folder
-from rag_demo.config import EncoderConfig, ReaderTuningConfig, cache_root
+from rag_demo.config import EncoderConfig, ReaderTuningConfig, TuningConfig, cache_root
 from rag_demo.corpus import load_kb
 from rag_demo.errors import KnowledgeBaseError
 from rag_demo.offline.cache import MARKER, marker_problem, write_marker
@@ -23,10 +23,26 @@ from rag_demo.offline.tuned import (
     tuned_encoder_key,
     tuned_generator_key,
     tuned_generator_path,
+    training_split,
 )
 from rag_demo.offline.worlds import build_default_data, parse_task
 from rag_demo.questions import jaccard, load_eval_questions, load_questions, normalize_answer, question_words, split_questions
 from tests.offline_fakes import FakeEncoder
+
+
+def test_passages_that_read_the_same_up_to_the_cut_are_embedded_once():
+    from rag_demo.corpus import Passage
+    from rag_demo.offline.kbs import _embed_unique
+
+    encoder = FakeEncoder(max_length=3)
+    real, swapped, other = Passage("t", "a b c Paris"), Passage("t", "a b c Rome"), Passage("t", "x y")
+    vectors = _embed_unique(encoder, [real, swapped, other, real], progress=None)
+    assert set(vectors) == {real, swapped, other}
+    assert len(encoder.embedded) == 2  # the swap lies past the cut: one reading for both
+    assert (vectors[real] == vectors[swapped]).all() and not (vectors[real] == vectors[other]).all()
+    wider = FakeEncoder(max_length=4)
+    _embed_unique(wider, [real, swapped, other], progress=None)
+    assert len(wider.embedded) == 3
 
 
 def test_default_kbs_are_built_once_with_questions(offline_source):
@@ -102,7 +118,7 @@ def test_warm_prepare_loads_no_model(offline_source, monkeypatch):
 
 @pytest.mark.slow
 def test_real_default_data_is_prepared():
-    """Uses the real cache (see conftest); building it from nothing takes ~36 min on 2 cores."""
+    """Uses the real cache (see conftest); building it from nothing takes 15-20 min on 2 cores."""
     from transformers import AutoConfig
 
     prepared = prepare()
@@ -124,7 +140,10 @@ def test_real_default_data_is_prepared():
     assert marker_problem(tuned, tuned_encoder_key(EncoderConfig())) is None
     info = json.loads((tuned / MARKER).read_text())["info"]
     # the build measured held-out questions before and after fine-tuning; it must have helped
-    assert info["checked_questions"] == TUNING_CHECK_QUESTIONS and info["training_questions"] > 10_000
+    training, _ = training_split(load_questions(prepared.kb_paths["nq-wiki"]))
+    assert len(training) > 10_000
+    assert info["checked_questions"] == TUNING_CHECK_QUESTIONS
+    assert info["training_questions"] == round(len(training) * TuningConfig().question_share)
     assert info["recall_after"]["5"] > info["recall_before"]["5"]
     reader = prepared.reader_adapter_path
     assert marker_problem(reader, tuned_generator_key()) is None

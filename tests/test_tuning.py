@@ -7,6 +7,7 @@ side learns. A tiny random Llama with a byte-level BPE stands in for the default
 
 from __future__ import annotations
 
+import copy
 import json
 import shutil
 from dataclasses import replace
@@ -379,6 +380,38 @@ def test_packed_rows_give_the_padded_loss_and_gradients(reader, monkeypatch):
         assert torch.allclose(grad, padded_grads[name], rtol=1e-4, atol=1e-6), name
 
 
+def test_the_one_pass_head_gives_the_full_log_softmax_loss_and_gradients(reader, monkeypatch):
+    """The answer tokens' log-probabilities through `kernels.picked_logprobs` (one pass over the head,
+    no (M, V) logits) give the loss and adapter gradients of the plain log-softmax and gather."""
+    generator, examples = reader
+    model = generator.model
+    shared = tuning.shared_prefix(examples)
+    head = model.get_output_embeddings()
+    applies = tuning.picked_logprobs_applies
+    trainable = {n: p.requires_grad for n, p in model.named_parameters()}
+    head.weight.requires_grad_(False)  # frozen, as in the reader's recipes (tied to the input embeddings)
+    model.train()
+    try:
+        assert applies(head, torch.zeros(1, model.config.hidden_size))
+        results = {}
+        for fused in (True, False):
+            monkeypatch.setattr(tuning, "picked_logprobs_applies", applies if fused else (lambda *args: False))
+            model.zero_grad(set_to_none=True)
+            loss = tuning.reading_loss(model, shared, examples)
+            loss.backward()
+            results[fused] = (loss.item(), {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None})
+    finally:
+        for name, parameter in model.named_parameters():
+            parameter.requires_grad_(trainable[name])
+        model.zero_grad(set_to_none=True)
+        model.eval()
+    (fused_loss, fused_grads), (plain_loss, plain_grads) = results[True], results[False]
+    assert fused_loss == pytest.approx(plain_loss, rel=1e-5)
+    assert fused_grads.keys() == plain_grads.keys() and len(fused_grads) > 10
+    for name, grad in fused_grads.items():
+        assert torch.allclose(grad, plain_grads[name], rtol=1e-4, atol=1e-6), name
+
+
 def test_rows_that_reach_past_a_sliding_window_are_padded_not_packed(reader, monkeypatch):
     """The packed attention applies no sliding window, so a batch any of whose rows a window would
     cut takes the padded path, whose masks apply it; a model without the packed attention always does."""
@@ -600,3 +633,58 @@ class CausalGeneratorStub:
 
     def answer_target(self, answer):
         return Target(prefix=(), ids=(answer,))
+
+
+def test_drawn_share_is_seeded_nested_and_keeps_at_least_one():
+    items = list(range(101))
+    half = tuning.drawn_share(items, 0.5, seed=3)
+    assert len(half) == 50 and len(set(half)) == 50 and set(half) <= set(items)
+    assert tuning.drawn_share(items, 0.5, seed=3) == half
+    assert tuning.drawn_share(items, 0.25, seed=3) == half[:25]  # a smaller share is a part of a larger one
+    assert tuning.drawn_share(items, 0.5, seed=4) != half
+    assert sorted(tuning.drawn_share(items, 1.0, seed=3)) == items
+    assert len(tuning.drawn_share(items, 0.001, seed=3)) == 1
+    assert tuning.drawn_share([], 0.5, seed=3) == []
+    for share in (0, -0.5, 1.5):
+        with pytest.raises(ValueError):
+            tuning.drawn_share(items, share, seed=3)
+        with pytest.raises(ValueError):
+            TuningConfig(question_share=share)
+
+
+def test_the_shared_block_kept_below_the_adapters_gives_the_same_loss_and_gradients(reader, monkeypatch):
+    """With adapters on the top half only, the shared block's states below them are computed once
+    (`frozen_bottom`): each step's loss and adapter gradients are those of running the shared block
+    through every block, packed and padded alike; an adapter in the lowest block keeps nothing."""
+    generator, examples = reader
+    model = copy.deepcopy(generator.model)
+    shared = tuning.shared_prefix(examples)
+    blocks = model.config.num_hidden_layers
+    assert blocks >= 2
+    tuning.adapters_to_train(model, ReaderTuningConfig(adapted_share=0.5))
+    bottom = tuning.frozen_bottom(model, shared)
+    assert bottom is not None and 0 < bottom.first < blocks and len(bottom.keys) == bottom.first
+    packable = tuning._packable
+    with torch.no_grad():  # the adapters begin as a no-op (B = 0): give them weight, so the blocks above change
+        for parameter in adapter_parameters(model).values():
+            parameter.normal_(0, 0.05)
+    results = {}
+    for packed in (True, False):
+        monkeypatch.setattr(tuning, "_packable", packable if packed else (lambda *args: False))
+        for kept in (bottom, None):
+            model.zero_grad(set_to_none=True)
+            loss = tuning.reading_loss(model, shared, examples, bottom=kept)
+            loss.backward()
+            results[packed, kept is not None] = (loss.item(), {n: p.grad.clone() for n, p in model.named_parameters()
+                                                               if p.grad is not None})
+        assert all("forward" not in vars(block) for block in model.base_model.layers)  # the blocks are whole again
+    for packed in (True, False):
+        (kept_loss, kept_grads), (plain_loss, plain_grads) = results[packed, True], results[packed, False]
+        assert kept_loss == pytest.approx(plain_loss, rel=1e-6)
+        assert kept_grads.keys() == plain_grads.keys() and kept_grads
+        for name, grad in kept_grads.items():
+            assert torch.allclose(grad, plain_grads[name], rtol=1e-5, atol=1e-7), name
+    everything = copy.deepcopy(generator.model)
+    tuning.adapters_to_train(everything, ReaderTuningConfig(adapted_share=1.0))
+    assert tuning.frozen_bottom(everything, shared) is None
+    assert tuning.frozen_bottom(model, ()) is None

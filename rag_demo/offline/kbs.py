@@ -75,14 +75,23 @@ def _question_rows(data: DefaultData, kb: str, featured: set[int]) -> list[dict]
 
 
 def _embed_unique(encoder: Encoder, passages: list[Passage], progress: Progress | None) -> dict[Passage, np.ndarray]:
-    """Each distinct passage embedded once, longest first (batches then pad little, and the ETA errs long)."""
+    """Each distinct passage embedded once, longest first (batches then pad little, and the ETA errs long).
+
+    Distinct as the encoder reads it: a swapped passage whose swap lies past the encoder's cut reads
+    the same as the real one (427 of the default KBs' 21,052 passages at 128 word pieces) and
+    shares its vector."""
     unique = sorted(set(passages), key=lambda p: (-len(p.title) - len(p.text), p.title, p.text))
-    stage = f"embedding {counted(len(unique), 'passage')}"
+    read = encoder.passage_token_ids(unique)
+    first_reading: dict[tuple[int, ...], int] = {}
+    distinct = [i for i, ids in enumerate(read) if first_reading.setdefault(ids, i) == i]
+    stage = f"embedding {counted(len(distinct), 'passage')}"
     callback = None if progress is None else (lambda done, total: progress(stage, done, total))
-    report(progress, stage, 0, len(unique))
+    report(progress, stage, 0, len(distinct))
     with timed(stage):
-        vectors = encoder.encode_passages(unique, batch_size=EMBED_BATCH_SIZE, progress=callback, autocast=True)  # (N, D)
-    return dict(zip(unique, vectors))
+        vectors = encoder.encode_passages([unique[i] for i in distinct], batch_size=EMBED_BATCH_SIZE, progress=callback,
+                                          autocast=True)  # (N, D)
+    by_reading = {read[i]: vector for i, vector in zip(distinct, vectors)}
+    return {passage: by_reading[ids] for passage, ids in zip(unique, read)}
 
 
 def _featured_examples(encoder: Encoder, data: DefaultData, kb_vectors: Mapping[str, np.ndarray]) -> set[int]:
