@@ -8,11 +8,9 @@ sample has the build's mix of lengths), 16 a batch, cut at 256 tokens and at 128
 round in the same order. The question encoder's fine-tune: `--steps` steps of the build's recipe
 with each batch through the encoder whole and in 2 and 4 runs of similar length
 (`tuning.length_groups`), in turn. The reader: its first `--reader-steps` training batches (after
-one that warms up), each as one forward and backward with the answer's log-probabilities through
-the full log-softmax and through the one-pass head (`kernels.picked_logprobs`), and with the shared
-block run through every block and kept below the adapters (`tuning.frozen_bottom`), in turn batch by
-batch, the losses compared. A slow spell of the machine thus lands on every setting. Prints one table of seconds
-and rates.
+one that warms up), each as one forward and backward with the shared block run through every block
+and kept below the adapters (`tuning.frozen_bottom`), in turn batch by batch, the losses compared.
+A slow spell of the machine thus lands on every setting. Prints one table of seconds and rates.
 """
 
 from __future__ import annotations
@@ -132,29 +130,22 @@ def _reader_rows(args, paths) -> list[tuple[str, ...]]:
     bottom = tuner.frozen_bottom(model, shared)
     batches = tuner.length_sorted_batches([len(e.prompt_ids) + len(e.answer_ids) for e in examples],
                                           batch_size=recipe.batch_size, window=recipe.sort_window, seed=recipe.seed)
-    applies = tuner.picked_logprobs_applies
-    # (name, the one-pass head, the shared block kept below the adapters)
-    settings = (("log-softmax head, shared block through every block", False, False),
-                ("one-pass head", True, False),
-                ("one-pass head, shared block kept below the adapters", True, True))
+    # (name, the shared block kept below the adapters)
+    settings = (("the shared block through every block", False), ("the shared block kept below the adapters", True))
     seconds = {name: [] for name, *_ in settings}
     losses_apart = 0.0
-    try:
-        for step in range(args.reader_steps + 1):
-            batch = [examples[i] for i in batches[step % len(batches)]]
-            losses = []
-            for name, one_pass, kept in settings:
-                tuner.picked_logprobs_applies = applies if one_pass else (lambda *args: False)
-                model.zero_grad(set_to_none=True)
-                started = time.perf_counter()
-                loss = tuner.reading_loss(model, shared, batch, bottom=bottom if kept else None)
-                loss.backward()
-                if step:  # the first batch warms up
-                    seconds[name].append(time.perf_counter() - started)
-                losses.append(loss.item())
-            losses_apart = max(losses_apart, max(losses) - min(losses))
-    finally:
-        tuner.picked_logprobs_applies = applies
+    for step in range(args.reader_steps + 1):
+        batch = [examples[i] for i in batches[step % len(batches)]]
+        losses = []
+        for name, kept in settings:
+            model.zero_grad(set_to_none=True)
+            started = time.perf_counter()
+            loss = tuner.reading_loss(model, shared, batch, bottom=bottom if kept else None)
+            loss.backward()
+            if step:  # the first batch warms up
+                seconds[name].append(time.perf_counter() - started)
+            losses.append(loss.item())
+        losses_apart = max(losses_apart, max(losses) - min(losses))
     what = f"reader, {args.reader_steps} batches of {recipe.batch_size} (losses within {losses_apart:.1e})"
     base = sum(seconds[settings[0][0]])
     return [(what, name, ", ".join(f"{s:.1f}" for s in seconds[name]), f"{sum(seconds[name]) / len(seconds[name]):.2f} s/batch",

@@ -10,11 +10,6 @@
   padding in the linear layers, but one attention over the packed sequence scores every query
   against every row's keys and masks most of them away. `packed_rows_attention` attends each
   row to the shared prefix and its own keys only: the same softmax, about half the work at k=5.
-- The log-probability of a few chosen tokens and its gradient (CPU, float32), for training. The
-  plain path multiplies by the 671 MB head twice (logits forward, their gradient back) and keeps
-  (rows, V) logits, their log-softmax and its gradient: 0.7 s of a 4.5 s reader step.
-  `picked_logprobs` walks the head once, a slice at a time: each slice gives its logits and, while
-  still in cache, its share of the gradient (`PickedLogProbs`).
 """
 
 from __future__ import annotations
@@ -28,7 +23,6 @@ import torch.nn.functional as F
 FEW_ROWS = 64  # up to this many rows the (V, H) @ (H, rows) product wins (docs/speed-notes.md)
 MIN_VOCAB = 8192  # smaller heads are cheap either way
 PACKED_ATTENTION = "rag_demo_packed_rows"
-HEAD_SLICE = 4096  # vocabulary rows per slice of `picked_logprobs`: 10 MB of Gemma's head, within the L3 cache
 
 
 class FewRowsLinear(torch.nn.Linear):
@@ -132,65 +126,3 @@ def register_packed_attention() -> str:
     AttentionInterface.register(PACKED_ATTENTION, packed_rows_attention)
     AttentionMaskInterface.register(PACKED_ATTENTION, sdpa_mask)
     return PACKED_ATTENTION
-
-
-class PickedLogProbs(torch.autograd.Function):
-    """log softmax(hidden @ weightᵀ)[target] per row, and its gradient for `hidden`, in one pass over `weight`.
-
-    The softmax's normaliser is accumulated slice by slice with a running maximum, and so is the
-    softmax-weighted mean of the head's rows, E_p[w]: the gradient of log p(t) for the hidden state
-    is w_t - E_p[w], so the backward pass only scales it. `weight` gets no gradient (the head is frozen).
-    """
-
-    @staticmethod
-    def forward(ctx, hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor, slice_rows: int) -> torch.Tensor:
-        rows = hidden.shape[0]
-        columns = hidden.t().contiguous()  # (H, M)
-        wants_gradient = ctx.needs_input_grad[0]
-        top = hidden.new_full((rows,), float("-inf"))  # (M,) largest logit so far
-        total = hidden.new_zeros(rows)  # (M,) sum of exp(logit - top)
-        mean_row = hidden.new_zeros(hidden.shape) if wants_gradient else None  # (M, H) sum of exp(logit - top) * w
-        for start in range(0, weight.shape[0], slice_rows):
-            block = weight[start:start + slice_rows]  # (C, H)
-            logits = block @ columns  # (C, M)
-            new_top = torch.maximum(top, logits.amax(0))
-            rescale = torch.exp(top - new_top)  # (M,)
-            logits.sub_(new_top).exp_()
-            total = total * rescale + logits.sum(0)
-            if wants_gradient:
-                mean_row.mul_(rescale[:, None]).addmm_(logits.t(), block)
-            top = new_top
-        chosen = weight[targets]  # (M, H)
-        picked = (chosen * hidden).sum(1) - (top + total.log())  # (M,)
-        if wants_gradient:
-            ctx.save_for_backward(chosen - mean_row / total[:, None])
-        return picked
-
-    @staticmethod
-    def backward(ctx, grad: torch.Tensor):
-        (direction,) = ctx.saved_tensors  # (M, H): d log p(t) / d hidden
-        return grad[:, None] * direction, None, None, None
-
-
-def picked_logprobs_applies(head: torch.nn.Module, hidden: torch.Tensor) -> bool:
-    """`picked_logprobs` computes this head's log-probabilities: a float32 CPU linear head without
-    bias that takes no gradient, outside autocast (whose bfloat16 products the plain path keeps)."""
-    weight = getattr(head, "weight", None)
-    return (isinstance(head, torch.nn.Linear) and head.bias is None and weight is not None
-            and not weight.requires_grad and weight.dtype == torch.float32 and weight.device.type == "cpu"
-            and hidden.dtype == torch.float32 and hidden.device.type == "cpu"
-            and not torch.is_autocast_enabled("cpu"))
-
-
-def picked_logprobs(hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor, *,
-                    slice_rows: int = HEAD_SLICE) -> torch.Tensor:
-    """(M,) log p(targets[m]) under softmax(hidden @ weightᵀ), hidden (M, H), weight (V, H), targets (M,).
-
-    Differentiable in `hidden` only. The same values as log_softmax + gather, in one pass over the
-    weight and without (M, V) tensors.
-    """
-    if hidden.dim() != 2 or targets.shape != hidden.shape[:1]:
-        raise ValueError("picked_logprobs takes (M, H) hidden states and (M,) targets")
-    if hidden.shape[0] == 0:
-        return hidden.new_zeros(0)
-    return PickedLogProbs.apply(hidden, weight, targets, slice_rows)

@@ -33,7 +33,7 @@ import torch
 from .adapters import AdapterShape, adapter_parameters, adapter_switch, add_adapters, block_number, first_block_for_share
 from .config import ReaderTuningConfig, TuningConfig
 from .encoders import Encoder, mean_pooled
-from .kernels import PACKED_ATTENTION, packed_rows_mask, picked_logprobs, picked_logprobs_applies
+from .kernels import PACKED_ATTENTION, packed_rows_mask
 from .lexical import LexicalIndex
 from .precision import build_autocast
 
@@ -290,14 +290,7 @@ def _answer_logits(model: torch.nn.Module, hidden: torch.Tensor) -> torch.Tensor
 
 
 def _answer_logprobs(model: torch.nn.Module, hidden: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-    """(M,) float32 log-probability of each target token after (M, H) hidden states, under the model's head.
-
-    A plain frozen head goes through `kernels.picked_logprobs`, one pass over its weight; a head
-    with soft-capped logits, bias, gradient or autocast through the full (M, V) log-softmax.
-    """
-    head = model.get_output_embeddings()
-    if not getattr(model.config, "final_logit_softcapping", None) and picked_logprobs_applies(head, hidden):
-        return picked_logprobs(hidden, head.weight, targets)
+    """(M,) float32 log-probability of each target token after (M, H) hidden states, under the model's head."""
     logprobs = torch.log_softmax(_answer_logits(model, hidden).float(), dim=-1)  # (M, V)
     return logprobs.gather(1, targets.unsqueeze(1)).squeeze(1)
 

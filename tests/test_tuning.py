@@ -380,38 +380,6 @@ def test_packed_rows_give_the_padded_loss_and_gradients(reader, monkeypatch):
         assert torch.allclose(grad, padded_grads[name], rtol=1e-4, atol=1e-6), name
 
 
-def test_the_one_pass_head_gives_the_full_log_softmax_loss_and_gradients(reader, monkeypatch):
-    """The answer tokens' log-probabilities through `kernels.picked_logprobs` (one pass over the head,
-    no (M, V) logits) give the loss and adapter gradients of the plain log-softmax and gather."""
-    generator, examples = reader
-    model = generator.model
-    shared = tuning.shared_prefix(examples)
-    head = model.get_output_embeddings()
-    applies = tuning.picked_logprobs_applies
-    trainable = {n: p.requires_grad for n, p in model.named_parameters()}
-    head.weight.requires_grad_(False)  # frozen, as in the reader's recipes (tied to the input embeddings)
-    model.train()
-    try:
-        assert applies(head, torch.zeros(1, model.config.hidden_size))
-        results = {}
-        for fused in (True, False):
-            monkeypatch.setattr(tuning, "picked_logprobs_applies", applies if fused else (lambda *args: False))
-            model.zero_grad(set_to_none=True)
-            loss = tuning.reading_loss(model, shared, examples)
-            loss.backward()
-            results[fused] = (loss.item(), {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None})
-    finally:
-        for name, parameter in model.named_parameters():
-            parameter.requires_grad_(trainable[name])
-        model.zero_grad(set_to_none=True)
-        model.eval()
-    (fused_loss, fused_grads), (plain_loss, plain_grads) = results[True], results[False]
-    assert fused_loss == pytest.approx(plain_loss, rel=1e-5)
-    assert fused_grads.keys() == plain_grads.keys() and len(fused_grads) > 10
-    for name, grad in fused_grads.items():
-        assert torch.allclose(grad, plain_grads[name], rtol=1e-4, atol=1e-6), name
-
-
 def test_rows_that_reach_past_a_sliding_window_are_padded_not_packed(reader, monkeypatch):
     """The packed attention applies no sliding window, so a batch any of whose rows a window would
     cut takes the padded path, whose masks apply it; a model without the packed attention always does."""
