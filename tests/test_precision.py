@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import numpy as np
 import pytest
 import torch
@@ -46,12 +47,18 @@ def test_passage_vectors_under_autocast_stay_close_to_float32(tmp_path, one_torc
 
 @native
 def test_reader_tuned_under_autocast_learns_like_float32(reader):  # noqa: F811
+    """The same adapter recipe from the same weights, once in float32 and once under autocast: both
+    learn, and autocast gets most of float32's gain (0.92 of it when written; bfloat16 rounding makes
+    the two runs part a little, so an exact match would test torch, not us)."""
     generator, examples = reader
-    model = generator.model
     shared = tuning.shared_prefix(examples)
-    before = tuning.mean_answer_loss(model, shared, examples)
-    tuning.tune_reader(model, shared, examples * 4, autocast=True,
-                       config=ReaderTuningConfig(learning_rate=3e-2, batch_size=4, epochs=2, adapted_share=1.0))
-    after = tuning.mean_answer_loss(model, shared, examples)
-    assert after < before - 2, (before, after)
-    assert all(p.dtype == torch.float32 for p in model.parameters())
+    recipe = ReaderTuningConfig(learning_rate=3e-2, batch_size=4, epochs=2, adapted_share=1.0)
+    before = tuning.mean_answer_loss(generator.model, shared, examples)
+    gains = {}
+    for autocast in (False, True):
+        model = copy.deepcopy(generator.model)
+        tuning.tune_reader(model, shared, examples * 4, autocast=autocast, config=recipe)
+        gains[autocast] = before - tuning.mean_answer_loss(model, shared, examples)
+        assert all(p.dtype == torch.float32 for p in model.parameters())
+    assert gains[False] > 1.5, gains  # nats per answer token
+    assert gains[True] > 0.8 * gains[False], gains
