@@ -154,6 +154,10 @@ def build_parser() -> argparse.ArgumentParser:
                           help="read each question's gold passage alone instead of retrieving (the reading ceiling)")
     evaluate.add_argument("--kb-sample", type=_count(), default=None, metavar="N",
                           help="ask over N passages of the KB drawn with --seed (and the questions they answer)")
+    evaluate.add_argument("--answers", type=Path, default=None, metavar="FILE",
+                          help="also write every answer to FILE, one JSON line each (question, gold answers, prediction, "
+                               "exact match), to read which questions failed or to compare two builds "
+                               "(python -m benchmarks.paired_answers)")
     _model_options(evaluate)
     return parser
 
@@ -419,8 +423,33 @@ def _k_list(text: str) -> tuple[int, ...]:
     return ks
 
 
+def _answers_sink(path: Path | None):
+    """(a callable that writes one answer record as a JSON line and flushes, the open file) or (None, None).
+    Opened before any model loads, so a path that cannot be written fails in a moment."""
+    if path is None:
+        return None, None
+    try:
+        file = path.open("w", encoding="utf-8")
+    except OSError as err:
+        raise UsageError(f"cannot write --answers {path}: {err.strerror or err}") from None
+
+    def write(record: dict) -> None:
+        file.write(json.dumps(record, ensure_ascii=False) + "\n")
+        file.flush()  # an interrupted run keeps what it answered
+    return write, file
+
+
 def cmd_eval(args) -> int:
     _check_cheap_options(args)
+    answers, file = _answers_sink(args.answers)
+    try:
+        return _run_eval(args, answers)
+    finally:
+        if file is not None:
+            file.close()
+
+
+def _run_eval(args, answers) -> int:
     from .evaluate import evaluate, evaluate_table, print_report, print_table
 
     engine = make_engine(args)
@@ -429,7 +458,7 @@ def cmd_eval(args) -> int:
         reports = evaluate_table(engine, kbs=kbs, ks=args.ks, n=args.n, seed=args.seed, index=args.index,
                                  num_beams=args.num_beams, max_new_tokens=args.max_new_tokens, sequence_decoding=args.decoding,
                                  kb_sample=args.kb_sample, retriever=args.retriever, extractive=args.extractive,
-                                 gold_passage=args.gold_passage)
+                                 gold_passage=args.gold_passage, answers=answers)
         if args.json:
             print(json.dumps(reports))
         else:
@@ -438,7 +467,7 @@ def cmd_eval(args) -> int:
     report = evaluate(engine, kb=args.kb or engine.default_kb, variant=args.variant, n=args.n, seed=args.seed,
                       k=args.k, index=args.index, num_beams=args.num_beams, max_new_tokens=args.max_new_tokens,
                       sequence_decoding=args.decoding, kb_sample=args.kb_sample, retriever=args.retriever,
-                      extractive=args.extractive, gold_passage=args.gold_passage)
+                      extractive=args.extractive, gold_passage=args.gold_passage, answers=answers)
     if args.json:
         print(json.dumps(report))
     else:

@@ -7,12 +7,13 @@ import random
 import sys
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import replace
 
 from .errors import InputError
 from .questions import EvalQuestion, load_eval_questions, normalize_answer
 
-__all__ = ["EvalQuestion", "normalize_answer", "exact_match", "f1_score", "contains_answer", "evaluate", "evaluate_table"]
+__all__ = ["EvalQuestion", "normalize_answer", "exact_match", "f1_score", "contains_answer", "evaluate", "evaluate_table", "answer_record"]
 
 
 def exact_match(prediction: str, gold: str) -> bool:
@@ -34,6 +35,19 @@ def contains_answer(prediction: str, gold: str) -> bool:
     """The gold answer appears inside the output (after normalization)."""
     gold_norm = normalize_answer(gold)
     return bool(gold_norm) and f" {gold_norm} " in f" {normalize_answer(prediction)} "
+
+
+def answer_record(item: EvalQuestion, prediction: str, *, kb: str, variant: str, k: int | None,
+                  retrieved: bool | None) -> dict:
+    """One scored answer as plain data (a line of `eval --answers`): the question, both gold
+    answers, the prediction, and what it was scored as. `retrieved` (the gold passage was among
+    those read) is None for closed-book, which reads none."""
+    swapped = normalize_answer(item.original_answer) != normalize_answer(item.answer)
+    return {"kb": kb, "variant": variant, "k": k, "question": item.question, "answer": item.answer,
+            "original_answer": item.original_answer, "prediction": prediction,
+            "exact_match": exact_match(prediction, item.answer),
+            "original_match": exact_match(prediction, item.original_answer) if swapped else None,
+            "retrieved": retrieved}
 
 
 def sample_questions(questions: list[EvalQuestion], n: int, seed: int) -> list[EvalQuestion]:
@@ -128,14 +142,15 @@ def _picked(engine, kb: str, n: int, seed: int, questions: list[EvalQuestion] | 
 def evaluate(engine, *, kb: str, variant: str, n: int, seed: int, k: int = 5, index: str = "flat", num_beams: int = 1,
              max_new_tokens: int = 16, sequence_decoding: str = "thorough", questions: list[EvalQuestion] | None = None,
              kb_sample: int | None = None, retriever: str | None = None, extractive: bool = False, gold_passage: bool = False,
-             progress=None) -> dict:
+             progress=None, answers: Callable[[dict], None] | None = None) -> dict:
     """Sample n questions of `kb` and score `variant` ("token", "sequence" or "closed-book")."""
     if variant not in ("token", "sequence", "closed-book"):
         raise InputError(f"unknown variant {variant!r}; choose token, sequence or closed-book")
     reports = evaluate_table(engine, kbs=(kb,), ks=(k,), n=n, seed=seed, variants=(variant,), index=index,
                              num_beams=num_beams, max_new_tokens=max_new_tokens, sequence_decoding=sequence_decoding,
                              questions={kb: questions} if questions is not None else None, kb_sample=kb_sample,
-                             retriever=retriever, extractive=extractive, gold_passage=gold_passage, progress=progress)
+                             retriever=retriever, extractive=extractive, gold_passage=gold_passage, progress=progress,
+                             answers=answers)
     return reports[0]
 
 
@@ -143,7 +158,7 @@ def evaluate_table(engine, *, kbs, ks, n: int, seed: int, variants=("token", "se
                    index: str = "flat", num_beams: int = 1, max_new_tokens: int = 16, sequence_decoding: str = "thorough",
                    questions: dict[str, list[EvalQuestion]] | None = None, kb_sample: int | None = None,
                    retriever: str | None = None, extractive: bool = False, gold_passage: bool = False,
-                   progress=None) -> list[dict]:
+                   progress=None, answers: Callable[[dict], None] | None = None) -> list[dict]:
     """One report per (kb, variant, k); closed-book gets one per kb (it reads no passage).
 
     `kb_sample` asks over a random part of each KB of that many passages (see `sample_kb`).
@@ -152,6 +167,9 @@ def evaluate_table(engine, *, kbs, ks, n: int, seed: int, variants=("token", "se
 
     Each question is asked once per k with every retrieval variant at once, so RAG-Token and
     RAG-Sequence read the same retrieved passages and share the prompt computation.
+
+    `answers(record)` is called with every answer as it is scored (`answer_record`), so two builds'
+    answers to the same questions can be compared one by one (`benchmarks.paired_answers`).
     """
     unknown = [v for v in variants if v not in ("token", "sequence", "closed-book")]
     if unknown or not variants:
@@ -169,8 +187,11 @@ def evaluate_table(engine, *, kbs, ks, n: int, seed: int, variants=("token", "se
         for done, item in enumerate(picked, start=1):
             if closed is not None:
                 started = time.perf_counter()
-                closed.add(item, engine.closed_book(item.question, max_new_tokens=max_new_tokens).answer, False)
+                prediction = engine.closed_book(item.question, max_new_tokens=max_new_tokens).answer
                 seconds["closed-book"] += time.perf_counter() - started
+                closed.add(item, prediction, False)
+                if answers is not None:
+                    answers(answer_record(item, prediction, kb=kb, variant="closed-book", k=None, retrieved=None))
             for k in ks if open_book else ():
                 started = time.perf_counter()
                 result = engine.ask(item.question, kb=knowledge, k=k, index=index, variants=open_book, num_beams=num_beams,
@@ -180,6 +201,8 @@ def evaluate_table(engine, *, kbs, ks, n: int, seed: int, variants=("token", "se
                 retrieved = any(p.id == item.gold_id for p in result.passages)
                 for v in open_book:
                     tallies[v, k].add(item, result.variants[v].answer, retrieved)
+                    if answers is not None:
+                        answers(answer_record(item, result.variants[v].answer, kb=kb, variant=v, k=k, retrieved=retrieved))
             if progress is not None:
                 progress(f"evaluating on {kb}", done, len(picked))
         common = {"kb": kb, "kb_passages": len(knowledge), "index": index, "retriever": retriever, "seed": seed}

@@ -296,3 +296,51 @@ def test_build_index_saves_a_kb_folders_index_where_asks_look(tmp_path, capsys):
     assert main(["build-index", str(folder), "--kind", "ivfpq"]) == 0
     assert "was already in" in capsys.readouterr().out
     assert main(["build-index", str(folder), "--kind", "flat"]) == 2  # exact search needs no index
+
+
+def test_eval_writes_every_answer_and_two_runs_compare_question_by_question(saved, tmp_path, capsys):
+    import shutil
+
+    from benchmarks import paired_answers
+    from rag_demo.cli import main
+    from rag_demo.questions import QUESTIONS_FILE
+
+    assert main(["eval", "--answers", str(tmp_path / "missing" / "answers.jsonl")]) == 2  # before any model loads
+    assert "cannot write --answers" in capsys.readouterr().err
+    kb = tmp_path / "kb"
+    shutil.copytree(saved / "kb", kb)
+    rows = 6  # the tiny KB's passages; three questions each make one held-out group of about 18 / 5
+    with (kb / QUESTIONS_FILE).open("w", encoding="utf-8") as handle:
+        for row in range(rows):
+            for word in ("first", "second", "third"):
+                handle.write(json.dumps({"question": f"{word} question about passage {row}", "answer": f"{word} answer {row}",
+                                         "swapped_answer": "", "passage_answer": "zzz", "gold_id": row}) + "\n")
+    answers = tmp_path / "answers.jsonl"
+    out = run("eval", "--n", "3", "--k", "2", "--answers", str(answers), "--rag-checkpoint", str(saved / "rag"),
+              "--kb-path", f"tiny={kb}", "--max-new-tokens", "4", "--json")
+    assert out.returncode == 0, out.stderr
+    report = json.loads(out.stdout)
+    records = [json.loads(line) for line in answers.read_text(encoding="utf-8").splitlines()]
+    assert len(records) == report["n"] == 3
+    assert all((r["kb"], r["variant"], r["k"]) == ("tiny", "token", 2) and r["answer"] == "zzz" for r in records)
+    assert sum(r["exact_match"] for r in records) / 3 == report["exact_match"]
+    flipped = tmp_path / "flipped.jsonl"  # the same answers with the first question scored the other way
+    records[0]["exact_match"] = not records[0]["exact_match"]
+    flipped.write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
+    assert paired_answers.main([str(answers), str(flipped)]) == 0
+    line = capsys.readouterr().out.splitlines()[-1]
+    cells = [cell.strip() for cell in line.strip("|").split("|")]
+    assert cells[:4] == ["tiny", "token", "2", "3"]
+    assert cells[7:] == (["0", "1"] if records[0]["exact_match"] else ["1", "0"]) + ["1.000"]
+    assert cells[6].startswith("+33.3" if records[0]["exact_match"] else "-33.3")
+
+
+def test_paired_answers_refuses_a_file_that_is_not_eval_answers(tmp_path):
+    from benchmarks import paired_answers
+
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"question": "q"}\n', encoding="utf-8")
+    with pytest.raises(SystemExit, match="line 1: not a record"):
+        paired_answers.main([str(bad), str(bad)])
+    with pytest.raises(SystemExit, match="cannot read"):
+        paired_answers.main([str(tmp_path / "none.jsonl"), str(bad)])

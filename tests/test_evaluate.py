@@ -162,3 +162,25 @@ def test_eval_asks_every_held_out_question_stored_beside_the_kb_and_nothing_else
     assert sorted(asked) == [first, second] and report["n"] == 2
     found = [ask(q, kb=kb, k=1, closed_book=False).passages[0].id == int(q.split()[-1]) for q in (first, second)]
     assert report["exact_match"] == 0.5 and report["retrieval_recall"] == sum(found) / 2
+
+
+def test_every_scored_answer_reaches_the_answers_sink_as_it_was_counted(tiny_engine):
+    kb = tiny_engine.default_kb
+    questions = _questions(tiny_engine, kb)
+    records = []
+    reports = evaluate_table(tiny_engine, kbs=(kb,), ks=(1, 2), n=3, seed=0, questions={kb: questions}, answers=records.append)
+    assert len(records) == 3 * 5  # three questions, each: token and sequence at k = 1 and 2, and closed-book
+    for report in reports:
+        mine = [r for r in records if (r["variant"], r["k"]) == (report["variant"], report["k"])]
+        assert len(mine) == report["n"] == 3 and all(r["kb"] == kb for r in mine)
+        assert sum(r["exact_match"] for r in mine) / 3 == report["exact_match"]
+        assert {r["question"] for r in mine} == {q.question for q in questions}
+    closed = [r for r in records if r["variant"] == "closed-book"]
+    assert all(r["k"] is None and r["retrieved"] is None for r in closed)
+    by_question = {q.question: q for q in questions}
+    for r in records:  # a real-world answer is scored only where the KB swapped it (the third question)
+        asked = by_question[r["question"]]
+        assert (r["original_match"] is None) == (normalize_answer(asked.original_answer) == normalize_answer(asked.answer))
+    assert sum(r["original_match"] is not None for r in records) == 5
+    first = next(r for r in records if r["question"] == questions[0].question and r["variant"] == "token" and r["k"] == 1)
+    assert first["exact_match"] and first["prediction"] == questions[0].answer
