@@ -7,6 +7,7 @@ web API returns.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import math
@@ -423,11 +424,13 @@ def _k_list(text: str) -> tuple[int, ...]:
     return ks
 
 
-def _answers_sink(path: Path | None):
-    """(a callable that writes one answer record as a JSON line and flushes, the open file) or (None, None).
-    Opened before any model loads, so a path that cannot be written fails in a moment."""
+@contextlib.contextmanager
+def _answers_file(path: Path | None):
+    """Yields None, or a callable that writes one answer record to `path` as a JSON line. Opened
+    before any model loads, so a path that cannot be written fails in a moment."""
     if path is None:
-        return None, None
+        yield None
+        return
     try:
         file = path.open("w", encoding="utf-8")
     except OSError as err:
@@ -436,17 +439,14 @@ def _answers_sink(path: Path | None):
     def write(record: dict) -> None:
         file.write(json.dumps(record, ensure_ascii=False) + "\n")
         file.flush()  # an interrupted run keeps what it answered
-    return write, file
+    with file:
+        yield write
 
 
 def cmd_eval(args) -> int:
     _check_cheap_options(args)
-    answers, file = _answers_sink(args.answers)
-    try:
+    with _answers_file(args.answers) as answers:
         return _run_eval(args, answers)
-    finally:
-        if file is not None:
-            file.close()
 
 
 def _run_eval(args, answers) -> int:

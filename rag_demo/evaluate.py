@@ -81,16 +81,18 @@ class _Tally:
         self.totals, self.count = Counter(), 0
         self.answers = Counter()  # normalized answers: a generator that gives one answer to everything shows here
 
-    def add(self, item: EvalQuestion, prediction: str, retrieved: bool) -> None:
+    def add(self, record: dict) -> None:
+        """Count one `answer_record`."""
+        prediction, gold = record["prediction"], record["answer"]
         self.count += 1
         self.answers[normalize_answer(prediction)] += 1
-        self.totals["exact_match"] += exact_match(prediction, item.answer)
-        self.totals["f1"] += f1_score(prediction, item.answer)
-        self.totals["answer_recall"] += contains_answer(prediction, item.answer)
-        self.totals["retrieval_recall"] += retrieved
-        if normalize_answer(item.original_answer) != normalize_answer(item.answer):
+        self.totals["exact_match"] += record["exact_match"]
+        self.totals["f1"] += f1_score(prediction, gold)
+        self.totals["answer_recall"] += contains_answer(prediction, gold)
+        self.totals["retrieval_recall"] += bool(record["retrieved"])
+        if record["original_match"] is not None:
             self.totals["counterfactual"] += 1
-            self.totals["original_match"] += exact_match(prediction, item.original_answer)
+            self.totals["original_match"] += record["original_match"]
 
     def report(self, **about) -> dict:
         totals, count = self.totals, self.count
@@ -185,13 +187,12 @@ def evaluate_table(engine, *, kbs, ks, n: int, seed: int, variants=("token", "se
         closed = _Tally() if "closed-book" in variants else None
         seconds = Counter()
         for done, item in enumerate(picked, start=1):
+            scored = []  # (tally, answer_record) of each answer to this question
             if closed is not None:
                 started = time.perf_counter()
                 prediction = engine.closed_book(item.question, max_new_tokens=max_new_tokens).answer
                 seconds["closed-book"] += time.perf_counter() - started
-                closed.add(item, prediction, False)
-                if answers is not None:
-                    answers(answer_record(item, prediction, kb=kb, variant="closed-book", k=None, retrieved=None))
+                scored.append((closed, answer_record(item, prediction, kb=kb, variant="closed-book", k=None, retrieved=None)))
             for k in ks if open_book else ():
                 started = time.perf_counter()
                 result = engine.ask(item.question, kb=knowledge, k=k, index=index, variants=open_book, num_beams=num_beams,
@@ -199,10 +200,12 @@ def evaluate_table(engine, *, kbs, ks, n: int, seed: int, variants=("token", "se
                                     retriever=retriever, extractive=extractive, rows=[item.gold_id] if gold_passage else None)
                 seconds[k] += time.perf_counter() - started
                 retrieved = any(p.id == item.gold_id for p in result.passages)
-                for v in open_book:
-                    tallies[v, k].add(item, result.variants[v].answer, retrieved)
-                    if answers is not None:
-                        answers(answer_record(item, result.variants[v].answer, kb=kb, variant=v, k=k, retrieved=retrieved))
+                scored += [(tallies[v, k], answer_record(item, result.variants[v].answer, kb=kb, variant=v, k=k,
+                                                          retrieved=retrieved)) for v in open_book]
+            for tally, record in scored:
+                tally.add(record)
+                if answers is not None:
+                    answers(record)
             if progress is not None:
                 progress(f"evaluating on {kb}", done, len(picked))
         common = {"kb": kb, "kb_passages": len(knowledge), "index": index, "retriever": retriever, "seed": seed}

@@ -5,7 +5,7 @@ import io
 import pytest
 
 from rag_demo.errors import InputError
-from rag_demo.evaluate import (EvalQuestion, contains_answer, evaluate, evaluate_table, exact_match, f1_score,
+from rag_demo.evaluate import (EvalQuestion, answer_record, contains_answer, evaluate, evaluate_table, exact_match, f1_score,
                                _Tally, normalize_answer, print_table, sample_kb,
                                wilson_interval)
 
@@ -115,7 +115,7 @@ def test_wilson_intervals_hold_the_estimate_and_narrow_with_n():
     assert narrow[1] - narrow[0] < (wide[1] - wide[0]) / 3
     tally = _Tally()
     for hit in (True, False, True, True):
-        tally.add(EvalQuestion("q", "x", "y", 0), "x" if hit else "z", True)
+        tally.add(answer_record(EvalQuestion("q", "x", "y", 0), "x" if hit else "z", kb="kb", variant="token", k=1, retrieved=True))
     out = tally.report(variant="token")
     assert out["exact_match"] == 0.75 and out["intervals"]["exact_match"] == pytest.approx(wilson_interval(3, 4))
     assert out["original_match"] == 0.0 and out["most_common_answer"] == "x" and out["most_common_share"] == 0.75

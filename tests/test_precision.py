@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+
 import numpy as np
 import pytest
 import torch
@@ -60,5 +61,5 @@ def test_reader_tuned_under_autocast_learns_like_float32(reader):  # noqa: F811
         tuning.tune_reader(model, shared, examples * 4, autocast=autocast, config=recipe)
         gains[autocast] = before - tuning.mean_answer_loss(model, shared, examples)
         assert all(p.dtype == torch.float32 for p in model.parameters())
-    assert gains[False] > 1.5, gains  # nats per answer token
+    assert gains[False] > 2, gains  # nats per answer token, as test_tuning asks of float32
     assert gains[True] > 0.8 * gains[False], gains
