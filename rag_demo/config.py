@@ -28,6 +28,13 @@ DEFAULT_LEXICAL_WEIGHT = 0.2
 BM25_SCALE = 0.2
 
 
+# The logit of the generator's memory ∅ (the closed-book generator as one more source beside the k
+# passages), per retriever, for the offline default's encoder and generator, on the scale of that
+# retriever's logits: a passage whose logit is well below it gives way to memory. A retriever missing
+# here has no fitted logit, and memory is then no source unless a logit is given.
+DEFAULT_MEMORY_LOGITS: dict[str, float] = {}
+
+
 @dataclass(frozen=True)
 class Limits:
     """The largest request anything accepts. The page's controls, the JSON API, the command line and the
@@ -169,6 +176,21 @@ class RetrievalConfig:
 
 
 @dataclass(frozen=True)
+class MemoryConfig:
+    """The generator's memory as a source ∅ beside the k passages (`marginalize.doc_logprobs_with_memory`).
+
+    ∅ reads the closed-book prompt with the base weights; its logit sits beside the passages' in p(z|x),
+    so both RAG variants marginalize over k + 1 sources and p(∅|x) says how far no passage matches.
+    `enabled=False` gives the paper's formulas over the k passages exactly. `logit` None means
+    DEFAULT_MEMORY_LOGITS with the offline default's encoder and generator; other setups have no fitted
+    logit, so memory stays off for them unless one is given.
+    """
+
+    enabled: bool = True
+    logit: float | None = None
+
+
+@dataclass(frozen=True)
 class IndexConfig:
     """Parameters of the approximate index variants; `flat` has none."""
 
@@ -219,5 +241,6 @@ class EngineConfig:
     index: IndexConfig = field(default_factory=IndexConfig)
     retrieval: RetrievalConfig = field(default_factory=RetrievalConfig)
     decoding: DecodingConfig = field(default_factory=DecodingConfig)
+    memory: MemoryConfig = field(default_factory=MemoryConfig)
     rag_checkpoint: str | None = None  # a facebook/rag-* id or a saved Rag* folder
     device: str = "auto"  # "auto", "cpu" or "cuda"

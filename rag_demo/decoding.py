@@ -27,7 +27,8 @@ class Hypothesis:
     ids: tuple[int, ...]  # generated ids after the prefix, stop token included when produced
     score: float  # sum of (processed) log-probs divided by length ** length_penalty
     group: int  # which group (passage for RAG-Sequence) produced it
-    # greedy only: (rows of the group, len(ids)) unprocessed log p(y_t | row, y<t), as teacher forcing gives them
+    # greedy only: (sources of the group, len(ids)) unprocessed log p(y_t | source, y<t), as teacher forcing
+    # gives them: the group's rows, then the memory's when it is a source
     row_logprobs: torch.Tensor | None = None
 
 
@@ -127,26 +128,61 @@ class CopySpans:
         return masked
 
 
+class MemoryRows:
+    """The generator's memory ∅ as a source beside the passages: closed-book rows (the question with no
+    passage, read with the base weights), one per beam, stepped in lockstep with the passages' rows."""
+
+    def __init__(self, generator: Generator, state: DecodeState):
+        self.generator = generator
+        self.state = state
+
+    @property
+    def logprobs(self) -> torch.Tensor:
+        return self.state.logprobs  # (B, V)
+
+    def select(self, rows: torch.Tensor) -> None:
+        self.state = self.generator.select(self.state, rows)
+
+    def advance(self, tokens: torch.Tensor) -> None:
+        with self.generator.base_weights():
+            self.state = self.generator.advance(self.state, tokens)
+
+
 class _Search:
     """Step function of one decoding problem: G independent groups, B beams each."""
 
-    def __init__(self, generator: Generator, state: DecodeState, groups: int, doc_lp: torch.Tensor | None):
+    def __init__(self, generator: Generator, state: DecodeState, groups: int, doc_lp: torch.Tensor | None,
+                 memory: MemoryRows | None = None):
         self.generator = generator
         self.state = state
         self.groups = groups
-        self.doc_lp = doc_lp  # (K,) for RAG-Token (rows are beam x passage); None: one row per beam
-        self.docs = 1 if doc_lp is None else int(doc_lp.shape[0])
+        # (S,) for RAG-Token: rows are beam x passage, and with `memory` its rows (one per beam) are the
+        # last source; None: one row per beam
+        self.doc_lp = doc_lp
+        self.memory = memory
+        self.sources = 1 if doc_lp is None else int(doc_lp.shape[0])
+        self.docs = self.sources - (memory is not None)  # passage rows per beam in `state`
 
     def expand(self, beams: int) -> None:
         if beams > 1:
             rows = torch.arange(self.state.rows).view(self.groups, 1, self.docs).expand(-1, beams, -1).reshape(-1)
             self.state = self.generator.select(self.state, rows)
+            if self.memory is not None:
+                self.memory.select(torch.arange(self.groups).repeat_interleave(beams))
+
+    def row_logprobs(self) -> torch.Tensor:
+        """(G * B, S, V) each source's log-probs of the next token (S = 1 without doc_lp)."""
+        lp = self.state.logprobs
+        lp = lp.view(-1, self.docs, lp.shape[-1])
+        if self.memory is not None:
+            lp = torch.cat([lp, self.memory.logprobs.to(lp.device)[:, None]], dim=1)
+        return lp
 
     def logprobs(self, beams: int) -> torch.Tensor:
         """(G, B, V) log-probs of the next token."""
-        lp = self.state.logprobs
+        lp = self.row_logprobs()
         if self.doc_lp is not None:
-            lp = next_token_marginal(lp.view(-1, self.docs, lp.shape[-1]), self.doc_lp.to(lp.device).expand(lp.shape[0] // self.docs, -1))
+            lp = next_token_marginal(lp, self.doc_lp.to(lp.device).expand(lp.shape[0], -1))
         return lp.view(self.groups, beams, -1)
 
     def advance(self, source_beams: torch.Tensor, tokens: torch.Tensor) -> None:
@@ -157,6 +193,9 @@ class _Search:
         if not torch.equal(rows, torch.arange(self.state.rows)):
             self.state = self.generator.select(self.state, rows)
         self.state = self.generator.advance(self.state, tokens.reshape(-1).repeat_interleave(self.docs))
+        if self.memory is not None:
+            self.memory.select(beam_rows.reshape(-1))
+            self.memory.advance(tokens.reshape(-1))
 
 
 def _processed(processors, sequences: torch.Tensor, logprobs: torch.Tensor) -> torch.Tensor:
@@ -175,30 +214,32 @@ def greedy(
     stop_ids: frozenset[int],
     generation_config=None,
     copy_from: list[list[int]] | None = None,
+    memory: MemoryRows | None = None,
 ) -> list[Hypothesis]:
-    """Greedy decoding of G groups at once; one hypothesis per group. `copy_from`: see `CopySpans`."""
-    search = _Search(generator, state, groups, doc_lp)
+    """Greedy decoding of G groups at once; one hypothesis per group. `copy_from`: see `CopySpans`.
+    `memory`: the generator's memory as the last of doc_lp's sources (RAG-Token, G = 1)."""
+    search = _Search(generator, state, groups, doc_lp, memory)
     processors = logits_processors(generator, prefix_len=len(prefix), max_new_tokens=max_new_tokens, generation_config=generation_config,
                                    copy_from=copy_from, stop_ids=stop_ids)
     sequences = torch.tensor([list(prefix)] * groups, dtype=torch.long).view(groups, len(prefix))
     scores = torch.zeros(groups)
     done = torch.zeros(groups, dtype=torch.bool)
     stop = torch.tensor(sorted(stop_ids), dtype=torch.long)
-    row_steps = []  # per step (G, D): each row's log-prob of its group's token
+    row_steps = []  # per step (G, S): each source's log-prob of its group's token
     for step in range(max_new_tokens):
         lp = _processed(processors, sequences, search.logprobs(1)[:, 0].cpu())  # (G, V)
         tokens = lp.argmax(-1)
         if step > 0:  # finished groups repeat their last token; it is cut off below
             tokens = torch.where(done, sequences[:, -1], tokens)
-        rows_lp = search.state.logprobs  # (G * D, V)
-        row_steps.append(rows_lp.gather(1, tokens.repeat_interleave(search.docs)[:, None].to(rows_lp.device)).view(groups, -1).cpu())
+        rows_lp = search.row_logprobs()  # (G, S, V)
+        row_steps.append(rows_lp.gather(2, tokens.view(groups, 1, 1).expand(-1, rows_lp.shape[1], 1).to(rows_lp.device))[..., 0].cpu())
         scores = scores + torch.where(done, torch.zeros(()), lp.gather(1, tokens[:, None]).squeeze(1))
         sequences = torch.cat([sequences, tokens[:, None]], dim=1)
         done = done | torch.isin(tokens, stop)
         if bool(done.all()) or step == max_new_tokens - 1:
             break
         search.advance(torch.zeros(groups, 1, dtype=torch.long), tokens[:, None])
-    per_row = torch.stack(row_steps, dim=2).float()  # (G, D, steps)
+    per_row = torch.stack(row_steps, dim=2).float()  # (G, S, steps)
     hypotheses = []
     for g in range(groups):
         ids = sequences[g, len(prefix) :].tolist()
@@ -220,13 +261,14 @@ def beam_search(
     length_penalty: float | None = None,
     generation_config=None,
     copy_from: list[list[int]] | None = None,
+    memory: MemoryRows | None = None,
 ) -> list[list[Hypothesis]]:
     """Beam search for G groups at once; returns each group's finished hypotheses, best first.
-    `copy_from`: see `CopySpans`."""
+    `copy_from`: see `CopySpans`; `memory`: as for `greedy`."""
     if length_penalty is None:
         length_penalty = float((generation_config or generator.model.generation_config).length_penalty or 1.0)
     B, G = num_beams, groups
-    search = _Search(generator, state, groups, doc_lp)
+    search = _Search(generator, state, groups, doc_lp, memory)
     search.expand(B)
     processors = logits_processors(generator, prefix_len=len(prefix), max_new_tokens=max_new_tokens, generation_config=generation_config,
                                    copy_from=copy_from, stop_ids=stop_ids)

@@ -18,14 +18,16 @@ from pathlib import Path
 import torch
 
 from . import decoding
-from .config import DECODINGS, LIMITS, VARIANTS, EngineConfig
+from .config import DECODINGS, DEFAULT_ENCODER, DEFAULT_GENERATOR, DEFAULT_MEMORY_LOGITS, LIMITS, VARIANTS, EngineConfig
 from .corpus import KnowledgeBase, Passage
 from .encoders import Encoder
 from .errors import InputError
 from .decode_state import DecodeState, Target
+from .decoding import Hypothesis, MemoryRows
 from .generator import Generator, generator_from_model
 from .index import SearchIndex
 from .marginalize import (
+    doc_logprobs_with_memory,
     rag_sequence_logprob,
     rag_sequence_posteriors,
     rag_sequence_token_logprobs,
@@ -225,22 +227,24 @@ class RagEngine:
             cursor += len(rows)
         return out
 
-    def _all_rows_logprobs(self, state: DecodeState, targets: list[tuple[int, ...]],
-                           known: list[dict[int, torch.Tensor]]) -> list[torch.Tensor]:
-        """(R, T) log p(y_t|x,z,y<t) of each target under every row: rows that decoding already scored
-        (`known[i][row]`, (T,)) are reused, the rest are teacher-forced in one pass."""
-        missing = [[r for r in range(state.rows) if r not in have] for have in known]
-        forced = self._doc_token_logprobs(state, targets, missing)
+    def _all_rows_logprobs(self, state: DecodeState, closed_state: DecodeState | None, sources: int,
+                           targets: list[tuple[int, ...]], known: list[dict[int, torch.Tensor]]) -> list[torch.Tensor]:
+        """(S, T) log p(y_t|x,z,y<t) of each target under each of the `sources` (the passages' rows, then
+        the memory's when sources = rows + 1): those decoding already scored (`known[i][row]`, (T,)) are
+        reused, the rest teacher-forced in one pass."""
+        missing = [[r for r in range(sources) if r not in have] for have in known]
+        forced = self._source_logprobs(state, closed_state, targets, missing)
         out = []
         for target, have, rows, lps in zip(targets, known, missing, forced):
             got = dict(have) | {r: lps[i] for i, r in enumerate(rows)}
-            out.append(torch.stack([got[r] for r in range(state.rows)]) if got else torch.zeros(0, len(target)))
+            out.append(torch.stack([got[r] for r in range(sources)]) if got else torch.zeros(0, len(target)))
         return out
 
-    def _variant_result(self, variant: str, ids: tuple[int, ...], per_doc: torch.Tensor, doc_lp: torch.Tensor,
-                        closed: torch.Tensor, *, decoding_name: str, candidates=()) -> VariantResult:
-        tl, lp = per_doc[None], doc_lp[None]  # (1, K, T), (1, K)
-        mask = torch.ones(1, per_doc.shape[1], dtype=torch.bool)
+    def _variant_result(self, variant: str, ids: tuple[int, ...], per_source: torch.Tensor, doc_lp: torch.Tensor,
+                        closed: torch.Tensor, *, decoding_name: str, candidates=(), memory: bool = False) -> VariantResult:
+        """per_source: (S, T) and doc_lp (S,) over the passages, then the memory when `memory`."""
+        tl, lp = per_source[None], doc_lp[None]  # (1, S, T), (1, S)
+        mask = torch.ones(1, per_source.shape[1], dtype=torch.bool)
         if variant == "token":
             logprob = rag_token_logprob(tl, lp, mask)[0]
             token_lps = rag_token_token_logprobs(tl, lp)[0]
@@ -249,6 +253,7 @@ class RagEngine:
             logprob = rag_sequence_logprob(tl, lp, mask)[0]
             token_lps = rag_sequence_token_logprobs(tl, lp)[0]
             posteriors = rag_sequence_posteriors(tl, lp)[0]
+        passages = per_source.shape[0] - memory
         return VariantResult(
             variant=variant,
             answer=self.generator.decode(list(ids)),
@@ -256,11 +261,12 @@ class RagEngine:
             token_ids=tuple(int(i) for i in ids),
             logprob=float(logprob),
             token_logprobs=tuple(float(x) for x in token_lps),
-            doc_token_logprobs=tuple(tuple(float(x) for x in row) for row in per_doc.T),
-            posteriors=tuple(tuple(float(x) for x in row) for row in posteriors),
+            doc_token_logprobs=tuple(tuple(float(x) for x in row) for row in per_source[:passages].T),
+            posteriors=tuple(tuple(float(x) for x in row) for row in posteriors[:, :passages]),
             closed_book_token_logprobs=tuple(float(x) for x in closed),
             candidates=tuple(candidates),
             decoding=decoding_name,
+            memory_posteriors=tuple(float(x) for x in posteriors[:, passages]) if memory else (),
         )
 
     def _closed_book_state(self, question: str, prefix: tuple[int, ...]) -> DecodeState:
@@ -268,13 +274,16 @@ class RagEngine:
 
     # -- decoding -------------------------------------------------------------------------------
     def _decode_token(self, state: DecodeState, doc_lp: torch.Tensor, prefix, *, num_beams: int,
-                      max_new_tokens: int, copy_from=None) -> tuple[tuple[int, ...], dict[int, torch.Tensor]]:
-        """The answer and the per-row log-probs decoding already gave for it ({} after beam search)."""
+                      max_new_tokens: int, copy_from=None, closed_state: DecodeState | None = None,
+                      ) -> tuple[tuple[int, ...], dict[int, torch.Tensor]]:
+        """The answer and the per-source log-probs decoding already gave for it ({} after beam search).
+        With `closed_state`, the memory is the last of doc_lp's sources."""
         gen = self.generator
         branch = gen.fork(state, torch.arange(state.rows))
+        memory = None if closed_state is None else MemoryRows(gen, gen.fork(closed_state, torch.arange(1)))
         stop = self._stop_ids()
         options = dict(prefix=prefix, max_new_tokens=max_new_tokens, stop_ids=stop, generation_config=self.token_generation_config,
-                       copy_from=copy_from)
+                       copy_from=copy_from, memory=memory)
         if num_beams == 1:
             hyp = decoding.greedy(gen, branch, groups=1, doc_lp=doc_lp, **options)[0]
             return hyp.ids, dict(enumerate(hyp.row_logprobs))
@@ -282,13 +291,17 @@ class RagEngine:
 
     def _decode_sequence(self, state: DecodeState, doc_lp: torch.Tensor, prefix, *, num_beams: int, max_new_tokens: int,
                          sequence_decoding: str, copy_from=None, step: Callable[[str], None] | None = None,
+                         closed_state: DecodeState | None = None, recalled: list[Hypothesis] | None = None,
                          ) -> tuple[tuple[int, ...], list[tuple[tuple[int, ...], float]], dict[int, torch.Tensor]]:
         """Per-passage beams, then the marginal over passages (thorough) or over finders (fast).
 
-        Returns the best answer, all candidates with their scores, and the best answer's per-row
-        log-probs known so far (greedy gives the finders' rows; thorough scoring gives every row)."""
+        With `closed_state`, the memory is a source too (the last of doc_lp's): `recalled` are its own
+        hypotheses, the closed-book answers, and every candidate is scored under it as under a passage.
+        Returns the best answer, all candidates with their scores, and the best answer's per-source
+        log-probs known so far (greedy gives the finders'; thorough scoring gives every source's)."""
         gen = self.generator
         docs = state.rows
+        sources = docs + (closed_state is not None)
         branch = gen.fork(state, torch.arange(docs))
         stop = self._stop_ids()
         if num_beams == 1:
@@ -298,6 +311,8 @@ class RagEngine:
             per_group = decoding.beam_search(gen, branch, groups=docs, doc_lp=None, prefix=prefix,
                                              max_new_tokens=max_new_tokens, stop_ids=stop, num_beams=num_beams,
                                              copy_from=copy_from)
+        if closed_state is not None:
+            per_group.append(list(recalled or []))
         found_by: dict[tuple[int, ...], list[int]] = {}
         known: dict[tuple[int, ...], dict[int, torch.Tensor]] = {}
         for z, hyps in enumerate(per_group):
@@ -310,15 +325,16 @@ class RagEngine:
         candidates = list(found_by)
         if step is not None:
             step(f"RAG-Sequence: scoring {counted(len(candidates), 'candidate answer')} "
-                 + (f"against all {docs} passages" if sequence_decoding == "thorough" else "against the passages that wrote them"))
-        rows = [list(range(docs)) if sequence_decoding == "thorough" else found_by[c] for c in candidates]
+                 + (f"against all {docs} passages" + (" and the memory" if sources > docs else "") if sequence_decoding == "thorough"
+                    else "against the passages that wrote them" if sources == docs else "against the sources that wrote them"))
+        rows = [list(range(sources)) if sequence_decoding == "thorough" else found_by[c] for c in candidates]
         missing = [[z for z in zs if z not in known.get(c, {})] for c, zs in zip(candidates, rows)]
-        for cand, zs, lps in zip(candidates, missing, self._doc_token_logprobs(state, candidates, missing)):
+        for cand, zs, lps in zip(candidates, missing, self._source_logprobs(state, closed_state, candidates, missing)):
             known.setdefault(cand, {}).update({z: lps[i] for i, z in enumerate(zs)})
         scored = []
         for cand, zs in zip(candidates, rows):
             lps = torch.stack([known[cand][z] for z in zs])[None]  # (1, len(zs), T)
-            # fast decoding sums over the finders alone: p(y|x,z) of the other passages is taken as 0
+            # fast decoding sums over the finders alone: p(y|x,z) of the other sources is taken as 0
             marginal = rag_sequence_logprob(lps, doc_lp[zs][None], torch.ones(1, lps.shape[-1], dtype=torch.bool))
             scored.append((cand, float(marginal[0])))
         best = max(range(len(scored)), key=lambda i: scored[i][1])
@@ -326,6 +342,50 @@ class RagEngine:
 
     def _stop_ids(self) -> frozenset[int]:
         return getattr(self.generator, "stop_ids", self.generator.eos_ids)
+
+    # -- the generator's memory as a source -----------------------------------------------------
+    def memory_logit(self, retriever: str | None = None) -> float | None:
+        """The logit of the memory source ∅ for asks with this retriever; None when this setup has none
+        (memory is then no source: see `config.MemoryConfig`)."""
+        memory = self.config.memory
+        if not memory.enabled:
+            return None
+        if memory.logit is not None:
+            return float(memory.logit)
+        if self.encoder.name != DEFAULT_ENCODER or self.generator.name != DEFAULT_GENERATOR or self.config.rag_checkpoint:
+            return None
+        return DEFAULT_MEMORY_LOGITS.get(self.resolve_retriever(retriever))
+
+    def _with_memory(self, retrieval: Retrieval, memory: bool | None) -> tuple[Retrieval, float | None]:
+        """The retrieval with p(z|x) over its passages and the memory (the last of doc_lp's K + 1), and
+        the memory's logit; as it was, and None, when memory is not a source of this ask."""
+        logit = self.memory_logit(retrieval.retriever) if memory in (None, True) else None
+        if memory is True and logit is None:
+            raise InputError("this setup has no fitted logit for the generator's memory; give one "
+                             "(--memory-logit) or ask without memory")
+        if logit is None or not retrieval.passages:
+            return retrieval, None
+        logits = torch.tensor([[p.logit for p in retrieval.passages]])
+        doc_lp = doc_logprobs_with_memory(logits, logit)[0]  # (K + 1,)
+        passages = tuple(replace(p, prob=float(doc_lp[i].exp())) for i, p in enumerate(retrieval.passages))
+        return replace(retrieval, passages=passages, doc_lp=doc_lp), logit
+
+    def _source_logprobs(self, state: DecodeState, closed_state: DecodeState | None, targets: list[tuple[int, ...]],
+                         rows_per_target: list[list[int]]) -> list[torch.Tensor]:
+        """Like `_doc_token_logprobs`, where row `state.rows` is the memory: the target teacher-forced
+        after the closed-book prompt, with the base weights."""
+        memory = state.rows
+        passages = self._doc_token_logprobs(state, targets, [[r for r in rows if r != memory] for rows in rows_per_target])
+        wants = [memory in rows for rows in rows_per_target]
+        if not any(wants):
+            return passages
+        with self.generator.base_weights():
+            recalled = self._doc_token_logprobs(closed_state, targets, [[0] if w else [] for w in wants])
+        out = []
+        for rows, lps, mem in zip(rows_per_target, passages, recalled):
+            got = dict(zip([r for r in rows if r != memory], lps)) | dict(zip([memory] if memory in rows else [], mem))
+            out.append(torch.stack([got[r] for r in rows]) if rows else lps)
+        return out
 
     # -- public API -----------------------------------------------------------------------------
     def _check_options(self, variants, num_beams, max_new_tokens, sequence_decoding) -> tuple[str, ...]:
@@ -349,10 +409,13 @@ class RagEngine:
     def ask(self, question: str, *, kb: str | KnowledgeBase | None = None, k: int = 5, index: str = "flat",
             variants=VARIANTS, num_beams: int | None = None, sequence_decoding: str | None = None,
             max_new_tokens: int | None = None, closed_book: bool = True, retriever: str | None = None,
-            extractive: bool | None = None, progress: Progress | None = None, rows: Sequence[int] | None = None) -> AskResult:
+            extractive: bool | None = None, memory: bool | None = None, progress: Progress | None = None,
+            rows: Sequence[int] | None = None) -> AskResult:
         """Retrieve k passages, answer with each variant, and trace every token to its passages.
 
-        `extractive` makes both variants copy a run of a retrieved passage (see `decoding.CopySpans`);
+        `memory` makes the generator's memory a source beside the passages (None: where this setup has
+        a fitted logit for it, `memory_logit`; False: the paper's k passages alone). `extractive` makes
+        both variants copy a run of a retrieved passage (see `decoding.CopySpans`);
         the closed-book answer, which reads no passage, stays free. `progress(stage, done, total)`
         hears of each step as it starts (`total` steps in all), so a page can say what is running
         instead of guessing a time. `rows` reads those passages of the KB instead of retrieving
@@ -369,7 +432,9 @@ class RagEngine:
         step = _Steps(progress, 3 + ("token" in variants) + 2 * ("sequence" in variants) + closed_book)
         total_started = time.perf_counter()
         step("retrieving passages")
-        retrieval = self.retrieve(question, kb=kb, k=k, index=index, retriever=retriever, rows=rows)
+        retrieval, memory_logit = self._with_memory(
+            self.retrieve(question, kb=kb, k=k, index=index, retriever=retriever, rows=rows), memory)
+        with_memory = memory_logit is not None
         timings = {"encode": retrieval.encode_ms, "search": retrieval.search_ms}
         started = time.perf_counter()
         gen = self.generator
@@ -378,38 +443,53 @@ class RagEngine:
                      if extractive else None)
         docs = len(retrieval.passages)
         with torch.inference_mode():
-            step(f"reading the {counted(docs, 'passage')}")
+            step(f"reading the {counted(docs, 'passage')}" + (" and the question alone (memory)" if with_memory else ""))
             state = gen.start(self._inputs(retrieval), prefix)
             no_answer = self._no_answer_probs(state)
-            answers: dict[str, tuple[tuple[int, ...], list, dict[int, torch.Tensor]]] = {}
-            if "token" in variants:
-                step("RAG-Token: writing the answer, one token at a time over all passages")
-                ids, known = self._decode_token(state, retrieval.doc_lp, prefix, num_beams=num_beams, max_new_tokens=max_new_tokens,
-                                                copy_from=copy_from)
-                answers["token"] = (ids, [], known)
-            if "sequence" in variants:
-                step("RAG-Sequence: an answer from each passage")
-                answers["sequence"] = self._decode_sequence(state, retrieval.doc_lp, prefix, num_beams=num_beams,
-                                                            max_new_tokens=max_new_tokens, sequence_decoding=sequence_decoding,
-                                                            copy_from=copy_from, step=step)
-            step("tracing each answer token to its passages")
-            targets = [ids for ids, _, _ in answers.values()]
-            per_doc = self._all_rows_logprobs(state, targets, [known for _, _, known in answers.values()])
-            closed_lps = [torch.full((1, len(t)), float("nan")) for t in targets]
-            closed_result = None
-            if closed_book:
-                step("the closed-book answer (no passages)")
+            closed_state = closed_greedy = recalled = None
+            if with_memory or closed_book:
                 with gen.base_weights():  # the model's own memory, without the reading adapter
                     closed_state = self._closed_book_state(retrieval.generator_question, prefix)
+                    recalls = with_memory and "sequence" in variants and not extractive  # RAG-Sequence's memory candidates
+                    if closed_book or (recalls and num_beams == 1):
+                        closed_greedy = self._closed_book_hypotheses(closed_state, prefix, max_new_tokens)
+                    if recalls:
+                        recalled = closed_greedy if num_beams == 1 else self._closed_book_hypotheses(
+                            closed_state, prefix, max_new_tokens, num_beams=num_beams)
+            memory_state = closed_state if with_memory else None
+            answers: dict[str, tuple[tuple[int, ...], list, dict[int, torch.Tensor]]] = {}
+            if "token" in variants:
+                step("RAG-Token: writing the answer, one token at a time over all "
+                     + ("passages and the memory" if with_memory else "passages"))
+                ids, known = self._decode_token(state, retrieval.doc_lp, prefix, num_beams=num_beams, max_new_tokens=max_new_tokens,
+                                                copy_from=copy_from, closed_state=memory_state)
+                answers["token"] = (ids, [], known)
+            if "sequence" in variants:
+                step("RAG-Sequence: an answer from each passage" + (" and from memory" if with_memory else ""))
+                answers["sequence"] = self._decode_sequence(state, retrieval.doc_lp, prefix, num_beams=num_beams,
+                                                            max_new_tokens=max_new_tokens, sequence_decoding=sequence_decoding,
+                                                            copy_from=copy_from, step=step, closed_state=memory_state,
+                                                            recalled=recalled)
+            step("tracing each answer token to its passages")
+            targets = [ids for ids, _, _ in answers.values()]
+            per_source = self._all_rows_logprobs(state, memory_state, docs + with_memory, targets,
+                                                 [known for _, _, known in answers.values()])
+            if with_memory:  # the memory's row is the closed-book pass
+                closed_lps = [lps[-1:] for lps in per_source]
+            elif closed_book:
+                step("the closed-book answer (no passages)")
+                with gen.base_weights():
                     closed_lps = self._doc_token_logprobs(closed_state, targets, [[0]] * len(targets))
-                    closed_result = self._closed_book_answer(closed_state, prefix, max_new_tokens)
+            else:
+                closed_lps = [torch.full((1, len(t)), float("nan")) for t in targets]
+            closed_result = self._closed_book_result(closed_greedy[0]) if closed_book else None
             results = {}
             decoding_name = ("greedy" if num_beams == 1 else f"beam {num_beams}") + (", copying" if extractive else "")
-            for (variant, (ids, candidates, _)), lps, closed in zip(answers.items(), per_doc, closed_lps):
+            for (variant, (ids, candidates, _)), lps, closed in zip(answers.items(), per_source, closed_lps):
                 name = decoding_name if variant == "token" else f"{decoding_name}, {sequence_decoding}"
                 results[variant] = self._variant_result(
                     variant, ids, lps, retrieval.doc_lp, closed[0], decoding_name=name,
-                    candidates=[(gen.decode(list(c)), s) for c, s in candidates],
+                    candidates=[(gen.decode(list(c)), s) for c, s in candidates], memory=with_memory,
                 )
         timings["generate"] = (time.perf_counter() - started) * 1000
         timings["total"] = (time.perf_counter() - total_started) * 1000
@@ -419,7 +499,8 @@ class RagEngine:
             variants=results, closed_book=closed_result, timings_ms=timings,
             notices=notices + retrieval.notices, index_recall=retrieval.index_recall, scale=retrieval.scale,
             retriever=retrieval.retriever, lexical_weight=retrieval.lexical_weight, extractive=extractive,
-            no_answer=no_answer,
+            no_answer=no_answer, memory_logit=memory_logit,
+            memory_prob=float(retrieval.doc_lp[-1].exp()) if with_memory else None,
         )
 
     def _no_answer_probs(self, state: DecodeState) -> tuple[float, ...]:
@@ -431,10 +512,17 @@ class RagEngine:
         first = state.logprobs[:, torch.tensor(sorted(ids), device=state.logprobs.device)]  # (K, M)
         return tuple(float(p) for p in first.logsumexp(-1).exp().cpu())
 
-    def _closed_book_answer(self, state: DecodeState, prefix, max_new_tokens: int) -> ClosedBookResult:
+    def _closed_book_hypotheses(self, state: DecodeState, prefix, max_new_tokens: int, *, num_beams: int = 1) -> list[Hypothesis]:
+        """The generator's answers from `state`, the closed-book prompt (call with the base weights):
+        greedy's one, with its own log-probs, or beam search's, best first. `state` stays usable."""
         gen = self.generator
-        hyp = decoding.greedy(gen, gen.fork(state, torch.arange(1)), groups=1, doc_lp=None, prefix=prefix,
-                              max_new_tokens=max_new_tokens, stop_ids=self._stop_ids())[0]
+        options = dict(groups=1, doc_lp=None, prefix=prefix, max_new_tokens=max_new_tokens, stop_ids=self._stop_ids())
+        if num_beams == 1:
+            return decoding.greedy(gen, gen.fork(state, torch.arange(1)), **options)
+        return decoding.beam_search(gen, gen.fork(state, torch.arange(1)), num_beams=num_beams, **options)[0]
+
+    def _closed_book_result(self, hyp: Hypothesis) -> ClosedBookResult:
+        gen = self.generator
         lps = hyp.row_logprobs[0]  # greedy's own log-probs of its tokens
         return ClosedBookResult(
             answer=gen.decode(list(hyp.ids)), tokens=tuple(gen.token_text(i) for i in hyp.ids),
@@ -450,45 +538,51 @@ class RagEngine:
         prefix = self.generator.generation_prefix()
         with torch.inference_mode(), self.generator.base_weights():
             state = self._closed_book_state(self.retriever.generator_question(question), prefix)
-            return self._closed_book_answer(state, prefix, max_new_tokens)
+            return self._closed_book_result(self._closed_book_hypotheses(state, prefix, max_new_tokens)[0])
 
     @falls_back_to_cpu_on_gpu_oom
     def score(self, question: str, answer: str, *, kb: str | KnowledgeBase | None = None, k: int = 5,
-              index: str = "flat", variants=VARIANTS, retriever: str | None = None,
+              index: str = "flat", variants=VARIANTS, retriever: str | None = None, memory: bool | None = None,
               progress: Progress | None = None) -> AskResult:
         """log p(answer|x) under each variant, with per-token provenance, for an answer the user gives.
 
         The answer is scored with the ending RAG-Token finds likeliest after it (for a causal
         generator "\n\n", "\n" or EOS): the one greedy decoding would pick, so an answer the page
-        wrote scores as it did when asked."""
+        wrote scores as it did when asked. `memory` as for `ask`."""
         variants = self._check_options(variants, 1, 1, "thorough")
         question, notices = clean_text(question, what="question")
         answer, answer_notices = clean_text(answer, what="answer", limit=LIMITS.max_answer_chars)
         step = _Steps(progress, 4)
         total_started = time.perf_counter()
         step("retrieving passages")
-        retrieval = self.retrieve(question, kb=kb, k=k, index=index, retriever=retriever)
+        retrieval, memory_logit = self._with_memory(self.retrieve(question, kb=kb, k=k, index=index, retriever=retriever), memory)
+        with_memory = memory_logit is not None
         timings = {"encode": retrieval.encode_ms, "search": retrieval.search_ms}
         started = time.perf_counter()
         gen = self.generator
-        targets: list[Target] = gen.answer_targets(answer)
+        targets: list[Target] = gen.answer_targets(answer)  # every ending shares the prefix
         with torch.inference_mode():
             docs = len(retrieval.passages)
             step(f"reading the {counted(docs, 'passage')}")
             state = gen.start(self._inputs(retrieval), targets[0].prefix)
             no_answer = self._no_answer_probs(state)
-            step("scoring the answer under each passage")
-            all_rows = list(range(state.rows))
-            per_ending = self._doc_token_logprobs(state, [t.ids for t in targets], [all_rows] * len(targets))
+            with gen.base_weights():
+                closed_state = self._closed_book_state(retrieval.generator_question, targets[0].prefix)
+            step("scoring the answer under each passage" + (" and the memory" if with_memory else ""))
+            all_rows = list(range(docs + with_memory))
+            per_ending = self._source_logprobs(state, closed_state, [t.ids for t in targets], [all_rows] * len(targets))
             token_lp = [float(rag_token_token_logprobs(lps[None], retrieval.doc_lp[None])[0, -1]) for lps in per_ending]
             best = max(range(len(targets)), key=lambda i: token_lp[i])  # the answer part is shared
-            target, per_doc = targets[best], per_ending[best]
+            target, per_source = targets[best], per_ending[best]
             step("scoring it closed-book (no passages)")
-            with gen.base_weights():
-                closed_state = self._closed_book_state(retrieval.generator_question, target.prefix)
-                closed = self._doc_token_logprobs(closed_state, [target.ids], [[0]])[0][0]
+            if with_memory:
+                closed = per_source[-1]
+            else:
+                with gen.base_weights():
+                    closed = self._doc_token_logprobs(closed_state, [target.ids], [[0]])[0][0]
         results = {
-            v: self._variant_result(v, target.ids, per_doc, retrieval.doc_lp, closed, decoding_name="scored") for v in variants
+            v: self._variant_result(v, target.ids, per_source, retrieval.doc_lp, closed, decoding_name="scored",
+                                    memory=with_memory) for v in variants
         }
         closed_result = ClosedBookResult(
             answer=answer, tokens=tuple(gen.token_text(i) for i in target.ids),
@@ -501,4 +595,5 @@ class RagEngine:
             variants=results, closed_book=closed_result, timings_ms=timings,
             notices=notices + answer_notices + retrieval.notices, index_recall=retrieval.index_recall, scale=retrieval.scale,
             retriever=retrieval.retriever, lexical_weight=retrieval.lexical_weight, no_answer=no_answer,
+            memory_logit=memory_logit, memory_prob=float(retrieval.doc_lp[-1].exp()) if with_memory else None,
         )

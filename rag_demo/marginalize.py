@@ -23,6 +23,22 @@ def doc_logprobs(scores: torch.Tensor, *, scale: float = 1.0) -> torch.Tensor:
     return torch.log_softmax(scores.float() * scale, dim=-1)
 
 
+def doc_logprobs_with_memory(logits: torch.Tensor, memory_logit: torch.Tensor | float) -> torch.Tensor:
+    """log p(z|x) over the K passages and the generator's memory ∅, the last column: a log-softmax of
+    the passages' logits with ∅'s own logit beside them, on the same scale. ∅ takes the weight when no
+    passage's logit comes near it; the passages keep their order and their ratios to one another.
+
+    logits: (B, K) the retriever's logits (scale * score, plus any lexical part); memory_logit: a float
+    or (B,) -> (B, K + 1).
+
+    >>> doc_logprobs_with_memory(torch.tensor([[2.0, 0.0]]), 2.0).exp().round(decimals=3)
+    tensor([[0.4680, 0.0630, 0.4680]])
+    """
+    logits = logits.float()
+    memory = torch.as_tensor(memory_logit, dtype=logits.dtype, device=logits.device).expand(logits.shape[0])
+    return torch.log_softmax(torch.cat([logits, memory[:, None]], dim=1), dim=-1)
+
+
 def next_token_marginal(step_logprobs: torch.Tensor, doc_lp: torch.Tensor) -> torch.Tensor:
     """RAG-Token's next-token distribution: log sum_z p(z|x) p(y|x,z,y<i).
 

@@ -20,7 +20,7 @@ class RetrievedPassage:
     title: str
     text: str
     score: float  # raw retriever score: inner product (cosine for normalized encoders), or BM25 for bm25 retrieval
-    prob: float  # p(z|x): softmax of the top-k logits
+    prob: float  # p(z|x): softmax of the top-k logits (and the memory's logit, when memory is a source)
     logit: float  # the softmax's input: scale * score, plus lexical_weight * lexical for hybrid retrieval
     lexical: float = 0.0  # BM25 score of the passage for the question (hybrid and bm25 retrieval; 0 for dense)
 
@@ -53,10 +53,13 @@ class VariantResult:
     logprob: float  # log p(answer|x) under this variant
     token_logprobs: tuple[float, ...]  # (T,) log p(y_i|x,y<i); they sum to `logprob`
     doc_token_logprobs: tuple[tuple[float, ...], ...]  # (T, K) log p(y_i|x,z,y<i)
-    posteriors: tuple[tuple[float, ...], ...]  # (T, K) rows sum to 1
+    posteriors: tuple[tuple[float, ...], ...]  # (T, K) rows sum to 1, less the memory's share
     closed_book_token_logprobs: tuple[float, ...]  # (T,) the same tokens without any passage
     candidates: tuple[tuple[str, float], ...] = ()  # RAG-Sequence: every hypothesis and its log p(y|x)
     decoding: str = "greedy"
+    # (T,) the memory's posterior at each token, beside `posteriors`' K columns (its per-token log-probs
+    # are `closed_book_token_logprobs`); () when memory is not a source
+    memory_posteriors: tuple[float, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -87,6 +90,10 @@ class AskResult:
     # (`prompts.NO_ANSWER`): how sure it is that the passage does not answer. No answer may begin
     # with it, so this mass is in no answer's p(y|x). () when the generator has no such marker.
     no_answer: tuple[float, ...] = ()
+    # The generator's memory ∅ as a source beside the passages: its logit, next to the passages' `logit`s,
+    # and p(∅|x); None when memory is off (p(z|x) is then over the k passages alone, as in the paper)
+    memory_logit: float | None = None
+    memory_prob: float | None = None
 
     def to_json(self) -> dict:
         return asdict(self)

@@ -1,0 +1,164 @@
+"""The generator's memory as a source beside the passages: p(z|x) over k + 1, both variants marginalized
+over it exactly as over a passage, checked against full forwards computed here without the engine."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+import pytest
+import torch
+
+from rag_demo import adapters
+from rag_demo.config import MemoryConfig
+from rag_demo.corpus import Passage
+from rag_demo.errors import InputError
+from tests.ui_engine import QUESTIONS, make_ui_engine
+
+
+
+@pytest.fixture(scope="module")
+def engine(tmp_path_factory, one_torch_thread):
+    """An engine whose generator reads with a perturbed adapter; memory's logit is the questions' mean top
+    passage logit, so that memory takes a share of p(z|x), neither none nor all."""
+    engine = make_ui_engine(tmp_path_factory.mktemp("memory"))
+    adapters.add_adapters(engine.generator.model, adapters.AdapterShape(rank=4, alpha=8))
+    generator = torch.Generator().manual_seed(3)
+    with torch.no_grad():
+        for name, parameter in adapters.adapter_parameters(engine.generator.model).items():
+            if name.endswith("lora_up"):
+                parameter.copy_(torch.randn(parameter.shape, generator=generator) * 0.5)
+    theta = sum(engine.retrieve(q, k=3).passages[0].logit for q in QUESTIONS[:4]) / 4
+    engine.config = replace(engine.config, memory=MemoryConfig(logit=theta))
+    return engine
+
+
+def _forward_logprobs(model, tokenizer, prompt: str, continuation: list[int]) -> list[float]:
+    """log p(continuation | prompt), one unpadded forward, no cache."""
+    ids = tokenizer(prompt, return_tensors="pt")["input_ids"]
+    full = torch.cat([ids, torch.tensor([continuation], dtype=torch.long)], dim=1)
+    with torch.no_grad():
+        logits = model(full).logits[0, ids.shape[1] - 1 : -1]
+    return logits.log_softmax(-1).gather(1, torch.tensor(continuation)[:, None]).squeeze(1).tolist()
+
+
+def _sources(engine, question: str, result, ids: list[int]) -> tuple[list[list[float]], list[float]]:
+    """Per source (the passages, then memory), the tokens' log-probs by full forwards; and p(z|x) by hand."""
+    gen = engine.generator
+    prompts = [gen.format_input(question, Passage(p.title, p.text)) for p in result.passages]
+    rows = [_forward_logprobs(gen.model, gen.tokenizer, text, ids) for text in prompts]
+    with adapters.base_weights(gen.model):
+        rows.append(_forward_logprobs(gen.model, gen.tokenizer, gen.format_input(question, None), ids))
+    logits = [p.logit for p in result.passages] + [engine.config.memory.logit]
+    top = max(logits)
+    weights = [math.exp(x - top) for x in logits]
+    prior = [w / sum(weights) for w in weights]
+    return rows, prior
+
+
+def test_p_z_given_x_spreads_over_the_passages_and_memory(engine):
+    result = engine.ask(QUESTIONS[0], k=3, variants=("token",), closed_book=False)
+    _, prior = _sources(engine, QUESTIONS[0], result, [])
+    assert [p.prob for p in result.passages] == pytest.approx(prior[:-1], abs=1e-6)
+    assert result.memory_prob == pytest.approx(prior[-1], abs=1e-6) and 0.01 < result.memory_prob < 0.99
+    assert result.memory_logit == engine.config.memory.logit
+    assert sum(p.prob for p in result.passages) + result.memory_prob == pytest.approx(1, abs=1e-6)
+
+
+@pytest.mark.parametrize("question", QUESTIONS[:4])
+def test_both_variants_marginalize_over_memory_as_over_a_passage(engine, question):
+    result = engine.ask(question, k=3, closed_book=True)
+    for name, variant in result.variants.items():
+        ids = list(variant.token_ids)
+        rows, prior = _sources(engine, question, result, ids)
+        joint = [[math.log(prior[z]) + rows[z][t] for z in range(len(rows))] for t in range(len(ids))]
+        if name == "token":  # p(z | x, y_t, y<t) ∝ p(z|x) p(y_t | x, z, y<t); p(y|x) = prod_t sum_z
+            per_token = [math.log(sum(math.exp(j) for j in row)) for row in joint]
+            posteriors = [[math.exp(j - lse) for j in row] for row, lse in zip(joint, per_token)]
+            logprob = sum(per_token)
+        else:  # running posterior p(z | x, y<=t); p(y|x) = sum_z p(z|x) prod_t p(y_t | x, z, y<t)
+            running = [[math.log(prior[z]) + sum(rows[z][: t + 1]) for z in range(len(rows))] for t in range(len(ids))]
+            posteriors = [[math.exp(j - math.log(sum(math.exp(i) for i in row))) for j in row] for row in running]
+            logprob = math.log(sum(math.exp(j) for j in running[-1]))
+        assert variant.logprob == pytest.approx(logprob, abs=1e-4)
+        assert [list(row) for row in variant.posteriors] == [pytest.approx(row[:-1], abs=1e-4) for row in posteriors]
+        assert list(variant.memory_posteriors) == pytest.approx([row[-1] for row in posteriors], abs=1e-4)
+        assert [list(row) for row in variant.doc_token_logprobs] == [
+            pytest.approx([rows[z][t] for z in range(len(rows) - 1)], abs=1e-4) for t in range(len(ids))]
+        assert list(variant.closed_book_token_logprobs) == pytest.approx(rows[-1], abs=1e-4)  # the memory's own
+
+
+def test_rag_token_decodes_greedily_on_the_marginal_over_passages_and_memory(engine):
+    gen = engine.generator
+    for question in QUESTIONS[:4]:
+        result = engine.ask(question, k=3, variants=("token",), closed_book=False)
+        _, prior = _sources(engine, question, result, [])
+        prompts = [gen.format_input(question, Passage(p.title, p.text)) for p in result.passages]
+        ids: list[int] = []
+        for _ in range(engine.config.decoding.max_new_tokens):  # each step's next token from full forwards
+            step = []
+            for text in prompts:
+                full = gen.tokenizer(text, return_tensors="pt")["input_ids"]
+                full = torch.cat([full, torch.tensor([ids], dtype=torch.long)], dim=1)
+                with torch.no_grad():
+                    step.append(gen.model(full).logits[0, -1].log_softmax(-1))
+            full = gen.tokenizer(gen.format_input(question, None), return_tensors="pt")["input_ids"]
+            full = torch.cat([full, torch.tensor([ids], dtype=torch.long)], dim=1)
+            with torch.no_grad(), adapters.base_weights(gen.model):
+                step.append(gen.model(full).logits[0, -1].log_softmax(-1))
+            marginal = torch.logsumexp(torch.stack(step) + torch.tensor(prior).log()[:, None], dim=0)
+            best = int(marginal.argmax())
+            ids.append(best)
+            if best in gen.stop_ids:
+                break
+        assert list(result.variants["token"].token_ids) == ids
+
+
+def test_rag_sequence_weighs_the_closed_book_answer_as_a_candidate(engine):
+    for question in QUESTIONS[:4]:
+        result = engine.ask(question, k=3, closed_book=True)
+        candidates = dict(result.variants["sequence"].candidates)
+        assert result.closed_book.answer in candidates
+        best = max(candidates.values())
+        assert result.variants["sequence"].logprob == pytest.approx(best, abs=1e-5)
+
+
+def test_memory_off_is_the_papers_k_passages_and_an_extreme_logit_is_one_source(engine):
+    question = QUESTIONS[2]
+    off = engine.ask(question, k=3, memory=False)
+    assert off.memory_prob is None and off.memory_logit is None
+    assert all(v.memory_posteriors == () for v in off.variants.values())
+    assert sum(p.prob for p in off.passages) == pytest.approx(1, abs=1e-6)
+    for row in off.variants["token"].posteriors:
+        assert sum(row) == pytest.approx(1, abs=1e-5)
+    config = engine.config
+    try:
+        engine.config = replace(config, memory=MemoryConfig(logit=-1e4))
+        lost = engine.ask(question, k=3)
+        engine.config = replace(config, memory=MemoryConfig(logit=1e4))
+        only = engine.ask(question, k=3)
+    finally:
+        engine.config = config
+    assert lost.variants["token"].token_ids == off.variants["token"].token_ids
+    assert lost.variants["token"].logprob == pytest.approx(off.variants["token"].logprob, abs=1e-4)
+    assert only.variants["token"].answer == only.closed_book.answer == only.variants["sequence"].answer
+    assert only.variants["token"].logprob == pytest.approx(only.closed_book.logprob, abs=1e-4)
+
+
+def test_score_gives_an_asked_answer_the_probability_ask_showed(engine):
+    question = QUESTIONS[0]
+    asked = engine.ask(question, k=3, variants=("token",), closed_book=False).variants["token"]
+    scored = engine.score(question, asked.answer, k=3, variants=("token",))
+    token = scored.variants["token"]
+    if token.token_ids == asked.token_ids:
+        assert token.logprob == pytest.approx(asked.logprob, abs=1e-4)
+        assert token.memory_posteriors == pytest.approx(asked.memory_posteriors, abs=1e-4)
+    assert scored.memory_prob == pytest.approx(1 - sum(p.prob for p in scored.passages), abs=1e-6)
+
+
+def test_memory_asked_for_where_no_logit_is_fitted_is_refused(tmp_path, one_torch_thread):
+    plain = make_ui_engine(tmp_path)  # a tiny encoder and generator: no fitted logit
+    assert plain.memory_logit() is None
+    assert plain.ask(QUESTIONS[0], k=2).memory_prob is None
+    with pytest.raises(InputError, match="memory"):
+        plain.ask(QUESTIONS[0], k=2, memory=True)
