@@ -21,7 +21,7 @@ from rag_demo.config import DEFAULT_LEXICAL_WEIGHT, EncoderConfig
 from rag_demo.corpus import load_kb
 from rag_demo.encoders import Encoder, load_encoder
 from rag_demo.lexical import LexicalIndex
-from rag_demo.offline.kbs import ensure_default_kbs
+from rag_demo.offline.kbs import ensure_nq_kbs
 from rag_demo.offline.tuned import ensure_tuned_encoder, training_split
 from rag_demo.questions import load_questions
 from rag_demo import tuning as tuner
@@ -51,7 +51,7 @@ def main(argv: list[str] | None = None) -> int:
     for cut in cuts:
         config = EncoderConfig(max_length=cut)
         encoder = load_encoder(config)
-        wiki = ensure_default_kbs(encoder)["nq-wiki"]
+        wiki = ensure_nq_kbs(encoder)["nq-wiki"]
         tuned = load_encoder(config, question_path=ensure_tuned_encoder(encoder, config, wiki))
         kb = load_kb(wiki)
         vectors = torch.from_numpy(kb.embeddings)  # (N, D) unit rows

@@ -24,7 +24,7 @@ from rag_demo.config import DEFAULT_LEXICAL_WEIGHT, EncoderConfig, TuningConfig
 from rag_demo.corpus import load_kb
 from rag_demo.encoders import load_encoder
 from rag_demo.lexical import LexicalIndex
-from rag_demo.offline.kbs import ensure_default_kbs
+from rag_demo.offline.kbs import ensure_nq_kbs
 from rag_demo.offline.tuned import ensure_tuned_encoder, training_split
 from rag_demo.questions import load_questions
 from rag_demo import tuning as tuner
@@ -45,7 +45,7 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit("--shares takes shares in (0, 1]")
     config, recipe = EncoderConfig(), TuningConfig()
     encoder = load_encoder(config)
-    wiki = ensure_default_kbs(encoder)["nq-wiki"]
+    wiki = ensure_nq_kbs(encoder)["nq-wiki"]
     built = load_encoder(config, question_path=ensure_tuned_encoder(encoder, config, wiki))
     kb = load_kb(wiki)
     vectors = torch.from_numpy(kb.embeddings)  # (N, D)

@@ -10,8 +10,9 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import replace
 
+from .config import DEFAULT_QUESTION_SETS
 from .errors import InputError
-from .questions import EvalQuestion, load_eval_questions, normalize_answer
+from .questions import EvalQuestion, answer_in_text, load_eval_questions, normalize_answer, set_eval_questions
 
 __all__ = ["EvalQuestion", "normalize_answer", "exact_match", "f1_score", "contains_answer", "evaluate", "evaluate_table", "answer_record"]
 
@@ -40,12 +41,13 @@ def contains_answer(prediction: str, gold: str) -> bool:
 def answer_record(item: EvalQuestion, prediction: str, *, kb: str, variant: str, k: int | None,
                   retrieved: bool | None) -> dict:
     """One scored answer as plain data (a line of `eval --answers`): the question, both gold
-    answers, the prediction, and what it was scored as. `retrieved` (the gold passage was among
-    those read) is None for closed-book, which reads none."""
+    answers (and every alias that counts), the prediction, and what it was scored as. `retrieved`
+    (the gold passage, or for a question set a passage holding an answer, was among those read) is
+    None for closed-book, which reads none."""
     swapped = normalize_answer(item.original_answer) != normalize_answer(item.answer)
     return {"kb": kb, "variant": variant, "k": k, "question": item.question, "answer": item.answer,
-            "original_answer": item.original_answer, "prediction": prediction,
-            "exact_match": exact_match(prediction, item.answer),
+            "original_answer": item.original_answer, "answers": list(item.answers), "prediction": prediction,
+            "exact_match": any(exact_match(prediction, answer) for answer in item.answers),
             "original_match": exact_match(prediction, item.original_answer) if swapped else None,
             "retrieved": retrieved}
 
@@ -83,12 +85,12 @@ class _Tally:
 
     def add(self, record: dict) -> None:
         """Count one `answer_record`."""
-        prediction, gold = record["prediction"], record["answer"]
+        prediction, golds = record["prediction"], record.get("answers") or [record["answer"]]
         self.count += 1
         self.answers[normalize_answer(prediction)] += 1
         self.totals["exact_match"] += record["exact_match"]
-        self.totals["f1"] += f1_score(prediction, gold)
-        self.totals["answer_recall"] += contains_answer(prediction, gold)
+        self.totals["f1"] += max(f1_score(prediction, gold) for gold in golds)
+        self.totals["answer_recall"] += any(contains_answer(prediction, gold) for gold in golds)
         self.totals["retrieval_recall"] += bool(record["retrieved"])
         if record["original_match"] is not None:
             self.totals["counterfactual"] += 1
@@ -133,8 +135,11 @@ def _picked(engine, kb: str, n: int, seed: int, questions: list[EvalQuestion] | 
     """(the KB to ask, n sampled questions)."""
     knowledge = engine.resolve_kb(kb)
     if questions is None:
-        questions = load_eval_questions(knowledge.path)
+        questions = (set_eval_questions(DEFAULT_QUESTION_SETS[kb]) if kb in DEFAULT_QUESTION_SETS
+                     else load_eval_questions(knowledge.path))
     if kb_sample is not None:
+        if any(q.gold_id is None for q in questions):
+            raise InputError("--kb-sample needs questions with gold passages (a default NQ KB's own); a question set has none")
         knowledge, questions = sample_kb(knowledge, questions, kb_sample, seed)
     if not questions:
         raise InputError(f"knowledge base {kb!r} has no evaluation questions")
@@ -183,6 +188,9 @@ def evaluate_table(engine, *, kbs, ks, n: int, seed: int, variants=("token", "se
     reports = []
     for kb in kbs:
         knowledge, picked = _picked(engine, kb, n, seed, (questions or {}).get(kb), kb_sample)
+        if gold_passage and any(item.gold_id is None for item in picked):
+            raise InputError("--gold-passage needs questions with gold passages (a default NQ KB's own); a question set "
+                             "has none")
         tallies = {(v, k): _Tally() for k in ks for v in open_book}
         closed = _Tally() if "closed-book" in variants else None
         seconds = Counter()
@@ -199,7 +207,8 @@ def evaluate_table(engine, *, kbs, ks, n: int, seed: int, variants=("token", "se
                                     max_new_tokens=max_new_tokens, sequence_decoding=sequence_decoding, closed_book=False,
                                     retriever=retriever, extractive=extractive, rows=[item.gold_id] if gold_passage else None)
                 seconds[k] += time.perf_counter() - started
-                retrieved = any(p.id == item.gold_id for p in result.passages)
+                retrieved = (any(answer_in_text(p.text, item.answers) for p in result.passages) if item.gold_id is None
+                             else any(p.id == item.gold_id for p in result.passages))
                 scored += [(tallies[v, k], answer_record(item, result.variants[v].answer, kb=kb, variant=v, k=k,
                                                           retrieved=retrieved)) for v in open_book]
             for tally, record in scored:

@@ -162,15 +162,17 @@ def staged_default_engines(config: EngineConfig = EngineConfig(), *, progress=No
     from .offline.prepare import prepare_in_stages
 
     device = pick_device(config.device)
-    encoder = generator = question_path = adapter = kb_paths = None
+    encoder = generator = question_path = adapter = None
+    loaded: dict[str, KnowledgeBase] = {}  # KB folders are loaded once; later stages reuse them
     for readiness in prepare_in_stages(progress=progress, encoder_config=config.encoder, generator_config=config.generator):
         paths = readiness.paths
-        if not paths.kb_paths:
-            kbs, examples = dict(readiness.text_kbs), {name: list(qs) for name, qs in readiness.text_examples.items()}
-        elif paths.kb_paths != kb_paths:  # the KB folders are built once (stage 2); later stages reuse them
-            kb_paths = paths.kb_paths
-            kbs = load_kbs({name: str(path) for name, path in kb_paths.items()})
-            examples = _example_questions(kbs)
+        fresh = {name: str(path) for name, path in paths.kb_paths.items() if name not in loaded}
+        if fresh:
+            loaded |= load_kbs(fresh)
+        kbs = {name: loaded[name] if name in loaded else readiness.text_kbs[name]
+               for name in [*paths.kb_paths, *readiness.text_kbs]}
+        examples = _example_questions({name: loaded[name] for name in paths.kb_paths}) | {
+            name: list(qs) for name, qs in readiness.text_examples.items()}
         # A replaced model stays alive in the engine it served until that engine's last ask returns.
         if encoder is None or question_path != paths.question_encoder_path:
             question_path = paths.question_encoder_path

@@ -82,7 +82,12 @@ class EvalQuestion:
     question: str
     answer: str  # what the KB's gold passage says
     original_answer: str  # the real-world answer (differs on the counterfactual KB)
-    gold_id: int  # row of the gold passage in the KB
+    gold_id: int | None  # row of the gold passage in the KB; None for a question set's (no passage labels)
+    aliases: tuple[str, ...] = ()  # every answer that counts as right, `answer` first; () means `answer` alone
+
+    @property
+    def answers(self) -> tuple[str, ...]:
+        return self.aliases or (self.answer,)
 
 
 @dataclass(frozen=True)
@@ -234,3 +239,72 @@ def load_eval_questions(kb_path: str | Path | None) -> list[EvalQuestion]:
     # A question whose answer the kept swap cut into has no clear answer in that KB: not scored.
     return [EvalQuestion(q.question, q.passage_answer, q.answer, q.gold_id) for q in held_out_questions(kb_path)
             if q.passage_answer]
+
+
+# -- question sets of our own: everyday questions with answer aliases, checked into the repository ----------
+
+QUESTION_SETS_DIR = Path(__file__).parent / "data"
+QUESTION_SETS = {
+    "everyday": "everyday-test.jsonl",  # evaluation only: nothing is tuned or picked on it
+    "everyday-train": "everyday-train.jsonl",  # fitting, training and the page's example questions
+}
+
+
+@dataclass(frozen=True)
+class SetQuestion:
+    """A question of a question set: every answer that counts as right, the canonical one first."""
+
+    question: str
+    answers: tuple[str, ...]
+    topic: str = ""
+
+
+def question_set_path(name: str | Path) -> Path:
+    """A question set by name ("everyday", "everyday-train") or a path to a JSONL file."""
+    if str(name) in QUESTION_SETS:
+        return QUESTION_SETS_DIR / QUESTION_SETS[str(name)]
+    path = Path(name).expanduser()
+    if not path.is_file():
+        raise KnowledgeBaseError(f"no question set {str(name)!r}: give one of {', '.join(QUESTION_SETS)} or a JSONL file "
+                                 'with {"question": ..., "answers": [...]} per line')
+    return path
+
+
+def answer_in_text(text: str, answers: Sequence[str]) -> str:
+    """The first of `answers` that the text holds as whole words after SQuAD normalization; "" for none.
+
+    >>> answer_in_text("Paris is the capital of France.", ["City of Light", "Paris"])
+    'Paris'
+    >>> answer_in_text("Parisian cafes", ["Paris"])
+    ''
+    """
+    normalized = f" {normalize_answer(text)} "
+    return next((a for a in answers if normalize_answer(a) and f" {normalize_answer(a)} " in normalized), "")
+
+
+@lru_cache(maxsize=8)
+def load_question_set(name: str | Path) -> tuple[SetQuestion, ...]:
+    """The questions of a set, in file order; a malformed line is an error that names it."""
+    path = question_set_path(name)
+    questions = []
+    with path.open(encoding="utf-8") as handle:
+        for number, line in enumerate(handle, start=1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+                answers = tuple(str(a).strip() for a in row["answers"] if str(a).strip())
+                if not str(row["question"]).strip() or not answers or isinstance(row["answers"], str):
+                    raise ValueError
+                questions.append(SetQuestion(str(row["question"]).strip(), answers, str(row.get("topic", ""))))
+            except (ValueError, KeyError, TypeError):
+                raise KnowledgeBaseError(f'{path} line {number} is not {{"question": ..., "answers": [...]}}') from None
+    if not questions:
+        raise KnowledgeBaseError(f"{path} holds no questions")
+    return tuple(questions)
+
+
+def set_eval_questions(name: str | Path) -> list[EvalQuestion]:
+    """A question set's questions for `eval`: any of their answers counts, and retrieval counts as a hit
+    when a retrieved passage holds one of them (there are no gold passages)."""
+    return [EvalQuestion(q.question, q.answers[0], q.answers[0], None, q.answers) for q in load_question_set(name)]

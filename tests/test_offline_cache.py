@@ -10,7 +10,7 @@ import shutil
 import pytest
 
 from rag_demo.errors import CacheError, ModelLoadError
-from rag_demo.offline import source
+from rag_demo.offline import registry, source
 from rag_demo.offline.cache import MARKER, _marker_checksum, marker_problem
 from rag_demo.offline.gguf import ensure_generator
 from rag_demo.offline.source import ensure_source, manual_sdist_path
@@ -30,7 +30,7 @@ def test_source_is_extracted_once_from_the_sdist(offline_source):
 
 
 def _source_key() -> str:
-    return f"{source.SOURCE_PACKAGE}=={source.SOURCE_VERSION}:{source.SOURCE_MEMBER}:{source.SOURCE_SHA256}"
+    return source.TASK_SOURCE.key
 
 
 @pytest.mark.parametrize("damage", ["no marker", "bad checksum", "truncated", "other key"])
@@ -55,7 +55,7 @@ def test_half_written_source_is_rebuilt_not_used(offline_source, damage, caplog)
 
 
 def test_no_network_says_where_to_put_the_sdist(tmp_path, monkeypatch):
-    monkeypatch.setattr(source, "_pip_download_command", failing_pip)
+    monkeypatch.setattr(registry, "_pip_download_command", failing_pip)
     with pytest.raises(CacheError, match="connect to PyPI") as caught:
         ensure_source(cache=tmp_path)
     assert str(manual_sdist_path(tmp_path)) in str(caught.value)

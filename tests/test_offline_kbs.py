@@ -14,7 +14,8 @@ from rag_demo.corpus import load_kb
 from rag_demo.errors import KnowledgeBaseError
 from rag_demo.offline.cache import MARKER, marker_problem, write_marker
 from rag_demo.offline.gguf import generator_key
-from rag_demo.offline.kbs import EXAMPLES_PER_KB, default_kb_paths, ensure_default_kbs
+from rag_demo.offline.kbs import EXAMPLES_PER_KB, default_kb_paths, ensure_general_kb, ensure_nq_kbs
+from rag_demo.offline.leads import ensure_leads, read_leads
 from rag_demo.offline.prepare import prepare
 from rag_demo.offline.source import ensure_source
 from rag_demo.offline.tuned import (
@@ -49,7 +50,7 @@ def test_default_kbs_are_built_once_with_questions(offline_source):
     cache, _ = offline_source
     encoder = FakeEncoder()
     stages = []
-    paths = ensure_default_kbs(encoder, cache=cache, progress=lambda stage, done, total: stages.append(stage))
+    paths = ensure_nq_kbs(encoder, cache=cache, progress=lambda stage, done, total: stages.append(stage))
     assert set(paths) == {"nq-wiki", "nq-counterfactual"}
     assert len(encoder.embedded) == len(set(encoder.embedded)) == 11  # 6 real + 6 counterfactual, 1 in both
     assert any(stage.startswith("embedding") for stage in stages)
@@ -65,15 +66,39 @@ def test_default_kbs_are_built_once_with_questions(offline_source):
         assert [(e.answer, e.original_answer, e.gold_id) for e in evals] == [
             (q.passage_answer, q.answer, q.gold_id) for q in held if q.passage_answer]
     embedded = len(encoder.embedded)
-    assert ensure_default_kbs(encoder, cache=cache) == paths and len(encoder.embedded) == embedded
+    assert ensure_nq_kbs(encoder, cache=cache) == paths and len(encoder.embedded) == embedded
     flags = [q.example for q in load_questions(paths["nq-wiki"])]
     assert flags == [q.example for q in load_questions(paths["nq-counterfactual"])] and any(flags)
     (paths["nq-wiki"] / MARKER).unlink()  # as if the build died before publishing
-    ensure_default_kbs(encoder, cache=cache)
+    ensure_nq_kbs(encoder, cache=cache)
     assert len(encoder.embedded) == embedded + 6  # only nq-wiki's passages again
     assert [q.example for q in load_questions(paths["nq-wiki"])] == flags
     other = default_kb_paths("another-encoder", 16, cache=cache)
     assert set(other.values()).isdisjoint(paths.values())  # the key follows the encoder
+
+
+def test_wikipedia_is_built_once_from_the_leads_with_titles_and_examples(offline_source, monkeypatch):
+    from rag_demo.offline import kbs as kbs_module
+    from rag_demo.questions import SetQuestion, answer_in_text
+
+    cache, _ = offline_source
+    passages = read_leads(ensure_leads(cache=cache))
+    assert [p.title for p in passages] == ["Paris", "Water", "Water", "Wolfgang Amadeus Mozart"]  # by title, 100 words each
+    candidates = (SetQuestion("who composed the magic flute?", ("Mozart", "W. A. Mozart")),
+                  SetQuestion("what is the capital of france?", ("Paris",)),
+                  SetQuestion("what is the formula of water?", ("CO2",)))  # its top passage lacks the answer
+    monkeypatch.setattr(kbs_module, "load_question_set", lambda name: candidates)
+    monkeypatch.setattr(kbs_module, "general_example_candidates", lambda: [0, 1, 2])
+    encoder = FakeEncoder()
+    path = ensure_general_kb(encoder, passages, cache=cache)
+    assert path == default_kb_paths("fake", 16, cache=cache)["wikipedia"] and len(encoder.embedded) == 4
+    kb = load_kb(path)
+    assert list(kb.titles) == [p.title for p in passages] and kb.name == "wikipedia"
+    examples = load_questions(path)
+    assert [q.question for q in examples] == ["who composed the magic flute?", "what is the capital of france?"]
+    for q in examples:
+        assert q.example and answer_in_text(kb.texts[q.gold_id], [q.passage_answer]) == q.passage_answer
+    assert ensure_general_kb(encoder, passages, cache=cache) == path and len(encoder.embedded) == 4  # built once
 
 
 def test_the_default_encoder_reads_128_word_pieces_and_others_256():
@@ -92,7 +117,8 @@ def test_questions_of_a_kb_without_them(tmp_path):
 def test_warm_prepare_loads_no_model(offline_source, monkeypatch):
     cache, _ = offline_source
     config = EncoderConfig(model="fake", max_length=16)
-    ensure_default_kbs(FakeEncoder(), cache=cache)
+    ensure_nq_kbs(FakeEncoder(), cache=cache)
+    ensure_general_kb(FakeEncoder(), read_leads(ensure_leads(cache=cache)), cache=cache)
     name, key = generator_key()
     generator = cache / "models" / name
     generator.mkdir(parents=True)

