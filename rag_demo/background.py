@@ -85,11 +85,15 @@ class Engine(Protocol):
     def ask(self, question: str, *, kb: str | KnowledgeBase, k: int = 5, index: str = "flat",
             variants: tuple[str, ...] = ("token", "sequence"), num_beams: int = 1,
             sequence_decoding: str = "thorough", max_new_tokens: int = 16, closed_book: bool = True,
-            retriever: str | None = None, extractive: bool | None = None, progress: Progress | None = None) -> AskResult: ...
+            retriever: str | None = None, extractive: bool | None = None, memory: bool | None = None,
+            progress: Progress | None = None) -> AskResult: ...
 
     def score(self, question: str, answer: str, *, kb: str | KnowledgeBase, k: int = 5, index: str = "flat",
               variants: tuple[str, ...] = ("token", "sequence"), retriever: str | None = None,
-              progress: Progress | None = None) -> AskResult: ...
+              memory: bool | None = None, progress: Progress | None = None) -> AskResult: ...
+
+    # the logit of the generator's memory as a source for asks with this retriever; None: memory is no source
+    def memory_logit(self, retriever: str | None = None) -> float | None: ...
 
     def compare_retrievers(self, question: str, *, kb: str | KnowledgeBase, k: int = 5) -> RetrieverComparison: ...
 
@@ -321,6 +325,11 @@ class BackgroundEngine:
 
     def example_questions(self, kb: str, n: int = 8) -> list[str]:
         return self._get().engine.example_questions(kb, n)
+
+    def memory_logit(self, retriever: str | None = None) -> float | None:
+        """The serving engine's memory logit for this retriever; None from an engine that has none to offer."""
+        memory_logit = getattr(self._get().engine, "memory_logit", None)
+        return None if memory_logit is None else memory_logit(retriever)
 
     def release_kb(self, kb: KnowledgeBase) -> None:
         release = getattr(self._get().engine, "release_kb", None)

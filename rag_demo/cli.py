@@ -26,11 +26,12 @@ from .config import (
     EncoderConfig,
     EngineConfig,
     GeneratorConfig,
+    MemoryConfig,
     named_paths,
 )
 from .corpus import VECTOR_DTYPES
 from .errors import RagDemoError
-from .plots import logit_formula
+from .plots import MEMORY_NAME, MEMORY_WHAT, logit_formula, memory_leads, source_posteriors
 from .text import check_length, one_line
 
 log = logging.getLogger(__name__)
@@ -91,6 +92,19 @@ def _model_options(parser: argparse.ArgumentParser, *, one_retriever: bool = Tru
     parser.add_argument("--json", action="store_true", help="print one JSON object")
 
 
+def _memory_options(parser: argparse.ArgumentParser) -> None:
+    """--memory / --no-memory and --memory-logit: the generator's memory ∅ as a source beside the k passages."""
+    switch = parser.add_mutually_exclusive_group()
+    switch.add_argument("--memory", dest="memory", action="store_true", default=None,
+                        help="the generator's memory as a source beside the k passages (default: where this setup "
+                             "has a fitted logit); fails where it has none")
+    switch.add_argument("--no-memory", dest="memory", action="store_false",
+                        help="the paper's k passages alone")
+    parser.add_argument("--memory-logit", type=float, default=None, metavar="THETA",
+                        help="the memory's logit beside the passages' (scale · score): makes memory a source with "
+                             "any setup")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="rag_demo", description="Retrieval-Augmented Generation with provenance.")
     parser.add_argument("-v", "--verbose", action="store_true")
@@ -105,16 +119,19 @@ def build_parser() -> argparse.ArgumentParser:
     ask.add_argument("--no-closed-book", action="store_true", help="skip the generator-only answer")
     ask.add_argument("--extractive", action="store_true", help="answers copy a run of a retrieved passage (causal generators)")
     _model_options(ask)
+    _memory_options(ask)
 
     score = commands.add_parser("score", help="log p(answer|question) under both variants")
     score.add_argument("question")
     score.add_argument("answer")
     score.add_argument("--variant", default="both", choices=("token", "sequence", "both"))
     _model_options(score)
+    _memory_options(score)
 
     compare = commands.add_parser("compare", help="the top k passages of each retriever (dense, bm25, hybrid) side by side")
     compare.add_argument("question")
     _model_options(compare, one_retriever=False)
+    _memory_options(compare)
 
     build = commands.add_parser("build-kb", help="make a KB from .txt/.md files or a .jsonl/.csv with title,text")
     build.add_argument("source")
@@ -179,6 +196,13 @@ def engine_config(args) -> EngineConfig:
         if not args.lexical_weight >= 0:
             raise UsageError("--lexical-weight must be 0 or more")
         config = replace(config, retrieval=replace(config.retrieval, lexical_weight=args.lexical_weight))
+    memory_logit = getattr(args, "memory_logit", None)
+    if memory_logit is not None:
+        if not math.isfinite(memory_logit):
+            raise UsageError("--memory-logit must be a finite number")
+        if getattr(args, "memory", None) is False:
+            raise UsageError("--memory-logit makes memory a source and --no-memory turns it off; give one of them")
+        config = replace(config, memory=MemoryConfig(logit=memory_logit))
     if getattr(args, "max_new_tokens", None) or getattr(args, "num_beams", None):
         config = replace(config, decoding=DecodingConfig(
             max_new_tokens=getattr(args, "max_new_tokens", 16), num_beams=getattr(args, "num_beams", 1),
@@ -234,18 +258,43 @@ def print_summary(result, out=sys.stdout) -> None:
     w(f"\nRetrieved from {result.kb} ({how}{recall}):\n")
     for p in result.passages:
         w(f"  {p.rank:>2}. {_passage_line(p, result.retriever)}\n")
+    w(f"{memory_line(result)}\n")
     for name, variant in result.variants.items():
         label = "RAG-Token" if name == "token" else "RAG-Sequence"
         w(f"\n{label} ({variant.decoding}): {variant.answer!r}  log p(y|x)={variant.logprob:.3f}\n")
-        for t, token in enumerate(variant.tokens):
-            top = max(range(len(variant.posteriors[t])), key=lambda z: variant.posteriors[t][z])
+        for t, (token, row) in enumerate(zip(variant.tokens, source_posteriors(variant))):
             closed = variant.closed_book_token_logprobs[t] if variant.closed_book_token_logprobs else float("nan")
             w(f"    {token!r:>16}  p={_fmt_prob(variant.token_logprobs[t])}  closed-book p={_fmt_prob(closed)}"
-              f"  top passage #{top + 1} ({variant.posteriors[t][top]:.2f})\n")
+              f"  {_top_source(row, len(result.passages))}\n")
     if result.closed_book is not None:
         w(f"\nClosed-book (no passages): {result.closed_book.answer!r}  log p={result.closed_book.logprob:.3f}\n")
     t = result.timings_ms
     w(f"\nTimings: encode {t['encode']:.0f} ms, search {t['search']:.0f} ms, generate {t['generate']:.0f} ms, total {t['total']:.0f} ms\n")
+
+
+def memory_line(result) -> str:
+    """The line under the passages: p(∅|x) when memory is a source of this answer, and what it means.
+
+    >>> from rag_demo.results import AskResult
+    >>> print(memory_line(AskResult("q", "kb", "flat", 0, (), {}, None, {}, memory_logit=2.0, memory_prob=0.25)))
+       ∅. p(∅|x)=0.250 logit=2.00  no passage: the generator's own memory (the largest source: no passage matches as well)
+    """
+    if result.memory_prob is None:
+        return "   ∅. memory is no source: p(z|x) is over the k passages alone (--memory-logit THETA makes it one)"
+    lead = " (the largest source: no passage matches as well)" if memory_leads(result) else ""
+    return f"   ∅. p(∅|x)={result.memory_prob:.3f} logit={result.memory_logit:.2f}  {MEMORY_WHAT}{lead}"
+
+
+def _top_source(row, passages: int) -> str:
+    """"top passage #2 (0.61)", or "top ∅ memory (0.70)", and memory's posterior when it is a source.
+
+    >>> _top_source((0.2, 0.1, 0.7), 2), _top_source((0.6, 0.4), 2)
+    ('top ∅ memory (0.70)  memory=0.70', 'top passage #1 (0.60)')
+    """
+    top = max(range(len(row)), key=row.__getitem__)
+    name = MEMORY_NAME if top == passages else f"passage #{top + 1}"
+    memory = f"  memory={row[passages]:.2f}" if len(row) > passages else ""
+    return f"top {name} ({row[top]:.2f}){memory}"
 
 
 def _passage_line(p, retriever: str, *, gold: bool = False) -> str:
@@ -259,7 +308,25 @@ def _passage_line(p, retriever: str, *, gold: bool = False) -> str:
 RETRIEVER_NAMES = {"dense": "dense (the paper)", "bm25": "BM25", "hybrid": "dense + BM25"}
 
 
-def print_comparison(comparison, out=sys.stdout) -> None:
+def ranking_memory_line(ranking, memory_logit: float | None) -> str:
+    """Under one retriever's top k in `compare`: the share ∅ memory with this logit would take beside those k
+    in an ask (each passage's p(z|x) shown, over the k alone, times 1 − p(∅|x)); or that memory is no source."""
+    if memory_logit is None:
+        return f"  ∅. memory is no source with {RETRIEVER_NAMES.get(ranking.retriever, ranking.retriever)}"
+    import torch
+
+    from .marginalize import doc_logprobs_with_memory
+
+    logits = torch.tensor([[p.logit for p in ranking.passages]], dtype=torch.float64)
+    share = float(doc_logprobs_with_memory(logits, memory_logit)[0, -1].exp())
+    lead = " (more than any passage: no passage matches as well)" if share > max(
+        (p.prob * (1 - share) for p in ranking.passages), default=0.0) else ""
+    return (f"  ∅. p(∅|x)={share:.3f} logit={memory_logit:.2f}  {MEMORY_WHAT}{lead}; an ask with memory "
+            f"gives each passage {1 - share:.3f} × its p(z|x) above")
+
+
+def print_comparison(comparison, out=sys.stdout, *, memory_logits: dict[str, float | None] | None = None) -> None:
+    """Each retriever's top k; with `memory_logits` (retriever -> ∅'s logit, None: none), memory's line under each."""
     w = out.write
     w(f"Question: {comparison.question}\n")
     for notice in comparison.notices:
@@ -276,6 +343,8 @@ def print_comparison(comparison, out=sys.stdout) -> None:
             w(f"  Note: {notice}\n")
         for p in ranking.passages:
             w(f"  {p.rank:>2}. {_passage_line(p, ranking.retriever, gold=p.id in gold)}\n")
+        if memory_logits is not None:
+            w(f"{ranking_memory_line(ranking, memory_logits.get(ranking.retriever))}\n")
 
 
 def _check_cheap_options(args) -> None:
@@ -292,7 +361,7 @@ def cmd_ask(args) -> int:
     result = engine.ask(args.question, kb=args.kb, k=args.k, index=args.index, variants=args.variant,
                         num_beams=args.num_beams, max_new_tokens=args.max_new_tokens,
                         sequence_decoding=args.decoding, closed_book=not args.no_closed_book, retriever=args.retriever,
-                        extractive=args.extractive)
+                        extractive=args.extractive, memory=args.memory)
     if args.json:
         print(json.dumps(result.to_json(), ensure_ascii=False))
     else:
@@ -304,7 +373,7 @@ def cmd_score(args) -> int:
     _check_cheap_options(args)
     engine = make_engine(args)
     result = engine.score(args.question, args.answer, kb=args.kb, k=args.k, index=args.index, variants=args.variant,
-                          retriever=args.retriever)
+                          retriever=args.retriever, memory=args.memory)
     if args.json:
         print(json.dumps(result.to_json(), ensure_ascii=False))
     else:
@@ -316,10 +385,17 @@ def cmd_compare(args) -> int:
     _check_cheap_options(args)
     engine = make_engine(args)
     comparison = engine.compare_retrievers(args.question, kb=args.kb, k=args.k)
+    # the retrievers are compared over their k passages, as the web API does; memory's share is told beside them
+    memory_logits = ({r.retriever: engine.memory_logit(r.retriever) for r in comparison.rankings}
+                     if args.memory is not False else {})
+    some = any(logit is not None for logit in memory_logits.values())
+    if args.memory and not some:
+        raise UsageError("this setup has no fitted logit for the generator's memory; give one (--memory-logit) "
+                         "or compare without --memory")
     if args.json:
         print(json.dumps(comparison.to_json(), ensure_ascii=False))
     else:
-        print_comparison(comparison)
+        print_comparison(comparison, memory_logits=memory_logits if some else None)
     return 0
 
 
@@ -391,7 +467,7 @@ def cmd_build_index(args) -> int:
 def cmd_prepare(args) -> int:
     from .offline.prepare import prepare
 
-    prepared = prepare(progress=_progress())
+    prepared = prepare(progress=_progress(), retry_unavailable=True)
     from .featured import feature_checked_examples
     from .loading import engine_from_config
 
@@ -402,7 +478,8 @@ def cmd_prepare(args) -> int:
                           "reader_adapter": str(prepared.reader_adapter_path) if prepared.reader_adapter_path else None,
                           "encoder": str(prepared.encoder_path),
                           "question_encoder": str(prepared.question_encoder_path or prepared.encoder_path),
-                          "kbs": {k: str(v) for k, v in prepared.kb_paths.items()}}))
+                          "kbs": {k: str(v) for k, v in prepared.kb_paths.items()},
+                          "unavailable": dict(prepared.unavailable)}))
     else:
         print(f"generator: {prepared.generator_path}\nencoder: {prepared.encoder_path}")
         if prepared.reader_adapter_path is not None:
@@ -411,6 +488,8 @@ def cmd_prepare(args) -> int:
             print(f"question encoder (fine-tuned): {prepared.question_encoder_path}")
         for name, path in prepared.kb_paths.items():
             print(f"kb {name}: {path}")
+        for name, reason in prepared.unavailable.items():
+            print(f"kb {name}: left out: {reason}")
     return 0
 
 

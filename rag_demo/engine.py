@@ -543,19 +543,20 @@ class RagEngine:
     @falls_back_to_cpu_on_gpu_oom
     def score(self, question: str, answer: str, *, kb: str | KnowledgeBase | None = None, k: int = 5,
               index: str = "flat", variants=VARIANTS, retriever: str | None = None, memory: bool | None = None,
-              progress: Progress | None = None) -> AskResult:
+              progress: Progress | None = None, rows: Sequence[int] | None = None) -> AskResult:
         """log p(answer|x) under each variant, with per-token provenance, for an answer the user gives.
 
         The answer is scored with the ending RAG-Token finds likeliest after it (for a causal
         generator "\n\n", "\n" or EOS): the one greedy decoding would pick, so an answer the page
-        wrote scores as it did when asked. `memory` as for `ask`."""
+        wrote scores as it did when asked. `memory` and `rows` as for `ask`."""
         variants = self._check_options(variants, 1, 1, "thorough")
         question, notices = clean_text(question, what="question")
         answer, answer_notices = clean_text(answer, what="answer", limit=LIMITS.max_answer_chars)
         step = _Steps(progress, 4)
         total_started = time.perf_counter()
         step("retrieving passages")
-        retrieval, memory_logit = self._with_memory(self.retrieve(question, kb=kb, k=k, index=index, retriever=retriever), memory)
+        retrieval, memory_logit = self._with_memory(
+            self.retrieve(question, kb=kb, k=k, index=index, retriever=retriever, rows=rows), memory)
         with_memory = memory_logit is not None
         timings = {"encode": retrieval.encode_ms, "search": retrieval.search_ms}
         started = time.perf_counter()

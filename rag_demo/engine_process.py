@@ -47,7 +47,7 @@ log = logging.getLogger(__name__)
 
 # What the page may call in the child; anything else is refused there.
 METHODS = frozenset({"ask", "score", "compare_retrievers", "index_reports", "build_kb", "example_questions",
-                     "release_kb", "wait"})
+                     "memory_logit", "release_kb", "wait"})
 ENGINE_FIELDS = ("kb_names", "default_kb", "lexical_weight", "retrievers")  # sent with the status once an engine serves
 CALL_THREADS = 8  # calls answered at once in the child; the page runs one engine call at a time
 STATUS_EVERY_S = 1.0  # while building: the status's "N s so far" and time left move on
@@ -254,6 +254,9 @@ class EngineProcess:
 
     def example_questions(self, kb: str, n: int = 8) -> list[str]:
         return self._call("example_questions", kb, n)
+
+    def memory_logit(self, retriever: str | None = None) -> float | None:
+        return self._call("memory_logit", retriever)
 
     def release_kb(self, kb) -> None:
         self._call("release_kb", kb)

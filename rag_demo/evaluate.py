@@ -12,6 +12,8 @@ from dataclasses import replace
 
 from .config import DEFAULT_QUESTION_SETS
 from .errors import InputError
+from .offline.kbs import load_counterfactual_world
+from .offline.swapped import SwappedWorld, counterfactual_answer
 from .questions import EvalQuestion, answer_in_text, load_eval_questions, normalize_answer, set_eval_questions
 
 __all__ = ["EvalQuestion", "normalize_answer", "exact_match", "f1_score", "contains_answer", "evaluate", "evaluate_table", "answer_record"]
@@ -48,8 +50,20 @@ def answer_record(item: EvalQuestion, prediction: str, *, kb: str, variant: str,
     return {"kb": kb, "variant": variant, "k": k, "question": item.question, "answer": item.answer,
             "original_answer": item.original_answer, "answers": list(item.answers), "prediction": prediction,
             "exact_match": any(exact_match(prediction, answer) for answer in item.answers),
-            "original_match": exact_match(prediction, item.original_answer) if swapped else None,
+            "original_match": any(exact_match(prediction, a) for a in item.original_answers) if swapped else None,
             "retrieved": retrieved}
+
+
+def counterfactual_questions(questions: list[EvalQuestion], world: SwappedWorld) -> list[EvalQuestion]:
+    """The questions whose answer the counterfactual general KB swapped, each expecting the substitute
+    (full name or surname) and keeping its real answers as the original ones."""
+    swapped = []
+    for item in questions:
+        substitute = counterfactual_answer("", item.answers, world)
+        if substitute:
+            forms = (substitute, world.surnames[substitute]) if substitute in world.surnames else (substitute,)
+            swapped.append(replace(item, answer=substitute, aliases=forms))
+    return swapped
 
 
 def sample_questions(questions: list[EvalQuestion], n: int, seed: int) -> list[EvalQuestion]:
@@ -134,9 +148,13 @@ def sample_kb(kb, questions: list[EvalQuestion], size: int, seed: int):
 def _picked(engine, kb: str, n: int, seed: int, questions: list[EvalQuestion] | None, kb_sample: int | None):
     """(the KB to ask, n sampled questions)."""
     knowledge = engine.resolve_kb(kb)
-    if questions is None:
-        questions = (set_eval_questions(DEFAULT_QUESTION_SETS[kb]) if kb in DEFAULT_QUESTION_SETS
-                     else load_eval_questions(knowledge.path))
+    if questions is None and kb in DEFAULT_QUESTION_SETS:
+        questions = set_eval_questions(DEFAULT_QUESTION_SETS[kb])
+        world = load_counterfactual_world(knowledge.path) if knowledge.path is not None else None
+        if world is not None:
+            questions = counterfactual_questions(questions, world)
+    elif questions is None:
+        questions = load_eval_questions(knowledge.path)
     if kb_sample is not None:
         if any(q.gold_id is None for q in questions):
             raise InputError("--kb-sample needs questions with gold passages (a default NQ KB's own); a question set has none")

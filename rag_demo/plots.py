@@ -16,6 +16,11 @@ from .results import AskResult, IndexReport, RetrievedPassage, RetrieverRanking,
 PALETTE = ("#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#b07aa1", "#ff9da7", "#9c755f", "#bab0ac")
 VARIANT_NAMES = {"token": "RAG-Token", "sequence": "RAG-Sequence"}
 VARIANT_COLORS = {"token": "#4338ca", "sequence": "#0f766e"}
+# The generator's memory ∅ in every chart and card: the closed-book card's grey, since ∅ is that same
+# generator reading the question with no passage.
+MEMORY_COLOR = "#6b7280"
+MEMORY_NAME = "∅ memory"
+MEMORY_WHAT = "no passage: the generator's own memory"
 FONT = dict(family="ui-sans-serif, system-ui, sans-serif", size=13, color="#1f2937")
 
 
@@ -72,6 +77,29 @@ def passage_name(title: str, text: str) -> str:
     return f"“{opening}…”" if opening else "untitled"
 
 
+def source_posteriors(variant: VariantResult) -> list[tuple[float, ...]]:
+    """(T, K), or (T, K + 1) when memory is a source: each token's posterior over the passages, then ∅'s.
+
+    >>> v = VariantResult("token", "a", ("a",), (1,), -1.0, (-1.0,), ((-1.0, -2.0),), ((0.5, 0.2),), (-0.5,),
+    ...                   memory_posteriors=(0.3,))
+    >>> source_posteriors(v)
+    [(0.5, 0.2, 0.3)]
+    """
+    if not variant.memory_posteriors:
+        return [tuple(row) for row in variant.posteriors]
+    return [(*row, memory) for row, memory in zip(variant.posteriors, variant.memory_posteriors)]
+
+
+def memory_leads(result: AskResult) -> bool:
+    """Whether p(∅|x) is larger than every passage's p(z|x): no passage matches as well as memory does."""
+    return result.memory_prob is not None and result.memory_prob > max((p.prob for p in result.passages), default=0.0)
+
+
+def memory_row(passages: Sequence[RetrievedPassage]) -> int:
+    """Where the charts draw ∅: one row below the last passage's rank."""
+    return max((p.rank for p in passages), default=0) + 1
+
+
 def passage_label(passage: RetrievedPassage, width: int = 24) -> str:
     """'#rank name' for axes, escaped for plotly."""
     return html.escape(f"#{passage.rank} {shorten(passage_name(passage.title, passage.text), width)}")
@@ -98,7 +126,8 @@ def logit_formula(result: AskResult | RetrieverRanking) -> str:
 
 
 def doc_prob_figure(result: AskResult, *, height: int = 300):
-    """Horizontal bars of the retriever's p(z|x) over the top-k passages (rank 1 on top)."""
+    """Horizontal bars of the retriever's p(z|x) over the top-k passages (rank 1 on top), and p(∅|x)
+    in a bar of its own below them when memory is a source."""
     import plotly.graph_objects as go
 
     passages = result.passages
@@ -108,6 +137,7 @@ def doc_prob_figure(result: AskResult, *, height: int = 300):
             x=[p.prob for p in passages],
             y=ranks,
             orientation="h",
+            name="passages",
             marker_color=[passage_color(r) for r in ranks],
             text=[f"{p.prob:.2f}" for p in passages],
             textposition="outside",
@@ -120,21 +150,37 @@ def doc_prob_figure(result: AskResult, *, height: int = 300):
             + "<br>logit = %{customdata[2]:.2f}<extra></extra>",
         )
     )
-    fig.update_yaxes(title_text="passage", tickvals=ranks, ticktext=[passage_label(p, 18) for p in passages],
-                     autorange="reversed")
+    ticks, labels = list(ranks), [passage_label(p, 18) for p in passages]
+    title = f"p(z|x) over the top {len(passages)}<br>= softmax({logit_formula(result)})"
+    if result.memory_prob is not None:
+        row = memory_row(passages)
+        fig.add_trace(go.Bar(
+            x=[result.memory_prob], y=[row], orientation="h", name=MEMORY_NAME, marker_color=MEMORY_COLOR,
+            text=[f"{result.memory_prob:.2f}"], textposition="outside", cliponaxis=False,
+            hovertemplate=f"{MEMORY_NAME}: {MEMORY_WHAT}<br>p(∅|x) = %{{x:.3f}}<br>logit θ = {result.memory_logit:.2f}"
+                          "<extra></extra>",
+        ))
+        ticks.append(row)
+        labels.append(MEMORY_NAME)
+        title = (f"p(z|x) over the top {len(passages)} and ∅<br>= softmax({logit_formula(result)}; "
+                 f"θ = {result.memory_logit:.2f})")
+    # overlay: grouped bars would leave each trace half a row, empty where the other trace has its bars
+    fig.update_layout(barmode="overlay", showlegend=False)
+    fig.update_yaxes(title_text="passage", tickvals=ticks, ticktext=labels, autorange="reversed")
     fig.update_xaxes(title_text="p(z|x)", range=[0, 1.0], gridcolor="rgba(128,128,128,0.2)")
     # two short lines: one long line ran past the chart's right edge in a half-width column
-    _layout(fig, title=f"p(z|x) over the top {len(passages)}<br>= softmax({logit_formula(result)})",
-            height=max(height, 110 + 26 * len(passages)))
+    _layout(fig, title=title, height=max(height, 110 + 26 * len(ticks)))
     fig.update_layout(margin=dict(l=10, r=36, t=68, b=10))
     return fig
 
 
 def posterior_heatmap(variant: VariantResult, passages: Sequence[RetrievedPassage], *, height: int = 320):
-    """Passages × tokens heatmap of the document posterior (paper Figure 2).
+    """Sources × tokens heatmap of the document posterior (paper Figure 2): the passages, then ∅ memory
+    in a row of its own when it is a source (each column then sums to 1 over K + 1 rows).
 
     RAG-Token: p(z | x, y_i, y<i) ∝ p(z|x) p(y_i|x,z,y<i). RAG-Sequence: the running posterior
-    p(z | x, y<=i). `variant.posteriors` is (T, K); the figure shows its transpose, rows = passages.
+    p(z | x, y<=i). `variant.posteriors` is (T, K) and `memory_posteriors` (T,); the figure shows
+    their transpose, rows = sources.
     """
     import plotly.graph_objects as go
 
@@ -144,18 +190,25 @@ def posterior_heatmap(variant: VariantResult, passages: Sequence[RetrievedPassag
     doc_p = [[math.exp(variant.doc_token_logprobs[t][j]) for t in range(num_tokens)] for j in range(len(passages))]
     tokens = [html.escape(token_label(t)) for t in variant.tokens]
     # the passage's rank goes in by hand: with tick labels set, plotly's %{y} shows the label, not the rank
-    custom = [[[tokens[t], f"#{p.rank} " + html.escape(shorten(passage_name(p.title, p.text), 40)), doc_p[j][t]]
-               for t in range(num_tokens)] for j, p in enumerate(passages)]
+    names = [f"#{p.rank} " + html.escape(shorten(passage_name(p.title, p.text), 40)) for p in passages]
+    rows, labels = list(ranks), [passage_label(p, 18) for p in passages]
+    if variant.memory_posteriors:
+        z.append(list(variant.memory_posteriors))
+        doc_p.append([math.exp(lp) for lp in variant.closed_book_token_logprobs])  # ∅'s own: closed-book
+        names.append(f"{MEMORY_NAME}: {MEMORY_WHAT}")
+        rows.append(memory_row(passages))
+        labels.append(MEMORY_NAME)
+    custom = [[[tokens[t], name, doc_p[j][t]] for t in range(num_tokens)] for j, name in enumerate(names)]
     fig = go.Figure(
         go.Heatmap(
             z=z,
             x=list(range(num_tokens)),
-            y=ranks,
+            y=rows,
             zmin=0.0,
             zmax=1.0,
             colorscale="Blues",
             colorbar=dict(title=dict(text="posterior", side="right"), thickness=12, len=0.9),
-            texttemplate="%{z:.2f}" if num_tokens <= 10 and len(passages) <= 10 else None,  # legible cells only
+            texttemplate="%{z:.2f}" if num_tokens <= 10 and len(rows) <= 11 else None,  # legible cells only
             textfont=dict(size=10),
             customdata=custom,
             hovertemplate="token “%{customdata[0]}”<br>%{customdata[1]}<br>posterior = %{z:.3f}"
@@ -165,13 +218,13 @@ def posterior_heatmap(variant: VariantResult, passages: Sequence[RetrievedPassag
         )
     )
     fig.update_xaxes(title_text="answer token", tickvals=list(range(num_tokens)), ticktext=tokens, tickangle=-30)
-    fig.update_yaxes(title_text="passage", tickvals=ranks, ticktext=[passage_label(p, 18) for p in passages],
+    fig.update_yaxes(title_text="passage" if len(rows) == len(passages) else "source", tickvals=rows, ticktext=labels,
                      autorange="reversed")
     if variant.variant == "token":
         title = "RAG-Token: p(z | x, yᵢ, y&lt;i) per token"
     else:
         title = "RAG-Sequence: running p(z | x, y≤i)"
-    _layout(fig, title=title, height=max(height, 110 + 28 * len(passages)))
+    _layout(fig, title=title, height=max(height, 110 + 28 * len(rows)))
     return fig
 
 

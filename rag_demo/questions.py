@@ -84,10 +84,15 @@ class EvalQuestion:
     original_answer: str  # the real-world answer (differs on the counterfactual KB)
     gold_id: int | None  # row of the gold passage in the KB; None for a question set's (no passage labels)
     aliases: tuple[str, ...] = ()  # every answer that counts as right, `answer` first; () means `answer` alone
+    original_aliases: tuple[str, ...] = ()  # the same for `original_answer`
 
     @property
     def answers(self) -> tuple[str, ...]:
         return self.aliases or (self.answer,)
+
+    @property
+    def original_answers(self) -> tuple[str, ...]:
+        return self.original_aliases or (self.original_answer,)
 
 
 @dataclass(frozen=True)
@@ -307,4 +312,4 @@ def load_question_set(name: str | Path) -> tuple[SetQuestion, ...]:
 def set_eval_questions(name: str | Path) -> list[EvalQuestion]:
     """A question set's questions for `eval`: any of their answers counts, and retrieval counts as a hit
     when a retrieved passage holds one of them (there are no gold passages)."""
-    return [EvalQuestion(q.question, q.answers[0], q.answers[0], None, q.answers) for q in load_question_set(name)]
+    return [EvalQuestion(q.question, q.answers[0], q.answers[0], None, q.answers, q.answers) for q in load_question_set(name)]

@@ -67,6 +67,8 @@ ARTICLES = {  # leads as summaries_en-us.json holds them; the second is cut into
               "description": "Chemical compound", "topic": "Physical sciences"},
     "Mozart": {"title": "Wolfgang Amadeus Mozart", "extract": "Wolfgang Amadeus Mozart composed The Magic Flute .",
                "description": "Austrian composer (1756–1791)", "topic": "People"},
+    "Vivaldi": {"title": "Antonio Vivaldi", "extract": "Antonio Vivaldi composed The Four Seasons .",
+                "description": "Italian composer (1678–1741)", "topic": "People"},
 }
 
 

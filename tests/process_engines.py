@@ -30,6 +30,7 @@ class FakeAnswer:
     engine: str
     pid: int
     notices: tuple[str, ...] = ()
+    memory: bool | None = None  # the memory switch, as the call gave it
 
 
 class FakeEngine:
@@ -41,7 +42,7 @@ class FakeEngine:
     def __init__(self, label: str = "fake"):
         self.label = label
 
-    def ask(self, question: str, *, kb="left", k: int = 5, progress=None, **options):
+    def ask(self, question: str, *, kb="left", k: int = 5, memory: bool | None = None, progress=None, **options):
         if question == "die":
             os._exit(3)
         if question == "":
@@ -54,7 +55,10 @@ class FakeEngine:
             if progress is not None:
                 progress("reading", step + 1, 3)
         kb_name = kb if isinstance(kb, str) else f"own:{kb['name']}"
-        return FakeAnswer(question, kb_name, k, self.label, os.getpid())
+        return FakeAnswer(question, kb_name, k, self.label, os.getpid(), memory=memory)
+
+    def memory_logit(self, retriever: str | None = None) -> float | None:
+        return {"dense": 1.5}.get(retriever or "dense")
 
     def build_kb(self, name: str, passages: list, *, progress=None):
         if name == "unpicklable":
@@ -83,7 +87,14 @@ def failing_factory(progress):
     raise InputError("the cache folder is not writable")
 
 
-def tiny_rag_engine(progress, *, folder: str):
+def tiny_rag_engine(progress, *, folder: str, memory_logit: float | None = None):
+    """tests/ui_engine.py's engine; with `memory_logit`, the generator's memory is a source at that logit."""
+    from dataclasses import replace
+
+    from rag_demo.config import MemoryConfig
     from tests.ui_engine import make_ui_engine
 
-    return make_ui_engine(Path(folder))
+    engine = make_ui_engine(Path(folder))
+    if memory_logit is not None:
+        engine.config = replace(engine.config, memory=MemoryConfig(logit=memory_logit))
+    return engine

@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -90,6 +91,60 @@ def test_bm25_retrieval_from_the_command_line(saved):
     assert "bm25=" in out.stdout and "score=" not in out.stdout
 
 
+def test_memory_from_the_command_line(saved, tiny_engine):
+    """--memory-logit makes the generator's memory a source of a RAG checkpoint: the JSON carries p(∅|x) and
+    memory's posteriors, as the same engine in memory gives them; the text prints memory's line and column."""
+    import copy
+
+    from rag_demo.config import MemoryConfig
+
+    question = "who wrote a farewell to arms"
+    theta = tiny_engine.retrieve(question, k=3).passages[0].logit
+    model = ("--rag-checkpoint", str(saved / "rag"), "--kb-path", f"tiny={saved / 'kb'}", "--k", "3")
+    out = run("ask", question, *model, "--max-new-tokens", "6", "--memory-logit", str(theta), "--json")
+    assert out.returncode == 0, out.stderr
+    data = json.loads(out.stdout)
+    assert data["memory_logit"] == pytest.approx(theta) and 0 < data["memory_prob"] < 1
+    assert sum(p["prob"] for p in data["passages"]) + data["memory_prob"] == pytest.approx(1, abs=1e-5)
+    remembering = copy.copy(tiny_engine)
+    remembering.config = replace(tiny_engine.config, memory=MemoryConfig(logit=theta))
+    expected = remembering.ask(question, k=3, max_new_tokens=6)
+    for name, variant in data["variants"].items():
+        assert variant["token_ids"] == list(expected.variants[name].token_ids)
+        assert variant["memory_posteriors"] == pytest.approx(expected.variants[name].memory_posteriors, abs=1e-4)
+        for row, memory in zip(variant["posteriors"], variant["memory_posteriors"]):
+            assert sum(row) + memory == pytest.approx(1, abs=1e-4)
+
+    out = run("ask", question, *model, "--max-new-tokens", "3", "--memory-logit", str(theta))
+    assert out.returncode == 0, out.stderr
+    assert f"∅. p(∅|x)={data['memory_prob']:.3f} logit={theta:.2f}" in out.stdout
+    token_lines = [line for line in out.stdout.splitlines() if "closed-book p=" in line]
+    assert token_lines and all("  memory=" in line for line in token_lines)
+    out = run("score", question, "hemingway", *model, "--no-memory")
+    assert out.returncode == 0, out.stderr
+    assert "memory is no source" in out.stdout and "memory=" not in out.stdout
+    out = run("compare", question, *model, "--memory-logit", str(theta))
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.count("∅. p(∅|x)=") == 2  # under dense and under BM25
+
+
+def test_memory_options_reach_the_engine_config():
+    from rag_demo.cli import build_parser, engine_config
+
+    parse = build_parser().parse_args
+    assert parse(["ask", "q"]).memory is None and engine_config(parse(["ask", "q"])).memory.logit is None
+    assert parse(["score", "q", "a", "--memory"]).memory is True and parse(["compare", "q", "--no-memory"]).memory is False
+    assert engine_config(parse(["ask", "q", "--memory-logit", "-2.5"])).memory.logit == -2.5
+
+
+def test_cli_doctests():
+    import doctest
+
+    from rag_demo import cli
+
+    assert doctest.testmod(cli).failed == 0
+
+
 def test_compare_end_to_end(saved, tmp_path):
     import shutil
 
@@ -136,6 +191,13 @@ def test_compare_end_to_end(saved, tmp_path):
         (["ask", "q", "--extractive"], "causal generators only"),
         (["ask", "q", "--retriever", "sparse"], "invalid choice"),
         (["compare", "q", "--retriever", "bm25"], "unrecognized arguments"),  # compare runs every retriever
+        (["ask", "q", "--memory"], "no fitted logit for the generator's memory"),  # required, and none is fitted
+        (["compare", "q", "--memory"], "no fitted logit for the generator's memory"),
+        (["score", "q", "a", "--memroy"], "unrecognized arguments: --memroy"),
+        (["ask", "q", "--memory", "--no-memory"], "not allowed with argument"),
+        (["ask", "q", "--no-memory", "--memory-logit", "1"], "give one of them"),
+        (["ask", "q", "--memory-logit", "high"], "invalid float value"),
+        (["ask", "q", "--memory-logit", "nan"], "--memory-logit must be a finite number"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(saved, args, message, tmp_path):

@@ -45,6 +45,12 @@ def test_reads_and_calls_cross_the_pipe(fake):
     assert fake.wait(1) is True
 
 
+def test_the_memory_switch_and_its_logit_cross_the_pipe(fake):
+    assert [fake.ask("who?", memory=m).memory for m in (True, False, None)] == [True, False, None]
+    assert fake.ask("who?").memory is None  # not given: the engine's default
+    assert (fake.memory_logit(), fake.memory_logit("dense"), fake.memory_logit("bm25")) == (1.5, 1.5, None)
+
+
 def test_progress_is_reported_in_the_callers_thread(fake):
     seen = []
     fake.ask("who?", progress=lambda stage, done, total: seen.append((stage, done, total, threading.get_ident())))
@@ -160,6 +166,28 @@ def test_the_pages_answers_through_the_process_equal_those_in_this_one(tmp_path,
             assert theirs == ours and ours["passages"] and ours["variants"]["token"]["answer"] is not None
         assert _untimed(there.compare_json(question, "nq-wiki", 3)) == _untimed(here.compare_json(question, "nq-wiki", 3))
         assert there.examples("nq-wiki") == here.examples("nq-wiki")
+    finally:
+        engine.stop()
+
+
+def test_memory_through_the_process_equals_memory_in_this_one(tmp_path, ui_engine):
+    """A child engine with a memory logit: the switch reaches it from the page's API, and its answers with
+    memory on, off and by default equal those of the same engine here."""
+    from rag_demo.ui.actions import DemoActions
+    from tests.ui_engine import with_memory
+
+    theta = ui_engine.retrieve("who wrote a farewell to arms", k=3).passages[0].logit
+    engine = _started(functools.partial(process_engines.tiny_rag_engine, folder=str(tmp_path), memory_logit=theta))
+    try:
+        here, there = DemoActions(with_memory(ui_engine, theta)), DemoActions(engine)
+        assert engine.memory_logit() == theta and "θ" in there.memory_options()["info"]
+        for memory in (True, False, None):
+            theirs, ours = (_untimed(side.ask_json("who wrote a farewell to arms", "both", 3, "flat", "nq-wiki", "", False,
+                                                   memory)) for side in (there, here))
+            assert theirs == ours and (ours["memory_prob"] is None) == (memory is False)
+            scored = [_untimed(side.score_json("who wrote a farewell to arms", "Hemingway", "nq-wiki", 3, "flat", "both",
+                                               "", memory)) for side in (there, here)]
+            assert scored[0] == scored[1]
     finally:
         engine.stop()
 

@@ -14,7 +14,7 @@ from rag_demo.corpus import load_kb
 from rag_demo.errors import KnowledgeBaseError
 from rag_demo.offline.cache import MARKER, marker_problem, write_marker
 from rag_demo.offline.gguf import generator_key
-from rag_demo.offline.kbs import EXAMPLES_PER_KB, default_kb_paths, ensure_general_kb, ensure_nq_kbs
+from rag_demo.offline.kbs import EXAMPLES_PER_KB, default_kb_paths, ensure_general_kbs, ensure_nq_kbs, load_counterfactual_world
 from rag_demo.offline.leads import ensure_leads, read_leads
 from rag_demo.offline.prepare import prepare
 from rag_demo.offline.source import ensure_source
@@ -77,28 +77,39 @@ def test_default_kbs_are_built_once_with_questions(offline_source):
     assert set(other.values()).isdisjoint(paths.values())  # the key follows the encoder
 
 
-def test_wikipedia_is_built_once_from_the_leads_with_titles_and_examples(offline_source, monkeypatch):
+def test_wikipedia_and_its_twin_are_built_once_from_the_leads_with_titles_and_examples(offline_source, monkeypatch):
     from rag_demo.offline import kbs as kbs_module
     from rag_demo.questions import SetQuestion, answer_in_text
 
     cache, _ = offline_source
-    passages = read_leads(ensure_leads(cache=cache))
-    assert [p.title for p in passages] == ["Paris", "Water", "Water", "Wolfgang Amadeus Mozart"]  # by title, 100 words each
+    data = read_leads(ensure_leads(cache=cache))
+    titles = ["Antonio Vivaldi", "Paris", "Water", "Water", "Wolfgang Amadeus Mozart"]  # by title, 100 words each
+    assert [p.title for p in data.passages] == titles
+    assert data.counterfactual.substitutes == {"Antonio Vivaldi": "Wolfgang Amadeus Mozart",
+                                               "Wolfgang Amadeus Mozart": "Antonio Vivaldi"}
     candidates = (SetQuestion("who composed the magic flute?", ("Mozart", "W. A. Mozart")),
                   SetQuestion("what is the capital of france?", ("Paris",)),
                   SetQuestion("what is the formula of water?", ("CO2",)))  # its top passage lacks the answer
     monkeypatch.setattr(kbs_module, "load_question_set", lambda name: candidates)
     monkeypatch.setattr(kbs_module, "general_example_candidates", lambda: [0, 1, 2])
     encoder = FakeEncoder()
-    path = ensure_general_kb(encoder, passages, cache=cache)
-    assert path == default_kb_paths("fake", 16, cache=cache)["wikipedia"] and len(encoder.embedded) == 4
-    kb = load_kb(path)
-    assert list(kb.titles) == [p.title for p in passages] and kb.name == "wikipedia"
-    examples = load_questions(path)
+    paths = ensure_general_kbs(encoder, data, cache=cache)
+    assert paths == {name: default_kb_paths("fake", 16, cache=cache)[name] for name in ("wikipedia", "wikipedia-counterfactual")}
+    assert len(encoder.embedded) == 5 + 2  # the two swapped rows are embedded once more, the rest shared
+    real, twin = load_kb(paths["wikipedia"]), load_kb(paths["wikipedia-counterfactual"])
+    assert list(real.titles) == titles and real.name == "wikipedia"
+    assert list(twin.titles) == ["Wolfgang Amadeus Mozart", "Paris", "Water", "Water", "Antonio Vivaldi"]
+    assert twin.texts[4] == "Antonio Vivaldi composed The Magic Flute ."  # his article, under the other's name
+    examples = load_questions(paths["wikipedia"])
     assert [q.question for q in examples] == ["who composed the magic flute?", "what is the capital of france?"]
     for q in examples:
-        assert q.example and answer_in_text(kb.texts[q.gold_id], [q.passage_answer]) == q.passage_answer
-    assert ensure_general_kb(encoder, passages, cache=cache) == path and len(encoder.embedded) == 4  # built once
+        assert q.example and answer_in_text(real.texts[q.gold_id], [q.passage_answer]) == q.passage_answer
+    swapped = load_questions(paths["wikipedia-counterfactual"])  # only questions whose answer was swapped
+    assert [(q.question, q.answer, q.passage_answer) for q in swapped] == [
+        ("who composed the magic flute?", "Mozart", "Antonio Vivaldi")]
+    assert load_counterfactual_world(paths["wikipedia-counterfactual"]).substitutes == data.counterfactual.substitutes
+    assert load_counterfactual_world(paths["wikipedia"]) is None
+    assert ensure_general_kbs(encoder, data, cache=cache) == paths and len(encoder.embedded) == 7  # built once
 
 
 def test_the_default_encoder_reads_128_word_pieces_and_others_256():
@@ -118,7 +129,7 @@ def test_warm_prepare_loads_no_model(offline_source, monkeypatch):
     cache, _ = offline_source
     config = EncoderConfig(model="fake", max_length=16)
     ensure_nq_kbs(FakeEncoder(), cache=cache)
-    ensure_general_kb(FakeEncoder(), read_leads(ensure_leads(cache=cache)), cache=cache)
+    ensure_general_kbs(FakeEncoder(), read_leads(ensure_leads(cache=cache)), cache=cache)
     name, key = generator_key()
     generator = cache / "models" / name
     generator.mkdir(parents=True)

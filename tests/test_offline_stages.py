@@ -20,16 +20,19 @@ def test_a_first_start_serves_bm25_first_then_each_part_as_it_is_built(default_s
         stages = list(prepare_in_stages(cache=cache, encoder_config=config))
     assert [(s.stage, s.stages) for s in stages] == [(1, 5), (2, 5), (3, 5), (4, 5), (5, 5)]
     text, general, dense, questions, full = stages
-    assert list(text.text_kbs) == ["wikipedia", "nq-wiki", "nq-counterfactual"]  # the page opens on the first
+    assert list(text.text_kbs) == ["wikipedia", "wikipedia-counterfactual", "nq-wiki", "nq-counterfactual"]  # the page opens on the first
     assert all(not kb.has_vectors and len(kb) > 0 for kb in text.text_kbs.values())
     assert all(text.text_examples[name] for name in text.text_kbs)
     assert text.paths.kb_paths == {} and text.paths.generator_path.is_dir()
     assert text.serving() == "BM25 retrieval and the base generator"
     assert text.building() == "dense vectors are building (2 of 5)"
-    assert list(general.paths.kb_paths) == ["wikipedia"] and list(general.text_kbs) == ["nq-wiki", "nq-counterfactual"]
-    assert general.serving() == "dense retrieval on wikipedia, BM25 on nq-wiki, nq-counterfactual and the base generator"
+    assert list(general.paths.kb_paths) == ["wikipedia", "wikipedia-counterfactual"]
+    assert list(general.text_kbs) == ["nq-wiki", "nq-counterfactual"]
+    assert general.serving() == ("dense retrieval on wikipedia, wikipedia-counterfactual, BM25 on nq-wiki, "
+                                 "nq-counterfactual and the base generator")
     assert general.building() == "dense vectors of the NQ pair are building (3 of 5)"
-    assert list(dense.paths.kb_paths) == ["wikipedia", "nq-wiki", "nq-counterfactual"] and not dense.text_kbs
+    assert list(dense.paths.kb_paths) == ["wikipedia", "wikipedia-counterfactual", "nq-wiki", "nq-counterfactual"]
+    assert not dense.text_kbs
     assert dense.paths.question_encoder_path is None and dense.serving() == "dense retrieval and the base generator"
     assert dense.building() == "the fine-tuned question encoder is building (4 of 5)"
     assert questions.paths.question_encoder_path is not None and questions.paths.reader_adapter_path is None
@@ -62,7 +65,8 @@ def test_without_the_nq_source_wikipedia_serves_alone_and_later_starts_do_not_as
         stages = list(prepare_in_stages(cache=cache, encoder_config=config))
     assert tries == ["bigbench"] and [(s.stage, s.stages) for s in stages] == [(1, 2), (2, 2)]
     text, full = stages
-    assert list(text.text_kbs) == ["wikipedia"] and full.complete and list(full.paths.kb_paths) == ["wikipedia"]
+    general = ["wikipedia", "wikipedia-counterfactual"]
+    assert list(text.text_kbs) == general and full.complete and list(full.paths.kb_paths) == general
     assert full.paths.question_encoder_path is None and full.paths.reader_adapter_path is None  # trained on nq-wiki
     assert full.serving() == "dense retrieval and the base generator"
     assert set(full.paths.unavailable) == {"nq-wiki", "nq-counterfactual"}
@@ -77,8 +81,8 @@ def test_without_the_nq_source_wikipedia_serves_alone_and_later_starts_do_not_as
     assert tries == ["bigbench", "bigbench"] and [s.building() for s in stages] == [
         "dense vectors are building (2 of 4)", "the fine-tuned question encoder is building (3 of 4)",
         "the reading adapter is building (4 of 4)", ""]
-    assert list(stages[0].text_kbs) == ["nq-wiki", "nq-counterfactual"] and list(stages[0].paths.kb_paths) == ["wikipedia"]
-    assert list(stages[-1].paths.kb_paths) == ["wikipedia", "nq-wiki", "nq-counterfactual"]
+    assert list(stages[0].text_kbs) == ["nq-wiki", "nq-counterfactual"] and list(stages[0].paths.kb_paths) == general
+    assert list(stages[-1].paths.kb_paths) == general + ["nq-wiki", "nq-counterfactual"]
     assert not stages[-1].paths.unavailable and stages[-1].paths.reader_adapter_path is not None
 
 
@@ -194,9 +198,10 @@ def test_staged_engines_answer_at_each_stage_and_load_each_part_once(default_set
         engines.append((engine, readiness))
     assert [r.stage for _, r in engines] == [1, 2, 3, 4, 5]
     (text, _), (general, _), (dense, _), (questions, _), (full, _) = engines
-    assert text.kb_names == general.kb_names == full.kb_names == ("wikipedia", "nq-wiki", "nq-counterfactual")
+    assert text.kb_names == general.kb_names == full.kb_names == ("wikipedia", "wikipedia-counterfactual", "nq-wiki",
+                                                                 "nq-counterfactual")
     assert not any(kb.has_vectors for kb in text.kbs.values()) and all(kb.has_vectors for kb in dense.kbs.values())
-    assert [kb.has_vectors for kb in general.kbs.values()] == [True, False, False]
+    assert [kb.has_vectors for kb in general.kbs.values()] == [True, True, False, False]
     # each KB folder loads once (wikipedia at stage 2, the NQ pair at 3) and serves the later stages as it is
     assert loads["kbs"] == 2 and all(full.kbs[name] is dense.kbs[name] for name in dense.kbs)
     assert general.kbs["wikipedia"] is full.kbs["wikipedia"] and full.kbs is not dense.kbs
@@ -237,7 +242,7 @@ def test_own_kbs_follow_the_default_ones_in_every_staged_engine(default_setup, m
         engines = [engine for engine, _ in loading.staged_default_engines(EngineConfig(encoder=encoder_config), extra_kbs=extra)]
     assert len(engines) == 5
     for engine in engines:
-        assert engine.kb_names == ("wikipedia", "nq-wiki", "nq-counterfactual", "mine") and engine.kbs["mine"] is extra["mine"]
+        assert engine.kb_names == ("wikipedia", "wikipedia-counterfactual", "nq-wiki", "nq-counterfactual", "mine") and engine.kbs["mine"] is extra["mine"]
         assert engine.kbs["nq-wiki"] is not extra["nq-wiki"]
     result = engines[-1].ask("who wrote the notes on the engine?", kb="mine", k=2, closed_book=False, max_new_tokens=2)
     assert {p.title for p in result.passages} == {"Ada Lovelace", "Brooklyn Bridge"}

@@ -304,18 +304,19 @@ def test_kb_swap_changes_the_answer(actions, ui_engine):
     left_kb, right_kb = KB_NAMES
     status, summary, left, right = actions.swap(QUESTION, left_kb, right_kb, "both", 5, None)
     assert status == ""
-    a, b = (ui_engine.ask(QUESTION, kb=kb, k=5, variants=("token", "sequence"), closed_book=False) for kb in KB_NAMES)
+    a, b = (ui_engine.ask(QUESTION, kb=kb, k=5, variants=("token", "sequence")) for kb in KB_NAMES)
     # the same random model reads different passages: the RAG-Token answer of this question differs
     assert a.variants["token"].answer != b.variants["token"].answer
     for column, result in ((left, a), (right, b)):
-        assert f"knowledge base <b>{result.kb}</b>" in column and "Closed-book" not in column
-        assert ">nan<" not in column and "nan nats" not in column and "closed-book" not in column  # none was asked
+        assert f"knowledge base <b>{result.kb}</b>" in column and "Closed-book" not in column  # its answer is in the summary
+        assert ">nan<" not in column and "nan nats" not in column and "closed-book p" in column  # asked, for the conflicts
         for v in result.variants.values():
             assert all(f'<span class="rag-tok-text">{shown(t)}</span>' in column for t in v.tokens)
         assert column.count('class="rag-passage"') == 3
     for result in (a, b):
         assert " / ".join(f"“{esc(v.answer)}”" for v in result.variants.values()) in summary
     assert esc(swap_verdict(a, b)) in summary
+    assert f"closed-book, no passages → “{esc(a.closed_book.answer)}”" in summary
     same = actions.swap(QUESTION, left_kb, left_kb, "token", 5, None)[1]
     assert "read the same knowledge base" in same
 
@@ -405,11 +406,15 @@ def test_ask_json_shape(actions):
 def test_demo_builds_with_named_endpoints_and_one_engine_lane(ui_engine):
     demo = build_demo(ui_engine)
     endpoints = demo.get_api_info()["named_endpoints"]
-    for name in ("/ask", "/ask_json", "/swap", "/score", "/index_reports", "/build_kb", "/edit_passage", "/ask_mine",
-                 "/compare", "/compare_json"):
+    for name in ("/ask", "/ask_json", "/swap", "/score", "/score_json", "/index_reports", "/build_kb", "/edit_passage",
+                 "/ask_mine", "/compare", "/compare_json"):
         assert name in endpoints
+    # the memory switch came last, so that older clients' positional arguments keep their places
     assert [p["parameter_name"] for p in endpoints["/ask_json"]["parameters"]] == ["question", "variant", "k", "index", "kb",
-                                                                                 "retriever", "extractive"]
+                                                                                 "retriever", "extractive", "memory"]
+    assert [p["parameter_name"] for p in endpoints["/score_json"]["parameters"]] == [
+        "question", "answer", "kb", "k", "index", "variant", "retriever", "memory"]
+    assert [p["parameter_name"] for p in endpoints["/ask"]["parameters"]][-1] == "memory"
     assert [p["parameter_name"] for p in endpoints["/compare_json"]["parameters"]] == ["question", "kb", "k"]
     engine_fns = [fn for fn in demo.fns.values() if fn.concurrency_id == ENGINE_GROUP]
     assert len(engine_fns) >= 10 and all(fn.concurrency_limit == 1 for fn in engine_fns)

@@ -14,7 +14,7 @@ from pathlib import Path
 import torch
 
 from rag_demo import prompts
-from rag_demo.config import DecodingConfig, EngineConfig, GeneratorConfig
+from rag_demo.config import DecodingConfig, EngineConfig, GeneratorConfig, MemoryConfig
 from rag_demo.corpus import Passage, make_kb
 from rag_demo.encoders import Encoder
 from rag_demo.engine import RagEngine
@@ -133,4 +133,14 @@ def make_ui_engine(folder: Path) -> RagEngine:
         kbs[name] = make_kb(name, passages, encoder.encode_passages(passages), encoder=encoder.name)
     config = EngineConfig(decoding=DecodingConfig(max_new_tokens=4))
     return RagEngine(encoder=encoder, generator=generator, kbs=kbs, config=config,
+                     examples={name: list(QUESTIONS) for name in KB_NAMES})
+
+
+def with_memory(engine: RagEngine, logit: float) -> RagEngine:
+    """The same models and knowledge bases, with the generator's memory a source at `logit` (a new engine:
+    the shared one stays as it is)."""
+    from dataclasses import replace
+
+    return RagEngine(encoder=engine.encoder, generator=engine.generator, kbs=engine.kbs,
+                     config=replace(engine.config, memory=MemoryConfig(logit=logit)),
                      examples={name: list(QUESTIONS) for name in KB_NAMES})

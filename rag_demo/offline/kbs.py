@@ -13,12 +13,13 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..config import DEFAULT_ENCODER, GENERAL_KB, NQ_KBS
+from ..config import DEFAULT_ENCODER, GENERAL_KBS, NQ_KBS
 from ..corpus import Passage, load_kb, make_kb, save_kb
 from ..packaged import ENCODER_DISTRIBUTION, ENCODER_MODULE, missing_packages
 from ..progress import Progress, counted
 from ..questions import QUESTIONS_FILE, answer_in_text, load_question_set
-from .leads import LEADS_SOURCE
+from .leads import LEADS_SOURCE, GeneralData
+from .swapped import SwappedWorld, counterfactual_answer
 from .cache import is_complete, publish, report, require_space, resolve_root, staged, timed, writing
 from .source import TASK_SOURCE, ensure_source, read_default_data
 from .worlds import DefaultData, pick_examples
@@ -33,6 +34,7 @@ KB_FORMAT = 5  # 2: example questions retrieval gets right in both KBs; 3: one c
 # answer, and swapped names swapped in every counterfactual passage
 EXAMPLES_PER_KB = 8
 GENERAL_FORMAT = 1
+WORLD_FILE = "world.json"  # beside the counterfactual general KB: who was swapped for whom
 EXAMPLES_FROM = "everyday-train"  # wikipedia's example questions: never the evaluation set
 EXAMPLE_CANDIDATES = 200  # of them, tried in a seeded order until EXAMPLES_PER_KB pass
 EMBED_BATCH_SIZE = 16  # passages are sorted by length, so batches pad little; 16 took 0.84 of 32's time on 2 cores (benchmarks.build_steps)
@@ -64,7 +66,8 @@ def general_kb_key(encoder_name: str, max_length: int) -> str:
 def default_kb_keys(encoder_name: str, max_length: int) -> dict[str, str]:
     """{default KB: the key its marker must name}."""
     nq = kb_key(encoder_name, max_length)
-    return {GENERAL_KB: general_kb_key(encoder_name, max_length)} | {name: nq for name in NQ_KBS}
+    general = general_kb_key(encoder_name, max_length)
+    return {name: general for name in GENERAL_KBS} | {name: nq for name in NQ_KBS}
 
 
 def default_kb_paths(encoder_name: str, max_length: int, *, cache: str | Path | None = None) -> dict[str, Path]:
@@ -181,55 +184,83 @@ def general_example_candidates() -> list[int]:
 
 
 def general_text_examples() -> tuple[str, ...]:
-    """wikipedia's example questions before any retrieval check: the first candidates."""
+    """The general KBs' example questions before any retrieval check: the first candidates."""
     questions = load_question_set(EXAMPLES_FROM)
     return tuple(questions[i].question for i in general_example_candidates()[:EXAMPLES_PER_KB])
 
 
-def _general_question_rows(encoder: Encoder, passages: list[Passage], vectors: np.ndarray) -> list[dict]:
-    """wikipedia's example questions: candidates whose top passage under `encoder` holds one of their
-    answers, that passage taken as their gold one. Deterministic for a given encoder."""
+def _general_question_rows(encoder: Encoder, passages: list[Passage], vectors: np.ndarray,
+                           world: SwappedWorld | None = None) -> list[dict]:
+    """A general KB's example questions: candidates whose top passage under `encoder` holds one of
+    their answers, that passage taken as their gold one. With `world` (the counterfactual twin), only
+    questions whose answer is a swapped person, the top passage holding the substitute. Deterministic
+    for a given encoder."""
     questions = load_question_set(EXAMPLES_FROM)
     candidates = [questions[i] for i in general_example_candidates()]
     query = encoder.encode_questions([q.question for q in candidates]).cpu().numpy()  # (C, D)
     top = np.argmax(query @ vectors.T, axis=1)  # (C,)
     rows = []
     for question, row in zip(candidates, top):
-        found = answer_in_text(passages[int(row)].text, question.answers)
+        text = passages[int(row)].text
+        swapped = "" if world is None else counterfactual_answer(text, question.answers, world)
+        found = answer_in_text(text, [swapped] if world is not None else question.answers)
         if found:
-            rows.append({"question": question.question, "answer": question.answers[0], "swapped_answer": "",
+            rows.append({"question": question.question, "answer": question.answers[0], "swapped_answer": swapped,
                          "passage_answer": found, "gold_id": int(row), "example": True})
         if len(rows) == EXAMPLES_PER_KB:
             break
-    log.info("%d example questions for %s among %d candidates (an answer in the top passage)", len(rows), GENERAL_KB,
-             len(candidates))
     return rows
 
 
-def ensure_general_kb(encoder: Encoder, passages: list[Passage], *, cache: str | Path | None = None,
-                      progress: Progress | None = None) -> Path:
-    """Build (once) wikipedia with `encoder` from the leads' passages (`leads.read_leads`), with its
-    example questions. 12,324 passages: about a minute and a half on 2 cores with bfloat16."""
+def counterfactual_world_record(world: SwappedWorld) -> dict:
+    """What `eval` needs of the counterfactual world to know each question's swapped answer."""
+    return {"substitutes": world.substitutes, "surnames": world.surnames}
+
+
+def load_counterfactual_world(kb_path: str | Path) -> SwappedWorld | None:
+    """The world a counterfactual general KB was made with; None for any other KB."""
+    path = Path(kb_path) / WORLD_FILE
+    if not path.is_file():
+        return None
+    record = json.loads(path.read_text(encoding="utf-8"))
+    return SwappedWorld([], dict(record["substitutes"]), frozenset(), dict(record["surnames"]))
+
+
+def ensure_general_kbs(encoder: Encoder, data: GeneralData, *, cache: str | Path | None = None,
+                       progress: Progress | None = None) -> dict[str, Path]:
+    """Build (once) wikipedia and its counterfactual twin with `encoder` from the leads (`leads.read_leads`),
+    each with its example questions; a passage the swap left alone is embedded once for both. 12,324
+    passages and 1,935 swapped ones: about a minute and a half on 2 cores with bfloat16."""
     root = resolve_root(cache)
     key = general_kb_key(encoder.name, encoder.max_length)
-    path = default_kb_paths(encoder.name, encoder.max_length, cache=root)[GENERAL_KB]
-    if is_complete(path, key):
-        return path
+    paths = {name: path for name, path in default_kb_paths(encoder.name, encoder.max_length, cache=root).items()
+             if name in GENERAL_KBS}
+    missing = [name for name, path in paths.items() if not is_complete(path, key)]
+    if not missing:
+        return paths
     from ..precision import build_precision
 
+    real, counterfactual = GENERAL_KBS
+    passages = {real: data.passages, counterfactual: data.counterfactual.passages}
     with writing(root):
         (root / "kbs").mkdir(parents=True, exist_ok=True)
-    require_space(root / "kbs", 100_000_000, "building the wikipedia knowledge base")
-    vectors = _embed_unique(encoder, passages, progress)
-    kb_vectors = np.stack([vectors[p] for p in passages])
-    rows = _general_question_rows(encoder, passages, kb_vectors)
-    kb = make_kb(GENERAL_KB, passages, kb_vectors, encoder=encoder.name)
-    with staged(path) as staging, writing(staging):
-        save_kb(kb, staging)
-        with (staging / QUESTIONS_FILE).open("w", encoding="utf-8") as handle:
-            for row in rows:
-                handle.write(json.dumps(row, ensure_ascii=False) + "\n")
-        publish(staging, path, key, {"passages": len(kb), "questions": len(rows), "encoder": encoder.name,
-                                     "precision": build_precision(encoder.device)})
-    log.info("built %s: %d passages at %s", GENERAL_KB, len(kb), path)
-    return path
+    require_space(root / "kbs", 100_000_000 * len(missing), "building the wikipedia knowledge bases")
+    vectors = _embed_unique(encoder, [p for name in missing for p in passages[name]], progress)
+    for name in missing:
+        kb_vectors = np.stack([vectors[p] for p in passages[name]])
+        world = data.counterfactual if name == counterfactual else None
+        rows = _general_question_rows(encoder, passages[name], kb_vectors, world)
+        log.info("%d example questions for %s (an answer in the top passage)", len(rows), name)
+        kb = make_kb(name, passages[name], kb_vectors, encoder=encoder.name)
+        with staged(paths[name]) as staging, writing(staging):
+            save_kb(kb, staging)
+            with (staging / QUESTIONS_FILE).open("w", encoding="utf-8") as handle:
+                for row in rows:
+                    handle.write(json.dumps(row, ensure_ascii=False) + "\n")
+            if world is not None:
+                (staging / WORLD_FILE).write_text(json.dumps(counterfactual_world_record(world), ensure_ascii=False),
+                                                  encoding="utf-8")
+            publish(staging, paths[name], key, {"passages": len(kb), "questions": len(rows), "encoder": encoder.name,
+                                                "precision": build_precision(encoder.device)})
+        log.info("built %s: %d passages at %s", name, len(kb), paths[name])
+    return paths

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+from dataclasses import dataclass
 from pathlib import Path
 
 from ..corpus import Passage, split_into_passages
@@ -16,6 +17,7 @@ from ..errors import CacheError
 from ..progress import Progress
 from .cache import resolve_root
 from .registry import PackagedFile, ensure_packaged_file
+from .swapped import SwappedWorld, swap_people
 
 log = logging.getLogger(__name__)
 
@@ -47,14 +49,26 @@ def lead_passages(articles: dict) -> list[Passage]:
     return passages
 
 
-def read_leads(path: str | Path) -> list[Passage]:
-    """The passages of a cached summaries_en-us.json."""
+@dataclass(frozen=True)
+class GeneralData:
+    """wikipedia's passages and its counterfactual twin's (`counterfactual.passages`, row for row)."""
+
+    passages: list[Passage]
+    counterfactual: SwappedWorld
+
+
+def read_leads(path: str | Path) -> GeneralData:
+    """The passages of a cached summaries_en-us.json, and their counterfactual world."""
     path = Path(path)
     try:
         articles = json.loads(path.read_text(encoding="utf-8"))
-        passages = lead_passages({key: {"title": str(a["title"]), "extract": str(a["extract"])} for key, a in articles.items()})
+        articles = {key: {"title": str(a["title"]), "extract": str(a["extract"]), "description": str(a.get("description", "")),
+                          "topic": str(a.get("topic", ""))} for key, a in articles.items()}
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as err:
         raise CacheError(f"{path} is unreadable or not the expected leads ({err}); delete {path.parent} to fetch it "
                          "again") from None
-    log.info("%d passages from the leads of %d articles", len(passages), len(articles))
-    return passages
+    passages = lead_passages(articles)
+    world = swap_people(articles, passages)
+    log.info("%d passages from the leads of %d articles; %d people's names swapped in %d of them for the "
+             "counterfactual twin", len(passages), len(articles), len(world.substitutes), len(world.swapped_rows))
+    return GeneralData(passages, world)

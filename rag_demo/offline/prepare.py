@@ -4,7 +4,8 @@
 first start answers within minutes and improves while it builds:
 
     text      BM25 over the passages, and the converted base generator (no embeddings needed)
-    dense     dense retrieval: wikipedia embedded first (the page's base), then the NQ pair
+    dense     dense retrieval: the general pair embedded first (wikipedia, the page's base, and its
+              counterfactual twin), then the NQ pair
     encoder   the question encoder fine-tuned on nq-wiki's training questions
     reader    the generator's reading adapter: full quality
 
@@ -24,7 +25,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from ..config import DEFAULT_KBS, GENERAL_KB, NQ_KBS, EncoderConfig, GeneratorConfig
+from ..config import DEFAULT_KBS, GENERAL_KBS, NQ_KBS, EncoderConfig, GeneratorConfig
 from ..corpus import KnowledgeBase, text_only_kb
 from ..errors import CacheError, RagDemoError
 from ..packaged import resolve_encoder_path
@@ -35,7 +36,7 @@ from .kbs import (
     EXAMPLES_PER_KB,
     default_kb_keys,
     default_kb_paths,
-    ensure_general_kb,
+    ensure_general_kbs,
     ensure_nq_kbs,
     general_text_examples,
 )
@@ -188,7 +189,7 @@ def prepare_in_stages(
         generator_key()
         nq_missing = not set(NQ_KBS) <= built
         skipped = _nq_note(root, retry_unavailable) if build_kbs and nq_missing else None
-        wants_leads = build_kbs and GENERAL_KB not in built
+        wants_leads = build_kbs and not set(GENERAL_KBS) <= built
         wants_task = build_kbs and nq_missing and skipped is None
         # The sources' downloads wait on the network while the GGUF's conversion keeps the cores
         # busy, so the two overlap; the thread copies this context to record into the same timeline.
@@ -222,11 +223,11 @@ def prepare_in_stages(
         if not has_nq:
             question_path = adapter_path = None
         base = replace(base, unavailable=unavailable)
-        coming = ((("dense",) if GENERAL_KB not in built else ())
+        coming = ((("dense",) if leads_path is not None else ())
                   + (("dense-nq",) if task_path is not None else ())
                   + (("encoder",) if tunes and question_path is None else ())
                   + (("reader",) if reads and adapter_path is None else ()))
-        if coming[:1] == ("dense-nq",) and GENERAL_KB in built:
+        if coming[:1] == ("dense-nq",):
             coming = ("dense",) + coming[1:]  # only the NQ pair to embed: it is the dense stage
         kb_paths = {name: all_paths[name] for name in DEFAULT_KBS if name in built}
         if not coming:
@@ -237,7 +238,8 @@ def prepare_in_stages(
         leads = read_leads(leads_path) if leads_path is not None else None
         text = {}
         if leads is not None:
-            text[GENERAL_KB] = (text_only_kb(GENERAL_KB, leads), general_text_examples())
+            text |= {name: (text_only_kb(name, passages), general_text_examples())
+                     for name, passages in zip(GENERAL_KBS, (leads.passages, leads.counterfactual.passages))}
         if data is not None:
             # Example questions before any retrieval check: the held-out candidates, in their seeded order.
             questions = tuple(data.examples[i].question for i in data.candidates[:EXAMPLES_PER_KB])
@@ -259,8 +261,9 @@ def prepare_in_stages(
 
             encoder = load_encoder(encoder_config)
             if leads is not None:
-                kb_paths[GENERAL_KB] = ensure_general_kb(encoder, leads, cache=root, progress=progress)
-                del text[GENERAL_KB]
+                kb_paths |= ensure_general_kbs(encoder, leads, cache=root, progress=progress)
+                for name in GENERAL_KBS:
+                    del text[name]
                 remaining = remaining[1:]
                 if data is not None:
                     yield readiness(remaining)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any, NamedTuple, TypeVar
 
 import gradio as gr
@@ -24,23 +25,27 @@ from ..progress import Progress, counted
 from ..results import AskResult
 from ..text import plain_text
 from .html import (
+    MEMORY_UNAVAILABLE,
     RETRIEVER_NAMES,
     format_answer_html,
     format_comparison_html,
     format_index_table,
     format_kb_preview,
-    format_passages_html,
+    format_result_passages,
     format_score_html,
     format_status,
     format_swap_column,
     format_swap_summary,
+    memory_switch_info,
     passage_choices,
 )
 from .inputs import (
     SessionFiles,
     UploadLimits,
+    memory_switch,
     parse_beams,
     parse_k,
+    parse_memory,
     parse_retriever,
     parse_variants,
     passages_from_inputs,
@@ -164,6 +169,7 @@ class PollView(NamedTuple):
     examples: Any
     swap_examples: Any
     retriever: Any
+    memory: Any  # the memory switch: its help says whether this engine has a logit for it
 
 
 View = TypeVar("View", bound=tuple)
@@ -192,6 +198,14 @@ def _failure(err: Exception) -> str:
 
 def _plot_update(figure: Any) -> dict:
     return gr.update(value=figure, visible=figure is not None)
+
+
+def noted_memory(result: AskResult, wanted: bool | None) -> AskResult:
+    """The result, with a notice when memory was wanted where available (None) and this setup had none,
+    so the visitor who left the switch on reads why no ∅ shows."""
+    if wanted is None and result.memory_prob is None and result.passages:
+        return replace(result, notices=(*result.notices, MEMORY_UNAVAILABLE))
+    return result
 
 
 def _api_json(endpoint: str, call: Callable[[], Any]) -> dict:
@@ -292,11 +306,12 @@ class DemoActions:
     # ---- Ask ----------------------------------------------------------------------------------
     def ask(self, question: str, variant: str, k: float, index: str, kb_choice: str | None, num_beams: float,
             sequence_decoding: str, mine: Held | KnowledgeBase | None, retriever: str | None = None,
-            extractive: bool = False,
+            extractive: bool = False, memory: bool = True,
             progress: gr.Progress = gr.Progress(),  # noqa: B008 (gradio injects a tracker here)
             ) -> AskView:
         try:
             knowledge = self.resolve_kb(kb_choice, mine)
+            wanted = memory_switch(memory)
             result = self.engine.ask(
                 require_question(question),
                 kb=knowledge,
@@ -308,15 +323,17 @@ class DemoActions:
                 closed_book=True,
                 retriever=parse_retriever(retriever),
                 extractive=bool(extractive),
+                memory=wanted,
                 progress=_progress_adapter(progress),
             )
         except Exception as err:  # the UI boundary: a message in the page, never a traceback
             return changed(AskView, status=_failure(err))
+        result = noted_memory(result, wanted)
         heat = {name: plots.posterior_heatmap(v, result.passages) for name, v in result.variants.items()}
         return AskView(
             status="",
             answer=format_answer_html(result),
-            passages=format_passages_html(result.passages, retriever=result.retriever, no_answer=result.no_answer),
+            passages=format_result_passages(result),
             doc_prob=_plot_update(plots.doc_prob_figure(result)),
             heat_token=_plot_update(heat.get("token")),
             heat_seq=_plot_update(heat.get("sequence")),
@@ -325,12 +342,13 @@ class DemoActions:
         )
 
     def ask_json(self, question: str, variant: str = "both", k: int = 5, index: str = "flat", kb: str = "",
-                 retriever: str = "", extractive: bool = False) -> dict:
-        """The API: the AskResult as JSON. Errors come back as a gradio error with the message."""
+                 retriever: str = "", extractive: bool = False, memory: bool | str | None = None) -> dict:
+        """The API: the AskResult as JSON. Errors come back as a gradio error with the message.
+        `memory` as `inputs.parse_memory` reads it: empty is on where available, true required, false off."""
         return _api_json("/ask_json", lambda: self.engine.ask(
             require_question(question), kb=self.known_kb(kb) if kb else self.engine.default_kb, k=parse_k(k),
             index=index or "flat", variants=parse_variants(variant), retriever=parse_retriever(retriever),
-            extractive=bool(extractive)))
+            extractive=bool(extractive), memory=parse_memory(memory)))
 
     # ---- Compare retrievers ---------------------------------------------------------------------
     def compare(self, question: str, kb_choice: str | None, k: float, mine: Held | KnowledgeBase | None) -> CompareView:
@@ -349,16 +367,19 @@ class DemoActions:
 
     # ---- Swap the index -----------------------------------------------------------------------
     def swap(self, question: str, left: str | None, right: str | None, variant: str, k: float,
-             mine: Held | KnowledgeBase | None,
+             mine: Held | KnowledgeBase | None, memory: bool = True,
              progress: gr.Progress = gr.Progress(),  # noqa: B008 (gradio injects a tracker here)
              ) -> SwapView:
-        """Same question and model, two knowledge bases."""
+        """Same question and model, two knowledge bases. The closed-book answer is asked too, so that an
+        answer memory gave against its passages shows as the knowledge conflict it is."""
         try:
             question = require_question(question)
             sides = [self.resolve_kb(left, mine), self.resolve_kb(right, mine)]
+            wanted = memory_switch(memory)
             report = _progress_adapter(progress)
-            a, b = (self.engine.ask(question, kb=kb, k=self.fit_k(k, kb), variants=parse_variants(variant),
-                                    closed_book=False, progress=_part_of(report, side, len(sides), getattr(kb, "name", kb)))
+            a, b = (noted_memory(self.engine.ask(
+                        question, kb=kb, k=self.fit_k(k, kb), variants=parse_variants(variant), closed_book=True,
+                        memory=wanted, progress=_part_of(report, side, len(sides), getattr(kb, "name", kb))), wanted)
                     for side, kb in enumerate(sides))
         except Exception as err:  # the UI boundary
             return changed(SwapView, status=_failure(err))
@@ -431,12 +452,11 @@ class DemoActions:
                                      variants=("token", "sequence"), progress=_progress_adapter(progress))
         except Exception as err:  # the UI boundary
             return changed(MineAnswerView, status=_failure(err))
-        return MineAnswerView(status="", answer=format_answer_html(result),
-                              passages=format_passages_html(result.passages, retriever=result.retriever, no_answer=result.no_answer))
+        return MineAnswerView(status="", answer=format_answer_html(result), passages=format_result_passages(result))
 
     # ---- Score your answer ----------------------------------------------------------------------
     def score(self, question: str, answer: str, kb_choice: str | None, k: float, index: str,
-              mine: Held | KnowledgeBase | None,
+              mine: Held | KnowledgeBase | None, memory: bool = True,
               progress: gr.Progress = gr.Progress(),  # noqa: B008 (gradio injects a tracker here)
               ) -> ScoreView:
         try:
@@ -444,15 +464,25 @@ class DemoActions:
                 raise InputError("Type a question and the answer to score for it.")
             answer = require_answer(answer)
             knowledge = self.resolve_kb(kb_choice, mine)
+            wanted = memory_switch(memory)
             result = self.engine.score(require_question(question), answer, kb=knowledge,
                                        k=self.fit_k(k, knowledge), index=index or "flat", variants=("token", "sequence"),
-                                       progress=_progress_adapter(progress))
+                                       memory=wanted, progress=_progress_adapter(progress))
         except Exception as err:  # the UI boundary
             return changed(ScoreView, status=_failure(err))
+        result = noted_memory(result, wanted)
         heat = {name: plots.posterior_heatmap(v, result.passages) for name, v in result.variants.items()}
         return ScoreView(status="", cards=format_score_html(result), heat_token=_plot_update(heat.get("token")),
                          heat_seq=_plot_update(heat.get("sequence")),
                          gain=_plot_update(plots.retrieval_gain_figure(list(result.variants.values()))))
+
+    def score_json(self, question: str, answer: str, kb: str = "", k: int = 5, index: str = "flat",
+                   variant: str = "both", retriever: str = "", memory: bool | str | None = None) -> dict:
+        """The API: log p(answer|question) with its provenance, the AskResult as JSON; `memory` as for `ask_json`."""
+        return _api_json("/score_json", lambda: self.engine.score(
+            require_question(question), require_answer(answer), kb=self.known_kb(kb) if kb else self.engine.default_kb,
+            k=parse_k(k), index=index or "flat", variants=parse_variants(variant), retriever=parse_retriever(retriever),
+            memory=parse_memory(memory)))
 
     # ---- Index variants -----------------------------------------------------------------------
     def index_reports(self, kb_choice: str | None, mine: Held | KnowledgeBase | None) -> IndexView:
@@ -507,9 +537,26 @@ class DemoActions:
         return {"choices": [(RETRIEVER_NAMES.get(r, r), r) for r in offered],
                 "value": "hybrid" if "hybrid" in offered else "dense", "visible": True}
 
+    def memory_options(self, retriever: str | None = None) -> dict:
+        """The memory switch's help for this retriever (None: the engine's default): whether memory can be a
+        source here. Before an engine serves, or from one that cannot say, the help stays as the page wrote it."""
+        memory_logit = getattr(self.engine, "memory_logit", None)  # a wrapper may not offer it
+        if memory_logit is None or not engine_ready(self.engine):
+            return {}
+        try:
+            logit = memory_logit(parse_retriever(retriever))
+        except RagDemoError as err:  # an unknown retriever, or the engine's process gone: the ask will say so
+            log.warning("memory availability unknown: %s", err)
+            return {}
+        return {"info": memory_switch_info(logit)}
+
+    def memory_update(self, retriever: str | None) -> dict:
+        """When the retriever changes: the memory switch's help for it."""
+        return gr.update(**self.memory_options(retriever))
+
     def poll(self, announced: int) -> PollView:
         """The banner while the engine starts or builds; the choices once it first serves, sent once;
-        fresh example questions each time a better engine is swapped in.
+        fresh example questions and the memory switch's help each time a better engine is swapped in.
 
         `announced` counts the engines the page was told of (0: none yet).
         """
@@ -525,10 +572,12 @@ class DemoActions:
             return changed(PollView, banner=banner, timer=gr.Timer(active=building), announced=served)
         default = self.default_kb()
         samples = self.examples(default)
-        examples = dict(examples=gr.Dataset(samples=samples, visible=bool(samples)),
-                        swap_examples=gr.Dataset(samples=samples, visible=bool(samples)))
+        # a new engine may have a memory logit where the last had none: the switch's help follows it
+        fresh = dict(examples=gr.Dataset(samples=samples, visible=bool(samples)),
+                     swap_examples=gr.Dataset(samples=samples, visible=bool(samples)),
+                     memory=gr.update(**self.memory_options()))
         if announced:  # a better engine over the same KBs: keep what the visitor chose
-            return changed(PollView, banner=banner, timer=gr.Timer(active=building), announced=served, **examples)
+            return changed(PollView, banner=banner, timer=gr.Timer(active=building), announced=served, **fresh)
         names = self.kb_names()
         right = next((n for n in names if n != default), default)
         choices = self.kb_choices(None)
@@ -536,7 +585,7 @@ class DemoActions:
             banner=banner, timer=gr.Timer(active=building), announced=served,
             kb=gr.update(choices=choices, value=default), swap_left=gr.update(choices=choices, value=default),
             swap_right=gr.update(choices=choices, value=right), score_kb=gr.update(choices=choices, value=default),
-            idx_kb=gr.update(choices=choices, value=default), **examples,
+            idx_kb=gr.update(choices=choices, value=default), **fresh,
             retriever=gr.update(**self.retriever_options()),
         )
 

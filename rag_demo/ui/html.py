@@ -1,9 +1,9 @@
 """Results -> HTML for the page. Pure functions, no gradio: every string that did not come from
 this file (questions, passages, tokens, knowledge-base names) is escaped here.
 
-The answer cards tint each token by the passage that dominates its posterior; the passage cards,
-the retriever comparison, the index swap, the scored answer and the index table each have one
-formatter.
+The answer cards tint each token by the source that dominates its posterior (a passage, or the
+generator's memory ∅ when it is a source); the passage cards, the retriever comparison, the index
+swap, the scored answer and the index table each have one formatter.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from collections.abc import Collection, Sequence
 
 from .. import plots
 from ..corpus import KnowledgeBase
-from ..evaluate import contains_answer
+from ..evaluate import contains_answer, exact_match
 from ..progress import counted
 from ..results import AskResult, ClosedBookResult, IndexReport, RetrievedPassage, RetrieverComparison, RetrieverRanking, VariantResult
 
@@ -113,25 +113,56 @@ def swatch(rank: int) -> str:
     return f'<span class="rag-swatch" style="background:{plots.passage_color(rank)}"></span>'
 
 
-def format_token_spans(variant: VariantResult, passages: Sequence[RetrievedPassage], *, max_tip_rows: int = 6) -> str:
-    """The answer's tokens, each tinted by the passage that dominates its posterior, with a hover tooltip.
+MEMORY_SWATCH = f'<span class="rag-swatch" style="background:{plots.MEMORY_COLOR}"></span>'
+MEMORY_MEANS = ("No passage matches: the generator's own memory. ∅ is the question read with no passage by the "
+                "base generator (the closed-book model); p(∅|x) is its share beside the k passages, and both RAG "
+                "variants mix it in as one more source.")
+MEMORY_UNAVAILABLE = ("The generator's memory is not a source here: this setup has no fitted logit for it, so p(z|x) "
+                      "is over the k passages alone, as in the paper.")
 
-    Tint: colour of argmax_z posterior, opacity grows with that posterior. Tooltip: the token's
-    probability with passages, its closed-book probability, and its posterior over passages.
+
+def memory_switch_info(logit: float | None) -> str:
+    """The memory switch's help text, for a setup with this memory logit (None: none fitted)."""
+    if logit is None:
+        return ("Unavailable with this setup: it has no fitted logit for the generator's memory, so p(z|x) stays "
+                "over the k passages, as in the paper.")
+    return (f"∅, the generator reading no passage, joins the k passages in p(z|x) with logit θ = {logit:.2f}; "
+            "untick for the paper's k passages alone.")
+
+
+def _source(j: int, passages: Sequence[RetrievedPassage]) -> tuple[str, str, str] | None:
+    """Column j of a posterior row as (colour, short name, name for the tooltip, escaped): passage j,
+    or ∅ memory just past the passages; None past that."""
+    if j < len(passages):
+        p = passages[j]
+        return (plots.passage_color(p.rank), f"passage #{p.rank}",
+                f"#{p.rank} {esc(plots.shorten(plots.passage_name(p.title, p.text), 26))}")
+    if j == len(passages):
+        return plots.MEMORY_COLOR, "∅ memory", esc(plots.MEMORY_NAME)
+    return None
+
+
+def format_token_spans(variant: VariantResult, passages: Sequence[RetrievedPassage], *, max_tip_rows: int = 6) -> str:
+    """The answer's tokens, each tinted by the source that dominates its posterior, with a hover tooltip.
+
+    Tint: colour of argmax_z posterior (a passage's, or ∅ memory's grey when memory is a source),
+    opacity grows with that posterior. Tooltip: the token's probability with passages, its
+    closed-book probability, and its posterior over the sources.
     """
     spans = []
     kind = "running posterior p(z | x, y≤i)" if variant.variant == "sequence" else "posterior p(z | x, yᵢ, y<i)"
+    posteriors = plots.source_posteriors(variant)
     for t, token in enumerate(variant.tokens):
-        row = variant.posteriors[t] if t < len(variant.posteriors) else ()
+        row = posteriors[t] if t < len(posteriors) else ()
         p_open = math.exp(variant.token_logprobs[t]) if t < len(variant.token_logprobs) else float("nan")
         p_closed = (math.exp(variant.closed_book_token_logprobs[t])
                     if t < len(variant.closed_book_token_logprobs) else float("nan"))
         classes = ["rag-tok"]
         style = ""
         best = max(range(len(row)), key=row.__getitem__) if row else None
-        if best is not None and best < len(passages):
-            rank = passages[best].rank
-            style = f' style="background:{plots.rgba(plots.passage_color(rank), 0.12 + 0.6 * row[best])}"'
+        leader = _source(best, passages) if best is not None else None
+        if leader is not None:
+            style = f' style="background:{plots.rgba(leader[0], 0.12 + 0.6 * row[best])}"'
         ending = _ends_answer(variant.tokens, t)
         if _is_special(token) or ending:
             classes.append("rag-special")
@@ -140,25 +171,26 @@ def format_token_spans(variant: VariantResult, passages: Sequence[RetrievedPassa
         order = sorted(range(len(row)), key=lambda j: -row[j])[:max_tip_rows]
         rows = []
         for j in order:
-            if j >= len(passages):
+            source = _source(j, passages)
+            if source is None:
                 continue
-            passage = passages[j]
+            color, _, name = source
             width = max(1.0, 100 * row[j])
             rows.append(
-                f'<div class="rag-tip-row">{swatch(passage.rank)}<span class="rag-tip-title">#{passage.rank} '
-                f'{esc(plots.shorten(plots.passage_name(passage.title, passage.text), 26))}</span><span class="rag-tip-bar">'
-                f'<span style="width:{width:.0f}%;background:{plots.passage_color(passage.rank)}"></span></span>'
+                f'<div class="rag-tip-row"><span class="rag-swatch" style="background:{color}"></span>'
+                f'<span class="rag-tip-title">{name}</span><span class="rag-tip-bar">'
+                f'<span style="width:{width:.0f}%;background:{color}"></span></span>'
                 f'<span class="rag-tip-num">{row[j]:.2f}</span></div>'
             )
         hidden = len(row) - len(order)
         more = f'<div class="rag-tip-more">+{hidden} more below {row[order[-1]]:.2f}</div>' if hidden > 0 and order else ""
         gain = (variant.token_logprobs[t] - variant.closed_book_token_logprobs[t]
                 if t < min(len(variant.token_logprobs), len(variant.closed_book_token_logprobs)) else float("nan"))
-        closed_known = not math.isnan(p_closed)  # the Swap tab asks without the closed-book model
+        closed_known = not math.isnan(p_closed)  # an ask with closed_book=False and no memory has none
         label = f"“{plots.token_label(token)}”: p {fmt_prob(p_open)}" + (
             f", closed-book p {fmt_prob(p_closed)}" if closed_known else "")
-        if best is not None and best < len(passages):
-            label += f", mostly passage #{passages[best].rank} ({row[best]:.2f})"
+        if leader is not None:
+            label += f", mostly {leader[1]} ({row[best]:.2f})"
         about = kind
         if ending:
             label += "; it ends the answer"
@@ -261,13 +293,36 @@ def format_notices(notices: Sequence[str]) -> str:
     return "".join(f'<div class="rag-notice">{esc(n)}</div>' for n in notices)
 
 
+def memory_sentence(result: AskResult) -> str:
+    """What p(∅|x) says, in words (plain text); "" when memory is not a source of this answer."""
+    if result.memory_prob is None:
+        return ""
+    k = counted(len(result.passages), "passage")
+    if plots.memory_leads(result):
+        return (f"∅ memory is the largest source: p(∅|x) = {result.memory_prob:.3f}, more than any of the {k}. "
+                "No passage matches this question as well as the generator's own memory does, so the answer "
+                "leans on what the model remembers.")
+    return f"∅ memory is a source beside the {k}: p(∅|x) = {result.memory_prob:.3f}."
+
+
+def format_memory_line(result: AskResult) -> str:
+    """One line under the question: p(∅|x) and what it means; empty when memory is not a source."""
+    sentence = memory_sentence(result)
+    if not sentence:
+        return ""
+    lead = " rag-memory-lead" if plots.memory_leads(result) else ""
+    return f'<div class="rag-memory-line{lead}" title="{esc(MEMORY_MEANS)}">{MEMORY_SWATCH}{esc(sentence)}</div>'
+
+
 def format_answer_html(result: AskResult, *, closed_book: bool = True, legend: bool = True, question: bool = True) -> str:
-    """Answer cards (one per variant, plus closed-book), the index's recall, notices and timings."""
+    """Answer cards (one per variant, plus closed-book), p(∅|x) when memory is a source, the index's
+    recall, notices and timings."""
     cards = [_variant_card(v, result.passages) for v in result.variants.values()]
     if closed_book and result.closed_book is not None:
         cards.append(_closed_card(result.closed_book))
+    memory = (" or grey for ∅, the generator's memory," if result.memory_prob is not None else "")
     legend_html = (
-        '<div class="rag-legend">Token colour = the passage that dominates its posterior (stronger = surer); '
+        f'<div class="rag-legend">Token colour = the passage{memory} that dominates its posterior (stronger = surer); '
         f'dotted underline = the closed-book model alone gives it p ≥ {PARAMETRIC_P:g} (parametric memory). '
         "Hover or focus a token for its posterior and closed-book probability.</div>"
         if legend else ""
@@ -275,8 +330,8 @@ def format_answer_html(result: AskResult, *, closed_book: bool = True, legend: b
     head = (f'<div class="rag-question">Q: {esc(result.question)} <span class="rag-kb">knowledge base '
             f'<b>{esc(result.kb)}</b></span> {format_index_badge(result)}</div>' if question else "")
     return (
-        f'<div class="rag-answer-block">{head}{format_notices(result.notices)}<div class="rag-cards">{"".join(cards)}</div>'
-        f"{legend_html}{format_timings(result.timings_ms)}</div>"
+        f'<div class="rag-answer-block">{head}{format_notices(result.notices)}{format_memory_line(result)}'
+        f'<div class="rag-cards">{"".join(cards)}</div>{legend_html}{format_timings(result.timings_ms)}</div>'
     )
 
 
@@ -300,9 +355,25 @@ NO_ANSWER_TIP = ("how sure the reader is that this passage does not answer: the 
                  "its answer with (no answer). No answer may begin that way, so this share is in no answer's p(y|x)")
 
 
+def format_memory_card(memory_prob: float, memory_logit: float | None, *, leads: bool) -> str:
+    """The card of ∅ among the passage cards: p(∅|x) with a bar in memory's grey, and what it means."""
+    logit = "" if memory_logit is None else f"logit θ {memory_logit:.2f} · "
+    lead = (' <span class="rag-memory-lead">the largest source</span>' if leads else "")
+    return (
+        f'<div class="rag-passage rag-passage-memory" style="border-left-color:{plots.MEMORY_COLOR}">'
+        f'<div class="rag-passage-head"><span class="rag-rank" style="background:{plots.MEMORY_COLOR}">∅</span>'
+        f'<span class="rag-passage-title">memory</span>{lead}'
+        f'<span class="rag-passage-nums">{logit}p(∅|x) <b>{memory_prob:.3f}</b></span></div>'
+        f'<div class="rag-pbar"><span style="width:{100 * memory_prob:.1f}%;background:{plots.MEMORY_COLOR}"></span></div>'
+        f'<div class="rag-passage-text">{esc(MEMORY_MEANS)}</div></div>'
+    )
+
+
 def format_passages_html(passages: Sequence[RetrievedPassage], *, max_chars: int | None = None,
-                         retriever: str = "dense", gold_ids: Collection[int] = (), no_answer: Sequence[float] = ()) -> str:
-    """Passage cards: rank, title, the retriever's scores by name, p(z|x) with a bar, and the text.
+                         retriever: str = "dense", gold_ids: Collection[int] = (), no_answer: Sequence[float] = (),
+                         memory_prob: float | None = None, memory_logit: float | None = None) -> str:
+    """Passage cards: rank, title, the retriever's scores by name, p(z|x) with a bar, and the text;
+    then ∅ memory's card when it is a source (`memory_prob`, p(∅|x)).
 
     Passages whose row is in `gold_ids` are marked gold; `no_answer` (one per passage, from
     `AskResult.no_answer`) adds the reader's verdict that a passage does not answer."""
@@ -328,7 +399,15 @@ def format_passages_html(passages: Sequence[RetrievedPassage], *, max_chars: int
     # with hybrid retrieval the dense score alone does not give the order, which surprises readers
     order = ('<div class="rag-muted rag-order-note">ranked by p(z|x), which adds the BM25 score to the dense '
              "score: a lower score can rank higher</div>" if retriever == "hybrid" and len(passages) > 1 else "")
+    if memory_prob is not None:
+        cards.append(format_memory_card(memory_prob, memory_logit, leads=memory_prob > max(p.prob for p in passages)))
     return f'<div class="rag-passages">{order}{"".join(cards)}</div>'
+
+
+def format_result_passages(result: AskResult) -> str:
+    """An answer's passage cards with the reader's verdicts, and ∅ memory's card when it is a source."""
+    return format_passages_html(result.passages, retriever=result.retriever, no_answer=result.no_answer,
+                                memory_prob=result.memory_prob, memory_logit=result.memory_logit)
 
 
 def _gold_found(ranking: RetrieverRanking, k: int) -> str:
@@ -366,12 +445,13 @@ def format_comparison_html(comparison: RetrieverComparison, *, max_chars: int = 
 
 
 def format_swap_column(result: AskResult) -> str:
-    """One side of the index swap: the answers and the top 3 passages of that knowledge base."""
+    """One side of the index swap: the answers, p(∅|x), and the top 3 passages of that knowledge base."""
+    passages = format_passages_html(result.passages[:3], max_chars=220, retriever=result.retriever,
+                                    memory_prob=result.memory_prob, memory_logit=result.memory_logit)
     return (
         f'<div class="rag-swap-col"><div class="rag-swap-head">knowledge base <b>{esc(result.kb)}</b> {format_index_badge(result)}</div>'
         f"{format_answer_html(result, closed_book=False, legend=False, question=False)}"
-        f"{format_passages_html(result.passages[:3], max_chars=220, retriever=result.retriever)}"
-        f"{_more_passages_note(len(result.passages), 3)}</div>"
+        f"{passages}{_more_passages_note(len(result.passages), 3)}</div>"
     )
 
 
@@ -409,13 +489,49 @@ def swap_verdict(left: AskResult, right: AskResult) -> str:
     return "The same answer on both sides, and it appears in neither side's passages: it comes from the model, not the index."
 
 
+def _memory_share(variant: VariantResult) -> float | None:
+    """How much of the answer ∅ memory explains: RAG-Sequence's running posterior after the whole answer,
+    RAG-Token's mean over the tokens; None when memory is not a source."""
+    if not variant.memory_posteriors:
+        return None
+    if variant.variant == "sequence":
+        return variant.memory_posteriors[-1]
+    return sum(variant.memory_posteriors) / len(variant.memory_posteriors)
+
+
+def knowledge_conflicts(result: AskResult) -> list[str]:
+    """A sentence for each answer that is the closed-book answer and appears in none of the passages it
+    read: the generator's memory outweighed the passages (a knowledge conflict). [] without a closed-book answer.
+
+    An answer the passages say too is no conflict, whatever memory says; nor is one memory did not give."""
+    closed = result.closed_book
+    if closed is None or not closed.answer.strip():
+        return []
+    sentences = []
+    for variant in result.variants.values():
+        if not exact_match(variant.answer, closed.answer) or _passages_say(result, variant.answer):
+            continue
+        share = _memory_share(variant)
+        weight = "" if share is None else f"; ∅ memory's posterior on the answer is {share:.2f}"
+        name = plots.VARIANT_NAMES.get(variant.variant, variant.variant)
+        sentences.append(f"{result.kb}, {name}: “{variant.answer}” is the closed-book answer and appears in none of "
+                         f"the {counted(len(result.passages), 'passage')} it read: the generator's memory outweighed "
+                         f"the passages (a knowledge conflict{weight}).")
+    return sentences
+
+
 def format_swap_summary(left: AskResult, right: AskResult) -> str:
+    """Each side's answers, the closed-book answer, the verdict, and any knowledge conflict in words."""
     def answers(r: AskResult) -> str:
         return " / ".join(f"“{esc(v.answer)}”" for v in r.variants.values())
 
+    closed = next((r.closed_book for r in (left, right) if r.closed_book is not None), None)
+    memory = (f' &nbsp;|&nbsp; closed-book, no passages → “{esc(closed.answer)}”' if closed is not None else "")
     verdict = esc(swap_verdict(left, right))
+    conflicts = "".join(f'<div class="rag-conflict">{esc(sentence)}</div>'
+                        for side in (left, right) for sentence in knowledge_conflicts(side))
     return (f'<div class="rag-swap-summary"><b>{esc(left.kb)}</b> → {answers(left)} &nbsp;|&nbsp; '
-            f'<b>{esc(right.kb)}</b> → {answers(right)}<div>{verdict}</div></div>')
+            f'<b>{esc(right.kb)}</b> → {answers(right)}{memory}<div>{verdict}</div>{conflicts}</div>')
 
 
 def format_score_html(result: AskResult) -> str:
@@ -437,7 +553,8 @@ def format_score_html(result: AskResult) -> str:
     return (
         f'<div class="rag-answer-block"><div class="rag-question">Q: {esc(result.question)} '
         f'<span class="rag-kb">knowledge base <b>{esc(result.kb)}</b></span> {format_index_badge(result)}</div>'
-        f'{format_notices(result.notices)}<div class="rag-cards">{"".join(cards)}</div>{format_timings(result.timings_ms)}</div>'
+        f'{format_notices(result.notices)}{format_memory_line(result)}<div class="rag-cards">{"".join(cards)}</div>'
+        f'{format_timings(result.timings_ms)}</div>'
     )
 
 

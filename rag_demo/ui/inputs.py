@@ -58,6 +58,34 @@ def parse_retriever(choice: object) -> str | None:
     return choice or None
 
 
+MEMORY_WORDS = {"": None, "auto": None, "true": True, "on": True, "false": False, "off": False}
+
+
+def parse_memory(choice: object) -> bool | None:
+    """The API's memory switch -> the engine's `memory`: empty or "auto" means on where this setup has a
+    fitted logit (None), true means required (the engine refuses where there is none), false means off.
+
+    >>> parse_memory(None), parse_memory(""), parse_memory(True), parse_memory("off")
+    (None, None, True, False)
+    """
+    if choice is None or isinstance(choice, bool):
+        return choice
+    word = str(choice).strip().lower()
+    if word not in MEMORY_WORDS:
+        raise InputError(f"memory must be true, false or empty (on where available), got {str(choice)[:40]!r}")
+    return MEMORY_WORDS[word]
+
+
+def memory_switch(on: object) -> bool | None:
+    """The page's checkbox -> the engine's `memory`: ticked is on where available (None), so that a
+    setup without a fitted logit answers with the paper's k passages and says so instead of failing.
+
+    >>> memory_switch(True), memory_switch(False)
+    (None, False)
+    """
+    return None if on is None or bool(on) else False
+
+
 def _whole_number(value: object, *, name: str, most: int) -> int:
     """A page or API number (sliders send floats) as a whole number from 1 to `most`.
 

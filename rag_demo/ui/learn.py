@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from .. import plots
 from ..config import BM25_SCALE
 from ..results import AskResult, RetrievedPassage, VariantResult
-from .html import esc, fmt_log, fmt_prob, format_status, swatch
+from .html import MEMORY_SWATCH, esc, fmt_log, fmt_prob, format_status, swatch
 
 
 def learn_token_choices(result: AskResult | None) -> list[tuple[str, int]]:
@@ -62,6 +62,11 @@ GLOSSARY = (
                   "from the passage rather than from memory. The adapter is switched off for closed-book."),
     ("posterior", "After seeing the answer (or a token of it), how likely each passage is to be the one that "
                   "produced it: p(z|x) times how well z explains the text, renormalized. The heatmaps' cells."),
+    ("∅ memory, p(∅|x)", "The generator's memory as one more source beside the k passages: the question read with "
+                         "no passage by the base generator (the closed-book model). Its logit θ, fitted once per "
+                         "setup, sits beside the passages' logits in the softmax, so p(∅|x) is large when no passage "
+                         "matches, and both RAG variants mix it in as they mix a passage. The switch “Generator's "
+                         "memory as a source” turns it off: the paper's k passages alone."),
     ("closed-book, parametric memory", "Closed-book: the base generator (without the reading adapter) with no "
                                        "passages, answering from what its weights remember: its parametric memory. "
                                        "Each answer token's closed-book probability and the retrieval gain compare "
@@ -86,61 +91,92 @@ def format_glossary_html() -> str:
     return f'<dl class="rag-glossary">{rows}</dl>'
 
 
+def _with_memory(result: AskResult) -> bool:
+    """Whether ∅ memory was a source of this answer (its logit and p(∅|x) are known)."""
+    return result.memory_logit is not None and result.memory_prob is not None
+
+
+def _sum_over(term: str, memory: bool) -> str:
+    """A softmax's denominator: the sum over the passages, plus ∅'s term when memory is a source.
+
+    >>> _sum_over("exp(ℓ(z′))", True)
+    '(Σ<sub>z′</sub> exp(ℓ(z′)) + exp(θ))'
+    """
+    total = f"Σ<sub>z′</sub> {term}"
+    return f"({total} + exp(θ))" if memory else total
+
+
 def format_learn_html(result: AskResult | None, position: int | None = 0) -> str:
-    """The two RAG equations worked through with this result's own numbers."""
+    """The two RAG equations worked through with this result's own numbers, ∅ memory's line in each
+    when memory was a source."""
     if result is None:
         return format_status("Ask a question in the Ask tab first; this page then works through its numbers.", "info")
     passages = result.passages
     scale = result.scale
     hybrid, bm25 = result.retriever == "hybrid", result.retriever == "bm25"
+    memory = _with_memory(result)
     weight = result.lexical_weight if hybrid else 0.0
     logits = [scale * p.score + weight * p.lexical for p in passages]  # for bm25, score is the BM25 score
-    top = max(logits)
-    weights = [math.exp(x - top) for x in logits]
+    sources = logits + ([result.memory_logit] if memory else [])  # ∅'s logit θ is the last source's
+    top = max(sources)
+    weights = [math.exp(x - top) for x in sources]
     total = sum(weights)
-    prior = [w / total for w in weights]  # p(z|x) recomputed from the raw scores
+    prior = [w / total for w in weights]  # p(z|x) recomputed from the raw scores (and θ)
     lexical_cell = (lambda p: f"<td>{p.lexical:.3f}</td>") if hybrid else (lambda p: "")
     rows = "".join(
         f"<tr><td>{_passage_cell(p)}</td>"
         f"<td>{p.score:.4f}</td>{lexical_cell(p)}<td>{lg:.3f}</td><td>{w:.4f}</td><td><b>{pr:.4f}</b></td><td>{p.prob:.4f}</td></tr>"
         for p, lg, w, pr in zip(passages, logits, weights, prior)
     )
+    blank = "<td></td>" * (2 if hybrid else 1)
+    if memory:  # no score: θ is the logit itself
+        rows += (f"<tr><td>{MEMORY_CELL}</td>{blank}<td>θ = {result.memory_logit:.3f}</td><td>{weights[-1]:.4f}</td>"
+                 f"<td><b>{prior[-1]:.4f}</b></td><td>{result.memory_prob:.4f}</td></tr>")
+    k = len(passages)
+    over = f"those {k} and the generator's memory ∅" if memory else f"those {k} only"
     score_head = "<th>score s(z)</th>"
     if hybrid:
         how = (f"The retriever scores each passage <i>z</i> against the question <i>x</i> twice: an inner product of "
                f"their vectors, <i>s(z)</i>, as in the paper, and BM25 word matching, <i>b(z)</i>, which keeps rare "
-               f"names and numbers that one vector blurs. The top {len(passages)} become a distribution by a softmax "
-               f"over those {len(passages)} only, with the encoder's scale λ = {scale:g} and BM25's weight "
+               f"names and numbers that one vector blurs. The top {k} become a distribution by a softmax "
+               f"over {over}, with the encoder's scale λ = {scale:g} and BM25's weight "
                f"β = {weight:g} (choose “Dense” in the Ask tab for the paper's retriever alone):</p>"
-               '<div class="rag-eq">p(z|x) = exp(λ·s(z) + β·b(z)) / Σ<sub>z′</sub> exp(λ·s(z′) + β·b(z′))</div>')
+               f'<div class="rag-eq">p(z|x) = exp(λ·s(z) + β·b(z)) / {_sum_over("exp(λ·s(z′) + β·b(z′))", memory)}</div>')
         logit_head = "<th>bm25 b(z)</th><th>λ·s(z) + β·b(z)</th><th>exp(logit − max)</th>"
     elif bm25:
         how = (f"The retriever scores each passage <i>z</i> by BM25 word matching alone, <i>b(z)</i>: a sum over "
                "the question's words that the passage contains, each weighted by how rare it is in the knowledge "
                "base (its idf) and how often the passage repeats it. No vectors are involved, so BM25 looks at "
-               f"every passage exactly. The top {len(passages)} become a distribution by a softmax over those "
-               f"{len(passages)} only, with the scale λ = {scale:g}. BM25 scores have no natural scale: at λ = 1 "
+               f"every passage exactly. The top {k} become a distribution by a softmax over {over}, "
+               f"with the scale λ = {scale:g}. BM25 scores have no natural scale: at λ = 1 "
                "one rare word shared with the question would make p(z|x) all-or-nothing; λ is the weight the default "
                "Dense + BM25 gives a BM25 point (choose “Dense” in the Ask tab for the paper's retriever):</p>"
-               '<div class="rag-eq">p(z|x) = exp(λ·b(z)) / Σ<sub>z′</sub> exp(λ·b(z′))</div>')
+               f'<div class="rag-eq">p(z|x) = exp(λ·b(z)) / {_sum_over("exp(λ·b(z′))", memory)}</div>')
         score_head = "<th>bm25 b(z)</th>"
         logit_head = "<th>λ·b(z)</th><th>exp(λ·b − max)</th>"
     else:
         how = (f"The retriever scores each passage <i>z</i> against the question <i>x</i> (an inner product of "
-               f"their vectors, <i>s(z)</i>). The top {len(passages)} become a distribution by a softmax over those "
-               f"{len(passages)} only, with the encoder's scale λ = {scale:g}:</p>"
-               '<div class="rag-eq">p(z|x) = exp(λ·s(z)) / Σ<sub>z′</sub> exp(λ·s(z′))</div>')
+               f"their vectors, <i>s(z)</i>). The top {k} become a distribution by a softmax over {over}, "
+               f"with the encoder's scale λ = {scale:g}:</p>"
+               f'<div class="rag-eq">p(z|x) = exp(λ·s(z)) / {_sum_over("exp(λ·s(z′))", memory)}</div>')
         logit_head = "<th>λ·s(z)</th><th>exp(λ·s − max)</th>"
-    blank = "<td></td>" * (2 if hybrid else 1)
+    memory_how = ""
+    if memory:
+        memory_how = (
+            "<p>∅, the generator's memory, is one more source: the question read with no passage by the base "
+            f"generator. It has no score; its logit θ = {result.memory_logit:g} is fitted for this setup, so a passage "
+            "whose logit is well below θ gives way to memory. p(∅|x) is large when no passage matches:</p>"
+            f'<div class="rag-eq">p(∅|x) = exp(θ) / {_sum_over("exp(ℓ(z′))", True)}</div>'
+        )
     step1 = (
         "<h3>1 · Retrieval: how much each passage is trusted</h3>"
-        f"<p>{how}"
+        f"<p>{how}{memory_how}"
         f'<table class="rag-table"><thead><tr><th>passage</th>{score_head}{logit_head}'
         "<th>p(z|x) computed</th><th>p(z|x) engine</th></tr></thead>"
         f"<tbody>{rows}</tbody><tfoot><tr><td>sum</td><td></td>{blank}<td>{total:.4f}</td><td>{sum(prior):.4f}</td>"
-        f"<td>{sum(p.prob for p in passages):.4f}</td></tr></tfoot></table>"
+        f"<td>{sum(p.prob for p in passages) + (result.memory_prob if memory else 0.0):.4f}</td></tr></tfoot></table>"
     )
-    doc_prior = [p.prob for p in passages]
+    doc_prior = [p.prob for p in passages] + ([result.memory_prob] if memory else [])
     return f'<div class="rag-learn">{step1}{_learn_token_step(result, doc_prior, position)}{_learn_sequence_step(result, doc_prior)}</div>'
 
 
@@ -151,23 +187,26 @@ def _learn_token_step(result: AskResult, prior: Sequence[float], position: int |
         return head + format_status("Ask with RAG-Token (or both) to see this step.", "info")
     t = min(max(int(position or 0), 0), len(variant.tokens) - 1)
     token = plots.token_label(variant.tokens[t])
-    doc_p = [math.exp(lp) for lp in variant.doc_token_logprobs[t]]
+    closed = math.exp(variant.closed_book_token_logprobs[t]) if t < len(variant.closed_book_token_logprobs) else float("nan")
+    memory = _with_memory(result)
+    doc_p = [math.exp(lp) for lp in variant.doc_token_logprobs[t]] + ([closed] if memory else [])  # ∅ reads closed-book
     joint = [a * b for a, b in zip(prior, doc_p)]
     marginal = sum(joint)
     rows = "".join(
-        f"<tr><td>{_passage_cell(p)}</td><td>{a:.4f}</td>"
+        f"<tr><td>{cell}</td><td>{a:.4f}</td>"
         f"<td>{fmt_prob(b)}</td><td>{fmt_prob(j)}</td><td><b>{(j / marginal if marginal else 0):.3f}</b></td></tr>"
-        for p, a, b, j in zip(result.passages, prior, doc_p, joint)
+        for cell, a, b, j in zip(_source_cells(result), prior, doc_p, joint)
     )
-    closed = math.exp(variant.closed_book_token_logprobs[t]) if t < len(variant.closed_book_token_logprobs) else float("nan")
+    mixture = "the passages and ∅ memory" if memory else "the passages"
+    memory_term = " + p(∅|x) · p(yᵢ | x, y&lt;i) closed-book" if memory else ""
     per_token = " + ".join(f"({fmt_log(lp)})" for lp in variant.token_logprobs)
     prefix = "".join(variant.tokens[:t])
     return (
         head
         + f"<p>Token {t + 1} of the answer is <b>“{esc(token)}”</b>"
         + (f", after “{esc(prefix.strip())}”" if prefix.strip() else "")
-        + ". Its probability is a mixture over the passages, weighted by p(z|x):</p>"
-        '<div class="rag-eq">p(yᵢ | x, y&lt;i) = Σ<sub>z</sub> p(z|x) · p(yᵢ | x, z, y&lt;i)</div>'
+        + f". Its probability is a mixture over {mixture}, weighted by p(z|x):</p>"
+        f'<div class="rag-eq">p(yᵢ | x, y&lt;i) = Σ<sub>z</sub> p(z|x) · p(yᵢ | x, z, y&lt;i){memory_term}</div>'
         '<table class="rag-table"><thead><tr><th>passage</th><th>p(z|x)</th><th>p(yᵢ|x,z,y&lt;i)</th>'
         "<th>product</th><th>posterior p(z|x,yᵢ,y&lt;i)</th></tr></thead>"
         f"<tbody>{rows}</tbody><tfoot><tr><td>sum</td><td>{sum(prior):.4f}</td><td></td><td><b>{fmt_prob(marginal)}</b></td>"
@@ -186,23 +225,27 @@ def _learn_sequence_step(result: AskResult, prior: Sequence[float]) -> str:
     if variant is None or not variant.tokens:
         return head + format_status("Ask with RAG-Sequence (or both) to see this step.", "info")
     num_docs = len(result.passages)
+    memory = _with_memory(result)
     seq_lp = [sum(row[j] for row in variant.doc_token_logprobs) for j in range(num_docs)]  # log p(y|x,z)
+    if memory:  # ∅ reads the answer closed-book
+        seq_lp.append(sum(variant.closed_book_token_logprobs))
     joint = [a * math.exp(b) for a, b in zip(prior, seq_lp)]
     total = sum(joint)
     rows = "".join(
-        f"<tr><td>{_passage_cell(p)}</td><td>{a:.4f}</td>"
+        f"<tr><td>{cell}</td><td>{a:.4f}</td>"
         f"<td>{fmt_prob(math.exp(b))}</td><td>{fmt_prob(j)}</td><td><b>{(j / total if total else 0):.3f}</b></td></tr>"
-        for p, a, b, j in zip(result.passages, prior, seq_lp, joint)
+        for cell, a, b, j in zip(_source_cells(result), prior, seq_lp, joint)
     )
+    memory_term = " + p(∅|x) · Π<sub>i</sub> p(yᵢ | x, y&lt;i) closed-book" if memory else ""
     note = ""
     if "fast" in variant.decoding:
         note = (" With <i>fast</i> decoding the engine takes p(y|x,z) ≈ 0 for passages whose beam did not "
                 "contain y, so its number can be lower than the full sum.")
     return (
         head
-        + f"<p>The answer <b>“{esc(variant.answer)}”</b> is scored as a whole under each passage, "
-        "then mixed by p(z|x):</p>"
-        '<div class="rag-eq">p(y|x) = Σ<sub>z</sub> p(z|x) · Π<sub>i</sub> p(yᵢ | x, z, y&lt;i)</div>'
+        + f"<p>The answer <b>“{esc(variant.answer)}”</b> is scored as a whole under each passage"
+        + (" and under ∅ memory (closed-book)" if memory else "") + ", then mixed by p(z|x):</p>"
+        f'<div class="rag-eq">p(y|x) = Σ<sub>z</sub> p(z|x) · Π<sub>i</sub> p(yᵢ | x, z, y&lt;i){memory_term}</div>'
         '<table class="rag-table"><thead><tr><th>passage</th><th>p(z|x)</th><th>p(y|x,z) = Π<sub>i</sub></th>'
         "<th>product</th><th>p(z|x,y)</th></tr></thead>"
         f"<tbody>{rows}</tbody><tfoot><tr><td>sum</td><td>{sum(prior):.4f}</td><td></td><td><b>{fmt_prob(total)}</b></td>"
@@ -214,3 +257,11 @@ def _learn_sequence_step(result: AskResult, prior: Sequence[float]) -> str:
 
 def _passage_cell(p: RetrievedPassage) -> str:
     return f"{swatch(p.rank)}#{p.rank} {esc(plots.shorten(plots.passage_name(p.title, p.text), 28))}"
+
+
+MEMORY_CELL = f"{MEMORY_SWATCH}{esc(plots.MEMORY_NAME)}"
+
+
+def _source_cells(result: AskResult) -> list[str]:
+    """A table's first column: each passage, then ∅ memory when it was a source."""
+    return [_passage_cell(p) for p in result.passages] + ([MEMORY_CELL] if _with_memory(result) else [])

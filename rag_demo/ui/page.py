@@ -49,6 +49,9 @@ QUESTION_BOX_CHARS = LIMITS.max_question_chars + 1
 ANSWER_BOX_CHARS = LIMITS.max_answer_chars + 1
 NARROW_SCREEN = "(max-width: 980px)"  # below this the sidebar column stacks above the results
 
+MEMORY_INFO = ("∅, the generator reading no passage, joins the k passages in p(z|x) where this setup has a "
+               "fitted logit for it (also for Swap and Score); untick for the paper's k passages alone.")
+
 INTRO = (
     '<div class="rag-header"><h1>RAG provenance explorer</h1><p>Retrieval-Augmented Generation '
     "(Lewis et al., NeurIPS 2020): a retriever picks passages, a generator writes the answer; "
@@ -152,6 +155,9 @@ def build_demo(engine: Engine, *, limits: UploadLimits = UploadLimits(), files: 
                         extractive = gr.Checkbox(False, label="Answers copy a passage span", elem_id="extractive",
                                                  info="Decoding may only copy a run of a retrieved passage's words; "
                                                       "the probabilities shown stay the model's own.")
+                        # read by the Swap and Score tabs too: one switch for every answer on the page
+                        memory = gr.Checkbox(True, label="Generator's memory as a source", elem_id="memory",
+                                             **{"info": MEMORY_INFO, **actions.memory_options()})
                     with gr.Column(scale=3, min_width=600):
                         ask_status = _status("ask-status")
                         comparison = _html("compare")  # empty until "Compare retrievers"; a new ask clears it
@@ -279,7 +285,7 @@ def build_demo(engine: Engine, *, limits: UploadLimits = UploadLimits(), files: 
         # Each event's outputs, by name: the components an action's values go to (rag_demo.ui.actions)
         kb_menus = dict(kb=kb, swap_left=swap_left, swap_right=swap_right, score_kb=score_kb, idx_kb=idx_kb)
         poll_view = PollView(banner=banner, timer=timer, announced=announced, **kb_menus, examples=examples,
-                             swap_examples=swap_examples, retriever=retriever)
+                             swap_examples=swap_examples, retriever=retriever, memory=memory)
         ask_view = AskView(status=ask_status, answer=answer, passages=passages, doc_prob=doc_prob, heat_token=heat_token,
                            heat_seq=heat_seq, gain=gain, last=last)
         compare_view = CompareView(status=ask_status, comparison=comparison)
@@ -305,7 +311,7 @@ def build_demo(engine: Engine, *, limits: UploadLimits = UploadLimits(), files: 
         gr.on([ask_btn.click, question.submit, examples.click], **scroll_to["answer"])
         gr.on([swap_btn.click, swap_question.submit, swap_examples.click], **scroll_to["swap-summary"])
         gr.on([score_btn.click, score_answer.submit], **scroll_to["score-out"])
-        ask_inputs = [question, variant, k, index, kb, beams, decoding, mine, retriever, extractive]
+        ask_inputs = [question, variant, k, index, kb, beams, decoding, mine, retriever, extractive, memory]
         # one progress bar, where the answer will show: it names the step that runs (engine.ask)
         gr.on([ask_btn.click, question.submit], actions.ask, inputs=ask_inputs, outputs=list(ask_view), api_name="ask",
               show_progress_on=answer, **engine_events).then(**scroll_to["answer"])
@@ -320,13 +326,14 @@ def build_demo(engine: Engine, *, limits: UploadLimits = UploadLimits(), files: 
             actions.ask, inputs=ask_inputs, outputs=list(ask_view), api_visibility="private", show_progress_on=answer,
             **engine_events).then(**scroll_to["answer"])
         kb.change(actions.examples_update, inputs=kb, outputs=examples, api_visibility="private", queue=False)
+        retriever.change(actions.memory_update, inputs=retriever, outputs=memory, api_visibility="private", queue=False)
         last.change(actions.learn_tokens, inputs=last, outputs=list(learn_view), api_visibility="private", queue=False)
         last.change(actions.carry_question, inputs=[last, score_question], outputs=score_question,
                     api_visibility="private", queue=False)
         learn_token.change(actions.learn, inputs=[last, learn_token], outputs=learn_out, api_visibility="private",
                            queue=False)
 
-        swap_inputs = [swap_question, swap_left, swap_right, swap_variant, swap_k, mine]
+        swap_inputs = [swap_question, swap_left, swap_right, swap_variant, swap_k, mine, memory]
         gr.on([swap_btn.click, swap_question.submit], actions.swap, inputs=swap_inputs, outputs=list(swap_view),
               api_name="swap", show_progress_on=swap_summary, **engine_events).then(**scroll_to["swap-summary"])
         swap_examples.click(lambda sample: sample[0] if sample else gr.skip(), inputs=swap_examples,
@@ -345,18 +352,28 @@ def build_demo(engine: Engine, *, limits: UploadLimits = UploadLimits(), files: 
               outputs=list(mine_answer_view), api_name="ask_mine", show_progress_on=mine_answer, **engine_events)
 
         gr.on([score_btn.click, score_answer.submit], actions.score,
-              inputs=[score_question, score_answer, score_kb, score_k, score_index, mine], outputs=list(score_view),
+              inputs=[score_question, score_answer, score_kb, score_k, score_index, mine, memory], outputs=list(score_view),
               api_name="score", show_progress_on=score_out, **engine_events).then(**scroll_to["score-out"])
         idx_btn.click(actions.index_reports, inputs=[idx_kb, mine], outputs=list(index_view), api_name="index_reports",
                       **engine_events)
 
         def ask_json(question: str, variant: str = "both", k: int = 5, index: str = "flat", kb: str = "",
-                     retriever: str = "", extractive: bool = False) -> dict:
+                     retriever: str = "", extractive: bool = False, memory: bool | None = None) -> dict:
             """Ask a question; returns the full AskResult as JSON. variant: token, sequence or both;
-            retriever: dense, bm25, hybrid, or empty for the engine's default; extractive: answers copy a passage span."""
-            return actions.ask_json(question, variant, k, index, kb, retriever, extractive)
+            retriever: dense, bm25, hybrid, or empty for the engine's default; extractive: answers copy a passage span;
+            memory: the generator's memory as a source (memory_prob, memory_posteriors): empty on where this setup has
+            a fitted logit, true required, false the paper's k passages alone."""
+            return actions.ask_json(question, variant, k, index, kb, retriever, extractive, memory)
 
         gr.api(ask_json, api_name="ask_json", **engine_events)
+
+        def score_json(question: str, answer: str, kb: str = "", k: int = 5, index: str = "flat", variant: str = "both",
+                       retriever: str = "", memory: bool | None = None) -> dict:
+            """log p(answer | question) under each variant with per-token provenance; returns the AskResult as JSON.
+            memory: as for ask_json."""
+            return actions.score_json(question, answer, kb, k, index, variant, retriever, memory)
+
+        gr.api(score_json, api_name="score_json", **engine_events)
 
         def compare_json(question: str, kb: str = "", k: int = 5) -> dict:
             """The top k passages of each retriever (dense, bm25, and hybrid when offered) for one question, by exact
