@@ -27,7 +27,15 @@ from rag_demo.offline.tuned import (
     training_split,
 )
 from rag_demo.offline.worlds import build_default_data, parse_task
-from rag_demo.questions import jaccard, load_eval_questions, load_questions, normalize_answer, question_words, split_questions
+from rag_demo.questions import (
+    answer_in_text,
+    jaccard,
+    load_eval_questions,
+    load_questions,
+    normalize_answer,
+    question_words,
+    split_questions,
+)
 from tests.offline_fakes import FakeEncoder
 
 
@@ -154,22 +162,51 @@ def test_warm_prepare_loads_no_model(offline_source, monkeypatch):
 
 
 @pytest.mark.slow
-def test_real_default_data_is_prepared():
-    """Uses the real cache (see conftest); building it from nothing takes 15-20 min on 2 cores."""
+def test_real_general_knowledge_is_prepared():
+    """Uses the real cache (see conftest): the leads of the 10,033 vital articles in 12,324 passages of at
+    most 100 words, titles kept; the twin row for row, about 1,300 people swapped, its world on disk."""
     from transformers import AutoConfig
+
+    from rag_demo.offline.kbs import load_counterfactual_world
 
     prepared = prepare()
     assert AutoConfig.from_pretrained(prepared.generator_path).model_type == "gemma3_text"
     assert not list(prepared.generator_path.glob("*.gguf"))
+    data = read_leads(ensure_leads())
+    real, twin = load_kb(prepared.kb_paths["wikipedia"]), load_kb(prepared.kb_paths["wikipedia-counterfactual"])
+    assert len(real) == len(twin) == len(data.passages) == 12_324 and real.dim == twin.dim == 384 and real.normalized
+    assert list(real.titles) == [p.title for p in data.passages] and max(len(t.split()) for t in real.texts) <= 100
+    world = load_counterfactual_world(twin.path)
+    assert world.substitutes == data.counterfactual.substitutes and len(world.substitutes) > 1000
+    differ = sum(a != b for a, b in zip(real.texts, twin.texts))
+    assert 1000 < differ < 3000  # the people's passages and those that name them, no more
+    for kb in (real, twin):
+        examples = load_questions(kb.path)
+        assert len(examples) >= 4 and all(q.example for q in examples)
+        assert all(answer_in_text(kb.texts[q.gold_id], [q.passage_answer]) for q in examples)
+    assert all(q.passage_answer != q.answer for q in load_questions(twin.path))  # the twin's examples follow the swap
+
+
+def _nq_prepared():
+    prepared = prepare()
+    if "nq-wiki" not in prepared.kb_paths:
+        pytest.skip(f"the NQ pair is not built here: {prepared.unavailable.get('nq-wiki', '')}")
+    return prepared
+
+
+@pytest.mark.slow
+def test_real_default_data_is_prepared():
+    """Uses the real cache (see conftest); building it from nothing takes 15-20 min on 2 cores."""
+    prepared = _nq_prepared()
     records = parse_task(json.loads(ensure_source().read_text()))
     assert len(records) == 17528
     built = build_default_data(records)
     # 3,406 questions had several mentions swapped and no second restoration to check them
     assert (built.stats.kept, built.stats.ambiguous, built.stats.failed) == (14121, 3406, 3407)
-    for name, path in prepared.kb_paths.items():
-        kb = load_kb(path)
+    for name in ("nq-wiki", "nq-counterfactual"):
+        kb = load_kb(prepared.kb_paths[name])
         assert len(kb) == len(built.passages[name]) and kb.dim == 384 and kb.normalized
-        questions = load_questions(path)
+        questions = load_questions(kb.path)
         assert len(questions) == 14121 and sum(q.example for q in questions) == EXAMPLES_PER_KB
         assert all(q.passage_answer in kb.texts[q.gold_id] for q in questions)
     assert cache_root() in prepared.generator_path.parents
@@ -199,7 +236,7 @@ def test_real_split_holds_out_no_near_duplicate_of_a_training_question():
     normalized answer and question-word Jaccard ≥ 0.5, nor the same gold passage."""
     from collections import defaultdict
 
-    path = prepare().kb_paths["nq-wiki"]
+    path = _nq_prepared().kb_paths["nq-wiki"]
     split = split_questions(load_questions(path))
     assert 0.15 < len(split.held_out) / (len(split.held_out) + len(split.training)) < 0.25
     trained_by_answer = defaultdict(list)
