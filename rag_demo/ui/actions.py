@@ -19,6 +19,7 @@ import gradio as gr
 
 from .. import plots
 from ..background import Engine, EngineNotReady, engine_complete, engine_ready, engines_served
+from ..config import SWAP_PAIRS
 from ..corpus import KnowledgeBase, Passage
 from ..errors import InputError, RagDemoError
 from ..progress import Progress, counted
@@ -257,6 +258,21 @@ class DemoActions:
 
     def default_kb(self) -> str | None:
         return self.engine.default_kb if engine_ready(self.engine) else None
+
+    def swap_pair(self) -> tuple[str | None, str | None]:
+        """The Swap tab's two knowledge bases: the first real / counterfactual pair the engine holds
+        (`config.SWAP_PAIRS`), else the default and the next."""
+        names = self.kb_names()
+        pair = next((pair for pair in SWAP_PAIRS if set(pair) <= set(names)), None)
+        if pair is not None:
+            return pair
+        default = self.default_kb()
+        return default, next((n for n in names if n != default), default)
+
+    def swap_examples(self) -> list[list[str]]:
+        """The counterfactual side's example questions (their answers were swapped), else the left's."""
+        left, right = self.swap_pair()
+        return self.examples(right) or self.examples(left)
 
     def kb_choices(self, mine: Held | KnowledgeBase | None) -> list[tuple[str, str]]:
         choices = [(name, name) for name in self.kb_names()]
@@ -571,19 +587,18 @@ class DemoActions:
         if announced == served:
             return changed(PollView, banner=banner, timer=gr.Timer(active=building), announced=served)
         default = self.default_kb()
-        samples = self.examples(default)
+        samples, swap_samples = self.examples(default), self.swap_examples()
         # a new engine may have a memory logit where the last had none: the switch's help follows it
         fresh = dict(examples=gr.Dataset(samples=samples, visible=bool(samples)),
-                     swap_examples=gr.Dataset(samples=samples, visible=bool(samples)),
+                     swap_examples=gr.Dataset(samples=swap_samples, visible=bool(swap_samples)),
                      memory=gr.update(**self.memory_options()))
         if announced:  # a better engine over the same KBs: keep what the visitor chose
             return changed(PollView, banner=banner, timer=gr.Timer(active=building), announced=served, **fresh)
-        names = self.kb_names()
-        right = next((n for n in names if n != default), default)
+        left, right = self.swap_pair()
         choices = self.kb_choices(None)
         return PollView(
             banner=banner, timer=gr.Timer(active=building), announced=served,
-            kb=gr.update(choices=choices, value=default), swap_left=gr.update(choices=choices, value=default),
+            kb=gr.update(choices=choices, value=default), swap_left=gr.update(choices=choices, value=left),
             swap_right=gr.update(choices=choices, value=right), score_kb=gr.update(choices=choices, value=default),
             idx_kb=gr.update(choices=choices, value=default), **fresh,
             retriever=gr.update(**self.retriever_options()),

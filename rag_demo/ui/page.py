@@ -90,11 +90,10 @@ def build_demo(engine: Engine, *, limits: UploadLimits = UploadLimits(), files: 
     `files` holds visitors' uploads (default: a new private temporary folder).
     """
     actions = DemoActions(engine, limits=limits, files=files)
-    names = actions.kb_names()
     default = actions.default_kb()
-    right_default = next((n for n in names if n != default), default)
+    left_default, right_default = actions.swap_pair()
     kb_choices = actions.kb_choices(None)
-    samples = actions.examples(default)
+    samples, swap_samples = actions.examples(default), actions.swap_examples()
     ready = engine_ready(engine)
 
     def kb_dropdown(elem_id: str, value: str | None, label: str = "Knowledge base") -> gr.Dropdown:
@@ -180,24 +179,25 @@ def build_demo(engine: Engine, *, limits: UploadLimits = UploadLimits(), files: 
                     with gr.Column(scale=1, min_width=330, elem_classes=["rag-sidebar"]):
                         swap_question = question_box("swap-question")
                         swap_btn = gr.Button("Ask both", variant="primary", elem_id="swap-btn", size="md")
-                        # one per line: two side by side cut long KB names such as "nq-counterfactual"
-                        swap_left = kb_dropdown("swap-left", default, "Left knowledge base")
+                        # one per line: two side by side cut long KB names such as "wikipedia-counterfactual"
+                        swap_left = kb_dropdown("swap-left", left_default, "Left knowledge base")
                         swap_right = kb_dropdown("swap-right", right_default, "Right knowledge base")
                         swap_variant = gr.Radio(VARIANT_CHOICES, value="token", label="RAG variant",
                                                 elem_id="swap-variant")
                         swap_k = k_slider("swap-k")
-                        swap_examples = gr.Dataset(components=[swap_question], samples=samples, label="Examples",
+                        swap_examples = gr.Dataset(components=[swap_question], samples=swap_samples, label="Examples",
                                                    elem_id="swap-examples", samples_per_page=8, layout="gallery",
-                                                   visible=bool(samples))
+                                                   visible=bool(swap_samples))
                     with gr.Column(scale=3, min_width=600):
                         gr.HTML('<p class="rag-help">The same model answers the same question against two knowledge '
-                                "bases. <b>nq-counterfactual</b> holds the passages of <b>nq-wiki</b> with each answer "
-                                "swapped for another person's name, the same name wherever that answer appears "
-                                "(from BIG-bench's knowledge-conflict task), so its passages are false on purpose, "
-                                "and consistently so: an answer that follows them was read from "
-                                "the index, not remembered by the model. In the paper, swapping a 2016 Wikipedia index "
-                                "for a 2018 one updated answers about world leaders without retraining: the knowledge "
-                                "lives in the index.</p>", js_on_load=None)
+                                "bases. <b>wikipedia-counterfactual</b> holds the passages of <b>wikipedia</b> with "
+                                "people's names permuted: each person whose article is in the base takes another's "
+                                "name (a painter a painter's), everywhere that name appears. Its passages are false on "
+                                "purpose, and consistently so: an answer that follows them was read from the index, "
+                                "not remembered by the model. (<b>nq-counterfactual</b>, where it is built, does the "
+                                "same to <b>nq-wiki</b>'s answers, from BIG-bench's knowledge-conflict task.) In the "
+                                "paper, swapping a 2016 Wikipedia index for a 2018 one updated answers about world "
+                                "leaders without retraining: the knowledge lives in the index.</p>", js_on_load=None)
                         swap_status = _status("swap-status")
                         swap_summary = _html("swap-summary")
                         with gr.Row():  # side by side; stacked on a narrow screen
