@@ -172,10 +172,15 @@ def build_parser() -> argparse.ArgumentParser:
                           help="read each question's gold passage alone instead of retrieving (the reading ceiling)")
     evaluate.add_argument("--kb-sample", type=_count(), default=None, metavar="N",
                           help="ask over N passages of the KB drawn with --seed (and the questions they answer)")
+    evaluate.add_argument("--questions", default=None, metavar="SET",
+                          help="ask a question set instead of the KB's own questions: everyday (the evaluation set), "
+                               "everyday-train, or a JSONL file of {\"question\": ..., \"answers\": [...]}; wikipedia and "
+                               "its twin ask everyday by default")
     evaluate.add_argument("--answers", type=Path, default=None, metavar="FILE",
                           help="also write every answer to FILE, one JSON line each (question, gold answers, prediction, "
                                "exact match), to read which questions failed or to compare two builds "
                                "(python -m benchmarks.paired_answers)")
+    _memory_options(evaluate)
     _model_options(evaluate)
     return parser
 
@@ -531,13 +536,17 @@ def cmd_eval(args) -> int:
 def _run_eval(args, answers) -> int:
     from .evaluate import evaluate, evaluate_table, print_report, print_table
 
+    from .questions import set_eval_questions
+
+    question_set = set_eval_questions(args.questions) if args.questions else None
     engine = make_engine(args)
     if args.table:
         kbs = (args.kb,) if args.kb else engine.kb_names
         reports = evaluate_table(engine, kbs=kbs, ks=args.ks, n=args.n, seed=args.seed, index=args.index,
                                  num_beams=args.num_beams, max_new_tokens=args.max_new_tokens, sequence_decoding=args.decoding,
                                  kb_sample=args.kb_sample, retriever=args.retriever, extractive=args.extractive,
-                                 gold_passage=args.gold_passage, answers=answers)
+                                 gold_passage=args.gold_passage, answers=answers, memory=args.memory,
+                                 questions={kb: question_set for kb in kbs} if question_set else None)
         if args.json:
             print(json.dumps(reports))
         else:
@@ -546,7 +555,8 @@ def _run_eval(args, answers) -> int:
     report = evaluate(engine, kb=args.kb or engine.default_kb, variant=args.variant, n=args.n, seed=args.seed,
                       k=args.k, index=args.index, num_beams=args.num_beams, max_new_tokens=args.max_new_tokens,
                       sequence_decoding=args.decoding, kb_sample=args.kb_sample, retriever=args.retriever,
-                      extractive=args.extractive, gold_passage=args.gold_passage, answers=answers)
+                      extractive=args.extractive, gold_passage=args.gold_passage, answers=answers, memory=args.memory,
+                      questions=question_set)
     if args.json:
         print(json.dumps(report))
     else:

@@ -167,7 +167,7 @@ def _picked(engine, kb: str, n: int, seed: int, questions: list[EvalQuestion] | 
 def evaluate(engine, *, kb: str, variant: str, n: int, seed: int, k: int = 5, index: str = "flat", num_beams: int = 1,
              max_new_tokens: int = 16, sequence_decoding: str = "thorough", questions: list[EvalQuestion] | None = None,
              kb_sample: int | None = None, retriever: str | None = None, extractive: bool = False, gold_passage: bool = False,
-             progress=None, answers: Callable[[dict], None] | None = None) -> dict:
+             progress=None, answers: Callable[[dict], None] | None = None, memory: bool | None = None) -> dict:
     """Sample n questions of `kb` and score `variant` ("token", "sequence" or "closed-book")."""
     if variant not in ("token", "sequence", "closed-book"):
         raise InputError(f"unknown variant {variant!r}; choose token, sequence or closed-book")
@@ -175,7 +175,7 @@ def evaluate(engine, *, kb: str, variant: str, n: int, seed: int, k: int = 5, in
                              num_beams=num_beams, max_new_tokens=max_new_tokens, sequence_decoding=sequence_decoding,
                              questions={kb: questions} if questions is not None else None, kb_sample=kb_sample,
                              retriever=retriever, extractive=extractive, gold_passage=gold_passage, progress=progress,
-                             answers=answers)
+                             answers=answers, memory=memory)
     return reports[0]
 
 
@@ -183,7 +183,7 @@ def evaluate_table(engine, *, kbs, ks, n: int, seed: int, variants=("token", "se
                    index: str = "flat", num_beams: int = 1, max_new_tokens: int = 16, sequence_decoding: str = "thorough",
                    questions: dict[str, list[EvalQuestion]] | None = None, kb_sample: int | None = None,
                    retriever: str | None = None, extractive: bool = False, gold_passage: bool = False,
-                   progress=None, answers: Callable[[dict], None] | None = None) -> list[dict]:
+                   progress=None, answers: Callable[[dict], None] | None = None, memory: bool | None = None) -> list[dict]:
     """One report per (kb, variant, k); closed-book gets one per kb (it reads no passage).
 
     `kb_sample` asks over a random part of each KB of that many passages (see `sample_kb`).
@@ -195,6 +195,8 @@ def evaluate_table(engine, *, kbs, ks, n: int, seed: int, variants=("token", "se
 
     `answers(record)` is called with every answer as it is scored (`answer_record`), so two builds'
     answers to the same questions can be compared one by one (`benchmarks.paired_answers`).
+    `memory` as for `RagEngine.ask`: the generator's memory as a source beside the passages; each
+    report says whether it was one (`memory_logit`, None when not).
     """
     unknown = [v for v in variants if v not in ("token", "sequence", "closed-book")]
     if unknown or not variants:
@@ -212,6 +214,7 @@ def evaluate_table(engine, *, kbs, ks, n: int, seed: int, variants=("token", "se
         tallies = {(v, k): _Tally() for k in ks for v in open_book}
         closed = _Tally() if "closed-book" in variants else None
         seconds = Counter()
+        memory_logits = set()
         for done, item in enumerate(picked, start=1):
             scored = []  # (tally, answer_record) of each answer to this question
             if closed is not None:
@@ -223,7 +226,9 @@ def evaluate_table(engine, *, kbs, ks, n: int, seed: int, variants=("token", "se
                 started = time.perf_counter()
                 result = engine.ask(item.question, kb=knowledge, k=k, index=index, variants=open_book, num_beams=num_beams,
                                     max_new_tokens=max_new_tokens, sequence_decoding=sequence_decoding, closed_book=False,
-                                    retriever=retriever, extractive=extractive, rows=[item.gold_id] if gold_passage else None)
+                                    retriever=retriever, extractive=extractive, rows=[item.gold_id] if gold_passage else None,
+                                    memory=memory)
+                memory_logits.add(result.memory_logit)
                 seconds[k] += time.perf_counter() - started
                 retrieved = (any(answer_in_text(p.text, item.answers) for p in result.passages) if item.gold_id is None
                              else any(p.id == item.gold_id for p in result.passages))
@@ -236,7 +241,8 @@ def evaluate_table(engine, *, kbs, ks, n: int, seed: int, variants=("token", "se
             if progress is not None:
                 progress(f"evaluating on {kb}", done, len(picked))
         common = {"kb": kb, "kb_passages": len(knowledge), "index": index, "retriever": retriever, "seed": seed}
-        open_common = common | {"extractive": extractive, "gold_passage": gold_passage}
+        open_common = common | {"extractive": extractive, "gold_passage": gold_passage,
+                                "memory_logit": next(iter(memory_logits)) if len(memory_logits) == 1 else None}
         for (v, k), tally in tallies.items():
             # both variants came out of one ask, so the time is theirs together
             reports.append(tally.report(variant=v, k=k, seconds_per_question=seconds[k] / len(picked), **open_common))
@@ -262,7 +268,8 @@ def print_table(reports: list[dict], out=sys.stdout) -> None:
     for r in reports:
         cells = [_percent(r, key, interval=key != "f1") for key in keys]
         k = "-" if r["variant"] == "closed-book" else str(r["k"])
-        variant = r["variant"] + (", copying" if r.get("extractive") else "") + (", gold passage" if r.get("gold_passage") else "")
+        variant = (r["variant"] + (", copying" if r.get("extractive") else "") + (", gold passage" if r.get("gold_passage") else "")
+                   + (f", memory θ={r['memory_logit']:g}" if r.get("memory_logit") is not None else ""))
         retriever = "-" if r["variant"] == "closed-book" or r.get("gold_passage") else r["retriever"]
         common = f"{r['most_common_answer'][:30] or '(empty)'} ({100 * r['most_common_share']:.0f}%)" if r.get("most_common_share") else "-"
         out.write(f"| {r['kb']} | {r['kb_passages']:,} | {retriever} | {variant} | {k} | {r['n']} | " + " | ".join(cells)
@@ -272,6 +279,8 @@ def print_table(reports: list[dict], out=sys.stdout) -> None:
 def print_report(report: dict, out=sys.stdout) -> None:
     copying = ", copying from passages" if report.get("extractive") else ""
     how = "the gold passage alone" if report.get("gold_passage") else f"{report['retriever']} retrieval{copying}"
+    if report.get("memory_logit") is not None:
+        how += f", memory a source (θ={report['memory_logit']:g})"
     out.write(f"{report['variant']} on {report['kb']} ({report['kb_passages']:,} passages, n={report['n']}, k={report['k']}, "
               f"{how}, seed={report['seed']})\n")
     for key in ("exact_match", "f1", "answer_recall", "retrieval_recall", "original_match"):

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import io
+import json
 
 import pytest
 
@@ -184,3 +185,51 @@ def test_every_scored_answer_reaches_the_answers_sink_as_it_was_counted(tiny_eng
     assert sum(r["original_match"] is not None for r in records) == 5
     first = next(r for r in records if r["question"] == questions[0].question and r["variant"] == "token" and r["k"] == 1)
     assert first["exact_match"] and first["prediction"] == questions[0].answer
+
+
+def test_aliases_count_and_a_question_set_scores_retrieval_by_answer_bearing_passages(tiny_engine, tmp_path):
+    from rag_demo.questions import set_eval_questions
+
+    kb = tiny_engine.default_kb
+    knowledge = tiny_engine.resolve_kb(kb)
+    question = "what is the first passage about"
+    answer = tiny_engine.ask(question, kb=kb, k=1, variants=("token",), closed_book=False).variants["token"].answer
+    words = knowledge.texts[0].split()
+    path = tmp_path / "set.jsonl"
+    path.write_text(json.dumps({"question": question, "answers": ["zzz", answer]}) + "\n"
+                    + json.dumps({"question": "who is named in the second", "answers": [f"{words[0]} {words[1]}"]}) + "\n")
+    items = set_eval_questions(path)
+    assert items[0].answers == ("zzz", answer) and items[0].gold_id is None
+    report = evaluate(tiny_engine, kb=kb, variant="token", n=2, seed=0, k=len(knowledge), questions=items)
+    records = []
+    evaluate(tiny_engine, kb=kb, variant="token", n=2, seed=0, k=len(knowledge), questions=items, answers=records.append)
+    by_question = {r["question"]: r for r in records}
+    assert by_question[question]["exact_match"] == bool(normalize_answer(answer))  # the second alias is the answer
+    assert by_question["who is named in the second"]["retrieved"]  # every passage was read: passage 0 holds the words
+    assert report["n"] == 2
+    with pytest.raises(InputError, match="gold passages"):
+        evaluate(tiny_engine, kb=kb, variant="token", n=1, seed=0, questions=items, gold_passage=True)
+    with pytest.raises(InputError, match="gold passages"):
+        evaluate(tiny_engine, kb=kb, variant="token", n=1, seed=0, questions=items, kb_sample=2)
+
+
+def test_eval_says_when_memory_was_a_source(tiny_engine):
+    from dataclasses import replace
+
+    from rag_demo.config import MemoryConfig
+
+    kb = tiny_engine.default_kb
+    questions = [EvalQuestion("who wrote a farewell to arms", "zzz", "zzz", 0)]
+    off = evaluate(tiny_engine, kb=kb, variant="token", n=1, seed=0, k=2, questions=questions)
+    assert off["memory_logit"] is None
+    config = tiny_engine.config
+    try:
+        tiny_engine.config = replace(config, memory=MemoryConfig(logit=1.5))
+        on = evaluate(tiny_engine, kb=kb, variant="token", n=1, seed=0, k=2, questions=questions)
+        again_off = evaluate(tiny_engine, kb=kb, variant="token", n=1, seed=0, k=2, questions=questions, memory=False)
+    finally:
+        tiny_engine.config = config
+    assert on["memory_logit"] == 1.5 and again_off["memory_logit"] is None
+    out = io.StringIO()
+    print_table([on], out)
+    assert "memory θ=1.5" in out.getvalue()
