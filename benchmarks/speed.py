@@ -172,10 +172,16 @@ def stage_latencies(engine, sizes: Sizes) -> list[dict]:
                 search[kind].append((time.perf_counter() - started) * 1000)
         rows.append({"k": k, "stage": "encode question", "median_ms": _median(encode)})
         rows += [{"k": k, "stage": f"search {kind}", "median_ms": _median(v)} for kind, v in search.items()]
-        asks = {"generate RAG-Token": dict(variants=("token",), closed_book=False),
-                "generate RAG-Sequence fast": dict(variants=("sequence",), sequence_decoding="fast", closed_book=False),
-                "generate RAG-Sequence thorough": dict(variants=("sequence",), sequence_decoding="thorough", closed_book=False),
+        asks = {"generate RAG-Token": dict(variants=("token",), closed_book=False, memory=False),
+                "generate RAG-Sequence fast": dict(variants=("sequence",), sequence_decoding="fast", closed_book=False,
+                                                   memory=False),
+                "generate RAG-Sequence thorough": dict(variants=("sequence",), sequence_decoding="thorough", closed_book=False,
+                                                       memory=False),
                 "ask: both variants + closed-book (the page's default)": {}}
+        if engine.memory_logit() is not None:  # the generator's memory as one more source, beside the same asks without it
+            asks |= {"generate RAG-Token, memory a source": dict(variants=("token",), closed_book=False, memory=True),
+                     "generate RAG-Sequence thorough, memory a source": dict(variants=("sequence",), closed_book=False,
+                                                                             sequence_decoding="thorough", memory=True)}
         generate = {label: [] for label in asks}
         total = {label: [] for label in asks}
         # question by question, every kind of ask in turn: a slow spell of a shared machine then
@@ -189,6 +195,9 @@ def stage_latencies(engine, sizes: Sizes) -> list[dict]:
             row = {"k": k, "stage": label, "ask_total_ms": _median(total[label])}
             if label.startswith("generate"):
                 row["median_ms"] = _median(generate[label])
+            without = label.removesuffix(", memory a source")
+            if without != label:  # each question's time with memory over its time without, the median of those
+                row["vs_without_memory"] = _median([a / b for a, b in zip(generate[label], generate[without])])
             rows.append(row)
     return rows
 
@@ -428,7 +437,7 @@ def demo_memory(quick: bool, device: torch.device, kb_paths: dict[str, str] | No
 
 
 SECTIONS = {
-    "stages": ["k", "stage", "median_ms", "ask_total_ms"],
+    "stages": ["k", "stage", "median_ms", "ask_total_ms", "vs_without_memory"],
     "indexes": ["data", "index", "build_s", "bytes", "recall@10", "queries_per_s", "batch"],
     "kb_build": ["encoder", "passages", "seconds", "passages_per_s"],
     "vs_transformers": ["variant", "model", "k", "new_tokens", "identical", "ours_ms", "transformers_ms", "ours/theirs"],

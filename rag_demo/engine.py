@@ -352,7 +352,10 @@ class RagEngine:
             return None
         if memory.logit is not None:
             return float(memory.logit)
-        if self.encoder.name != DEFAULT_ENCODER or self.generator.name != DEFAULT_GENERATOR or self.config.rag_checkpoint:
+        # fitted for the default encoder's packaged question side and the base generator, as a machine
+        # without the NQ pair builds them: the fine-tuned question side moves every passage's logit
+        if (self.encoder.name != DEFAULT_ENCODER or self.encoder.question_weights or self.generator.name != DEFAULT_GENERATOR
+                or self.generator.has_adapter or self.config.rag_checkpoint):
             return None
         return DEFAULT_MEMORY_LOGITS.get(self.resolve_retriever(retriever))
 

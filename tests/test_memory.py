@@ -162,3 +162,43 @@ def test_memory_asked_for_where_no_logit_is_fitted_is_refused(tmp_path, one_torc
     assert plain.ask(QUESTIONS[0], k=2).memory_prob is None
     with pytest.raises(InputError, match="memory"):
         plain.ask(QUESTIONS[0], k=2, memory=True)
+
+
+def test_the_fitted_logits_serve_only_the_setup_they_were_fitted_for(tmp_path, monkeypatch, one_torch_thread):
+    """DEFAULT_MEMORY_LOGITS were fitted with the default encoder's packaged question side and the base
+    generator: a fine-tuned question side or a reading adapter moves the scales, so memory is then off
+    unless a logit is given."""
+    from rag_demo import engine as engine_module
+    from rag_demo.config import DEFAULT_ENCODER, DEFAULT_GENERATOR
+
+    plain = make_ui_engine(tmp_path)
+    monkeypatch.setattr(engine_module, "DEFAULT_MEMORY_LOGITS", {"dense": 3.0, "bm25": 1.0})
+    monkeypatch.setattr(plain.encoder, "name", DEFAULT_ENCODER)
+    monkeypatch.setattr(plain.generator, "name", DEFAULT_GENERATOR)
+    assert plain.memory_logit("dense") == 3.0 and plain.memory_logit("bm25") == 1.0
+    assert plain.ask(QUESTIONS[0], k=2, retriever="dense").memory_logit == 3.0
+    monkeypatch.setattr(plain.encoder, "question_weights", "minilm-questions-0123")
+    assert plain.memory_logit("dense") is None
+    monkeypatch.setattr(plain.encoder, "question_weights", "")
+    adapters.add_adapters(plain.generator.model, adapters.AdapterShape(rank=2, alpha=4))
+    assert plain.generator.has_adapter and plain.memory_logit("dense") is None
+    plain.config = replace(plain.config, memory=MemoryConfig(logit=0.5))
+    assert plain.memory_logit("dense") == 0.5  # a logit given serves any setup
+    plain.config = replace(plain.config, memory=MemoryConfig(enabled=False, logit=0.5))
+    assert plain.memory_logit("dense") is None
+
+
+def test_the_memory_logit_benchmark_recomputes_the_marginal_likelihood():
+    """benchmarks.memory_logit: log Σ_z p_θ(z|x) p(A|x,z) over k passages and ∅, by hand."""
+    from benchmarks.memory_logit import mean_loglik
+
+    logits = {"dense": torch.tensor([2.0, 0.0])}
+    records = [(logits, {"dense": [7, 3]}, {7: math.log(0.5), 3: math.log(0.1)}, math.log(0.9))]
+    theta = 1.0
+    weights = [math.exp(2.0), math.exp(0.0), math.exp(theta)]
+    prior = [w / sum(weights) for w in weights]
+    expected = math.log(prior[0] * 0.5 + prior[1] * 0.1 + prior[2] * 0.9)
+    loglik, memory = mean_loglik(records, "dense", theta)
+    assert loglik == pytest.approx(expected, abs=1e-6) and memory == pytest.approx(prior[2], abs=1e-6)
+    off, _ = mean_loglik(records, "dense", None)
+    assert off == pytest.approx(math.log((math.e ** 2 * 0.5 + 0.1) / (math.e ** 2 + 1)), abs=1e-6)
