@@ -176,6 +176,33 @@ def test_ask_shows_answer_passages_heatmaps_and_tooltips(page, ui_engine):
     shot(page, "ask_tooltip")
 
 
+def test_a_question_asked_while_another_runs_is_answered_under_its_own_text(page, ui_engine, monkeypatch):
+    """Asked 0.8 s into a 2-second ask, the second question waits its turn: both are asked, in order, and
+    the page ends on the second's answer, labelled with it."""
+    import time
+
+    asked = []
+    ask = ui_engine.ask
+
+    def slow_ask(question, **options):
+        asked.append(question)
+        time.sleep(2)
+        return ask(question, **options)
+
+    monkeypatch.setattr(ui_engine, "ask", slow_ask)
+    first, second = QUESTIONS[0], QUESTIONS[2]
+    field(page, "question").fill(first)
+    page.locator("#ask-btn").click()
+    page.wait_for_timeout(800)
+    field(page, "question").fill(second)
+    page.locator("#ask-btn").click()
+    expect(page.locator("#answer .rag-question")).to_contain_text(second, timeout=TIMEOUT_MS)
+    assert asked == [first, second] and field(page, "question").input_value() == second
+    result = page_ask(ui_engine, second, KB_NAMES[0])
+    expect(page.locator("#answer .rag-card-token .rag-tok").first).to_be_visible()
+    assert token_texts(page, "#answer .rag-card-token") == shown(result.variants["token"].tokens)
+
+
 def test_example_click_asks(page, ui_engine):
     page.locator("#examples button").first.click()
     expect(page.locator("#answer .rag-tok").first).to_be_visible()

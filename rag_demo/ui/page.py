@@ -299,6 +299,9 @@ def build_demo(engine: Engine, *, limits: UploadLimits = UploadLimits(), files: 
         learn_view = LearnView(token_picker=learn_token, walkthrough=learn_out)
 
         engine_events = dict(concurrency_id=ENGINE_GROUP, concurrency_limit=1)
+        # a question asked while the last one runs is asked after it, never dropped (gradio's "once" would
+        # drop it); each answer names the question it answers, so none shows under another's text
+        latest = dict(trigger_mode="always_last")
         demo.load(actions.poll, inputs=announced, outputs=list(poll_view), api_visibility="private",
                   show_progress="hidden", queue=False)
         timer.tick(actions.poll, inputs=announced, outputs=list(poll_view), api_visibility="private",
@@ -314,7 +317,7 @@ def build_demo(engine: Engine, *, limits: UploadLimits = UploadLimits(), files: 
         ask_inputs = [question, variant, k, index, kb, beams, decoding, mine, retriever, extractive, memory]
         # one progress bar, where the answer will show: it names the step that runs (engine.ask)
         gr.on([ask_btn.click, question.submit], actions.ask, inputs=ask_inputs, outputs=list(ask_view), api_name="ask",
-              show_progress_on=answer, **engine_events).then(**scroll_to["answer"])
+              show_progress_on=answer, **engine_events, **latest).then(**scroll_to["answer"])
         # the comparison above the answer belongs to an earlier question once a new one is asked
         gr.on([ask_btn.click, question.submit, examples.click], lambda: "", outputs=comparison, api_visibility="private",
               queue=False)
@@ -335,7 +338,7 @@ def build_demo(engine: Engine, *, limits: UploadLimits = UploadLimits(), files: 
 
         swap_inputs = [swap_question, swap_left, swap_right, swap_variant, swap_k, mine, memory]
         gr.on([swap_btn.click, swap_question.submit], actions.swap, inputs=swap_inputs, outputs=list(swap_view),
-              api_name="swap", show_progress_on=swap_summary, **engine_events).then(**scroll_to["swap-summary"])
+              api_name="swap", show_progress_on=swap_summary, **engine_events, **latest).then(**scroll_to["swap-summary"])
         swap_examples.click(lambda sample: sample[0] if sample else gr.skip(), inputs=swap_examples,
                             outputs=swap_question, api_visibility="private", queue=False).then(
             actions.swap, inputs=swap_inputs, outputs=list(swap_view), api_visibility="private",
@@ -353,7 +356,7 @@ def build_demo(engine: Engine, *, limits: UploadLimits = UploadLimits(), files: 
 
         gr.on([score_btn.click, score_answer.submit], actions.score,
               inputs=[score_question, score_answer, score_kb, score_k, score_index, mine, memory], outputs=list(score_view),
-              api_name="score", show_progress_on=score_out, **engine_events).then(**scroll_to["score-out"])
+              api_name="score", show_progress_on=score_out, **engine_events, **latest).then(**scroll_to["score-out"])
         idx_btn.click(actions.index_reports, inputs=[idx_kb, mine], outputs=list(index_view), api_name="index_reports",
                       **engine_events)
 
