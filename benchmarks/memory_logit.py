@@ -1,7 +1,8 @@
-"""Fit the logit of the generator's memory ∅ by the marginal likelihood of training questions' answers.
+"""The logit of the generator's memory ∅: the marginal likelihood of training questions' answers, and
+RAG-Token's exact match, for each θ.
 
-    python -m benchmarks.memory_logit --n 200 --seed 0
-    python -m benchmarks.memory_logit --kb wikipedia --retrievers hybrid,dense,bm25 --k 5 --json
+    python -m benchmarks.memory_logit --n 150 --seed 0                      # the likelihood curve per retriever
+    python -m benchmarks.memory_logit --n 150 --seed 0 --em-grid 10,12,13,14,16,18,20,21.5 --retrievers hybrid
 
 With memory as a source, p(z|x) is the softmax of the k passages' logits and one more logit, θ, for
 ∅ (the question read with no passage, by the base weights). For a question x with right answers A,
@@ -14,6 +15,12 @@ everyday-train set (never the evaluation set); the KB is the page's.
 
 Prints per retriever the grid's mean log p(A|x) and mean p(∅|x) around the best θ, the best θ, and
 the same at θ = -inf (memory off) for comparison.
+
+The likelihood rewards a source for giving the right answer some probability, where exact match asks
+that it win: on questions no passage answers, memory gives the answer more probability than a wrong
+passage does, so the likelihood wants memory everywhere. `--em-grid` asks the same questions with
+RAG-Token (greedy) at each θ, beside memory off and closed-book, and prints exact match: what the
+default logits (`config.DEFAULT_MEMORY_LOGITS`) were chosen by.
 """
 
 from __future__ import annotations
@@ -72,6 +79,25 @@ def mean_loglik(records, retriever: str, theta: float | None) -> tuple[float, fl
     return total / len(records), memory_mass / len(records)
 
 
+def exact_match_grid(engine, args) -> None:
+    """RAG-Token's exact match on the same questions with memory off, at each θ of `--em-grid`, and closed-book."""
+    from rag_demo.evaluate import evaluate_table, print_table
+    from rag_demo.questions import set_eval_questions
+
+    questions = {args.kb: set_eval_questions(args.questions)}
+    common = dict(kbs=(args.kb,), ks=(args.k,), n=args.n, seed=args.seed, questions=questions)
+    reports = []
+    for retriever in args.retrievers.split(","):
+        reports += evaluate_table(engine, **common, variants=("token", "closed-book"), retriever=retriever, memory=False)
+        for theta in (float(t) for t in args.em_grid.split(",")):
+            engine.config = replace(engine.config, memory=MemoryConfig(logit=theta))
+            reports += evaluate_table(engine, **common, variants=("token",), retriever=retriever, memory=True)
+    if args.json:
+        print(json.dumps(reports))
+    else:
+        print_table(reports)
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--n", type=int, default=200)
@@ -81,6 +107,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--questions", default="everyday-train")
     parser.add_argument("--retrievers", default="hybrid,dense,bm25")
     parser.add_argument("--step", type=float, default=0.5, help="the grid's step, in logits")
+    parser.add_argument("--em-grid", default="", metavar="THETAS",
+                        help="comma-separated logits: RAG-Token's exact match at each instead of the likelihood")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
@@ -88,6 +116,9 @@ def main(argv: list[str] | None = None) -> None:
     from rag_demo.loading import engine_from_config
 
     engine = engine_from_config()
+    if args.em_grid:
+        exact_match_grid(engine, args)
+        return
     engine.config = replace(engine.config, memory=MemoryConfig(logit=0.0))  # any logit: only per-source log-probs are read
     retrievers = [r for r in args.retrievers.split(",") if r in engine.retrievers]
     questions = list(load_question_set(args.questions))
