@@ -59,7 +59,9 @@ def counterfactual_questions(questions: list[EvalQuestion], world: SwappedWorld)
     (full name or surname) and keeping its real answers as the original ones."""
     swapped = []
     for item in questions:
-        substitute = counterfactual_answer("", item.answers, world)
+        # only a canonical answer that is a swapped person's full name: an alias may be a surname that also
+        # names a thing ("Hubble" for the telescope), which the swap left alone
+        substitute = counterfactual_answer("", item.answers[:1], world) if item.answers[0] in world.substitutes else ""
         if substitute:
             forms = (substitute, world.surnames[substitute]) if substitute in world.surnames else (substitute,)
             swapped.append(replace(item, answer=substitute, aliases=forms))

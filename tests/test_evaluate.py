@@ -233,3 +233,18 @@ def test_eval_says_when_memory_was_a_source(tiny_engine):
     out = io.StringIO()
     print_table([on], out)
     assert "memory θ=1.5" in out.getvalue()
+
+
+def test_the_counterfactual_set_expects_the_substitute_only_for_a_swapped_persons_name():
+    from rag_demo.evaluate import counterfactual_questions
+    from rag_demo.offline.swapped import SwappedWorld
+
+    world = SwappedWorld([], {"Edwin Hubble": "Caroline Herschel", "Caroline Herschel": "Edwin Hubble"}, frozenset(),
+                         {"Edwin Hubble": "Hubble", "Caroline Herschel": "Herschel"})
+    person = EvalQuestion("who showed the universe expands?", "Edwin Hubble", "Edwin Hubble", None, ("Edwin Hubble", "Hubble"),
+                          ("Edwin Hubble", "Hubble"))
+    telescope = EvalQuestion("which space telescope was launched in 1990?", "Hubble Space Telescope", "Hubble Space Telescope",
+                             None, ("Hubble Space Telescope", "Hubble"), ("Hubble Space Telescope", "Hubble"))
+    swapped = counterfactual_questions([person, telescope], world)
+    assert [(q.question, q.answers, q.original_answers) for q in swapped] == [
+        (person.question, ("Caroline Herschel", "Herschel"), ("Edwin Hubble", "Hubble"))]

@@ -95,7 +95,7 @@ def test_wikipedia_and_its_twin_are_built_once_from_the_leads_with_titles_and_ex
     assert [p.title for p in data.passages] == titles
     assert data.counterfactual.substitutes == {"Antonio Vivaldi": "Wolfgang Amadeus Mozart",
                                                "Wolfgang Amadeus Mozart": "Antonio Vivaldi"}
-    candidates = (SetQuestion("who composed the magic flute?", ("Mozart", "W. A. Mozart")),
+    candidates = (SetQuestion("who composed the magic flute?", ("Wolfgang Amadeus Mozart", "Mozart")),
                   SetQuestion("what is the capital of france?", ("Paris",)),
                   SetQuestion("what is the formula of water?", ("CO2",)))  # its top passage lacks the answer
     monkeypatch.setattr(kbs_module, "load_question_set", lambda name: candidates)
@@ -114,7 +114,7 @@ def test_wikipedia_and_its_twin_are_built_once_from_the_leads_with_titles_and_ex
         assert q.example and answer_in_text(real.texts[q.gold_id], [q.passage_answer]) == q.passage_answer
     swapped = load_questions(paths["wikipedia-counterfactual"])  # only questions whose answer was swapped
     assert [(q.question, q.answer, q.passage_answer) for q in swapped] == [
-        ("who composed the magic flute?", "Mozart", "Antonio Vivaldi")]
+        ("who composed the magic flute?", "Wolfgang Amadeus Mozart", "Antonio Vivaldi")]
     assert load_counterfactual_world(paths["wikipedia-counterfactual"]).substitutes == data.counterfactual.substitutes
     assert load_counterfactual_world(paths["wikipedia"]) is None
     assert ensure_general_kbs(encoder, data, cache=cache) == paths and len(encoder.embedded) == 7  # built once

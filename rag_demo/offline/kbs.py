@@ -33,7 +33,7 @@ KB_FORMAT = 5  # 2: example questions retrieval gets right in both KBs; 3: one c
 # 4: no restoration with several mentions unless checked against a second one; 5: one substitute per swapped
 # answer, and swapped names swapped in every counterfactual passage
 EXAMPLES_PER_KB = 8
-GENERAL_FORMAT = 1
+GENERAL_FORMAT = 2  # 2: the twin's examples only where the canonical answer is a swapped person
 WORLD_FILE = "world.json"  # beside the counterfactual general KB: who was swapped for whom
 EXAMPLES_FROM = "everyday-train"  # wikipedia's example questions: never the evaluation set
 EXAMPLE_CANDIDATES = 200  # of them, tried in a seeded order until EXAMPLES_PER_KB pass
@@ -202,7 +202,8 @@ def _general_question_rows(encoder: Encoder, passages: list[Passage], vectors: n
     rows = []
     for question, row in zip(candidates, top):
         text = passages[int(row)].text
-        swapped = "" if world is None else counterfactual_answer(text, question.answers, world)
+        swapped = ("" if world is None or question.answers[0] not in world.substitutes  # as `evaluate.counterfactual_questions`
+                   else counterfactual_answer(text, question.answers[:1], world))
         found = answer_in_text(text, [swapped] if world is not None else question.answers)
         if found:
             rows.append({"question": question.question, "answer": question.answers[0], "swapped_answer": swapped,
