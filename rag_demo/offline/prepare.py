@@ -214,8 +214,8 @@ def prepare_in_stages(
         reason = _unavailable_reason(failure, root) if failure else skipped
         if wants_task:
             _record_nq_outcome(root, reason)
-        if reason:
-            log.warning("the NQ knowledge bases are left out: %s", reason)
+        if reason:  # said once, when the fetch fails; later starts that skip it say so only in the info log
+            log.log(logging.WARNING if failure else logging.INFO, "the NQ knowledge bases are left out: %s", reason)
             unavailable = {name: reason for name in NQ_KBS if name not in built}
         has_nq = set(NQ_KBS) <= built or task_path is not None
         # the tuned parts learn from nq-wiki's training questions: without the NQ pair there are none
