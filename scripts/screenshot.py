@@ -5,8 +5,8 @@
 
 Starts `app.create_demo()` on 127.0.0.1 (a first start answers within minutes and builds the rest
 in about 15), waits until the complete engine serves (the banner goes), clicks an example question in the Ask tab (variant "both"),
-asks it once more so the timings shown are a warm engine's, then asks the same question in the
-Swap tab, and saves full-page PNGs 1280 px wide (reduced to a 256-colour palette if one is over
+asks it once more so the timings shown are a warm engine's, then clicks the Swap tab's first example
+(a question whose answer the counterfactual twin swapped; the same question where it has none), and saves full-page PNGs 1280 px wide (reduced to a 256-colour palette if one is over
 380 KB). Never runs `playwright install`: it drives /usr/bin/chromium (`apt-get install chromium`).
 """
 
@@ -26,7 +26,7 @@ CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
                  "--disable-sync"]
 VIEWPORT = {"width": 1280, "height": 720}
-DEFAULT_QUESTION = "who wrote notes on the state of virginia?"
+DEFAULT_QUESTION = "which planet is the farthest from the sun?"
 MAX_BYTES = 380_000  # README images stay small
 
 
@@ -98,8 +98,13 @@ def run(out: Path, question: str, ready_timeout_s: float) -> list[Path]:
         take(page, saved[-1])
 
         page.get_by_role("tab", name="Swap the index").click()
-        page.locator("#swap-question textarea").fill(asked)
-        page.locator("#swap-btn").click()
+        # the Swap tab's own first example: a question whose answer the counterfactual twin swapped
+        swap_example = page.locator("#swap-examples button").first
+        if swap_example.count():
+            swap_example.click()
+        else:
+            page.locator("#swap-question textarea").fill(asked)
+            page.locator("#swap-btn").click()
         expect(page.locator("#swap-right-out .rag-answer-text").first).to_be_visible()
         expect(page.locator("#swap-summary")).to_contain_text("→")
         saved.append(out / "screenshot-swap.png")

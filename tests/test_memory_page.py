@@ -129,7 +129,7 @@ def test_memory_has_a_card_among_the_passages_and_a_line_in_words(actions):
     assert out.passages.count('class="rag-passage"') == len(result.passages)
     card = out.passages[out.passages.index("rag-passage-memory"):]
     assert f"p(∅|x) <b>{result.memory_prob:.3f}</b>" in card
-    assert "No passage matches: the generator&#x27;s own memory" in card and f"θ {result.memory_logit:.2f}" in card
+    assert "The generator&#x27;s own memory: the question read with no passage" in card and f"θ {result.memory_logit:.2f}" in card
     assert f"p(∅|x) = {result.memory_prob:.3f}" in out.answer and "grey for ∅" in out.answer
 
 

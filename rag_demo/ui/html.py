@@ -114,9 +114,9 @@ def swatch(rank: int) -> str:
 
 
 MEMORY_SWATCH = f'<span class="rag-swatch" style="background:{plots.MEMORY_COLOR}"></span>'
-MEMORY_MEANS = ("No passage matches: the generator's own memory. ∅ is the question read with no passage by the "
-                "base generator (the closed-book model); p(∅|x) is its share beside the k passages, and both RAG "
-                "variants mix it in as one more source.")
+MEMORY_MEANS = ("The generator's own memory: the question read with no passage by the base generator (the "
+                "closed-book model). p(∅|x) is its share beside the k passages, large when no passage matches well, "
+                "and both RAG variants mix it in as one more source.")
 MEMORY_UNAVAILABLE = ("The generator's memory is not a source here: this setup has no fitted logit for it, so p(z|x) "
                       "is over the k passages alone, as in the paper.")
 
