@@ -77,3 +77,43 @@ def rebinding_layers() -> tuple[type, ...]:
     from transformers.cache_utils import DynamicLayer, DynamicSlidingWindowLayer
 
     return (DynamicLayer, DynamicSlidingWindowLayer)
+
+
+def join_rows(first: DecodeState, second: DecodeState) -> DecodeState | None:
+    """The rows of `first`, then those of `second`, as one causal decode, so that one forward pass steps
+    them all: each cache layer's keys and values are left-padded to the longer of the two (a sliding
+    layer keeps at most its window, so its two lengths are padded alike), and so are the attention
+    masks, whose zeros hide the padding; positions stay each row's own. None where a cache is not plain
+    dynamic layers (or the states are not causal), so the caller steps them apart.
+
+    Both states must come from the same model and weights: a row is then stepped exactly as alone.
+    """
+    from transformers import DynamicCache
+
+    caches = (first.cache, second.cache)
+    if (first.attention_mask is None or second.attention_mask is None or first.encoder_hidden is not None
+            or not all(isinstance(c, DynamicCache) and all(type(layer) in rebinding_layers() for layer in c.layers) for c in caches)
+            or len(first.cache.layers) != len(second.cache.layers)):
+        return None
+
+    def left_padded(tensors: list[torch.Tensor], dim: int) -> torch.Tensor:
+        width = max(t.shape[dim] for t in tensors)
+        padded = []
+        for t in tensors:
+            shape = list(t.shape)
+            shape[dim] = width - t.shape[dim]
+            padded.append(torch.cat([t.new_zeros(shape), t], dim=dim))
+        return torch.cat(padded, dim=0)
+
+    cache = copy_cache(first.cache)
+    for joined, a, b in zip(cache.layers, first.cache.layers, second.cache.layers):
+        joined.keys = left_padded([a.keys, b.keys], dim=-2)
+        joined.values = left_padded([a.values, b.values], dim=-2)
+        if hasattr(a, "cumulative_length"):  # sliding layers count every position seen: the padded length
+            joined.cumulative_length = max(first.attention_mask.shape[1], second.attention_mask.shape[1])
+    return DecodeState(
+        logprobs=torch.cat([first.logprobs, second.logprobs.to(first.logprobs.device)]),
+        cache=cache,
+        attention_mask=left_padded([first.attention_mask, second.attention_mask], dim=1),
+        next_position=torch.cat([first.next_position, second.next_position]),
+    )

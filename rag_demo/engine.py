@@ -22,7 +22,7 @@ from .config import DECODINGS, DEFAULT_ENCODER, DEFAULT_GENERATOR, DEFAULT_MEMOR
 from .corpus import KnowledgeBase, Passage
 from .encoders import Encoder
 from .errors import InputError
-from .decode_state import DecodeState, Target
+from .decode_state import DecodeState, Target, join_rows
 from .decoding import Hypothesis, MemoryRows
 from .generator import Generator, generator_from_model
 from .index import SearchIndex
@@ -449,17 +449,24 @@ class RagEngine:
             step(f"reading the {counted(docs, 'passage')}" + (" and the question alone (memory)" if with_memory else ""))
             state = gen.start(self._inputs(retrieval), prefix)
             no_answer = self._no_answer_probs(state)
-            closed_state = closed_greedy = recalled = None
+            closed_state = closed_greedy = recalled = joined = None
             if with_memory or closed_book:
                 with gen.base_weights():  # the model's own memory, without the reading adapter
                     closed_state = self._closed_book_state(retrieval.generator_question, prefix)
-                    recalls = with_memory and "sequence" in variants and not extractive  # RAG-Sequence's memory candidates
-                    if closed_book or (recalls and num_beams == 1):
+                # Where passages are read with the base weights too, memory's row joins theirs: one forward
+                # pass steps all k + 1 (a row of its own would cost a pass of its own per token)
+                if with_memory and not extractive and not gen.has_adapter:
+                    joined = join_rows(state, gen.fork(closed_state, torch.arange(1)))
+                with gen.base_weights():
+                    recalls = with_memory and joined is None and "sequence" in variants and not extractive
+                    if closed_book or (recalls and num_beams == 1):  # RAG-Sequence's memory candidates
                         closed_greedy = self._closed_book_hypotheses(closed_state, prefix, max_new_tokens)
                     if recalls:
                         recalled = closed_greedy if num_beams == 1 else self._closed_book_hypotheses(
                             closed_state, prefix, max_new_tokens, num_beams=num_beams)
-            memory_state = closed_state if with_memory else None
+            if joined is not None:
+                state = joined  # memory is its last row, as a last passage
+            memory_state = closed_state if with_memory and joined is None else None
             answers: dict[str, tuple[tuple[int, ...], list, dict[int, torch.Tensor]]] = {}
             if "token" in variants:
                 step("RAG-Token: writing the answer, one token at a time over all "

@@ -162,3 +162,23 @@ def test_generator_tokenizer_built_directly_encodes_as_gemmas_own(engine):
     assert tokenizer.all_special_ids == fresh.all_special_ids and tokenizer.pad_token_id == fresh.pad_token_id
     drop_construction_tables(fresh)
     assert fresh._vocab is None and fresh._merges is None  # what a load through AutoTokenizer is left with
+
+
+def test_memory_in_the_passages_batch_answers_as_memory_stepped_apart(engine, monkeypatch):
+    """Gemma-3's sliding layers included: the joined batch (`decode_state.join_rows`) gives the same
+    answers, probabilities and posteriors as memory's row stepped on its own."""
+    from rag_demo import engine as engine_module
+    from rag_demo.questions import load_question_set
+
+    if engine.memory_logit() is None:
+        pytest.skip("memory is no source of this build (a reading adapter or the fine-tuned question side)")
+    questions = [q.question for q in load_question_set("everyday-train")[:4]]
+    together = [engine.ask(q, k=5) for q in questions]
+    monkeypatch.setattr(engine_module, "join_rows", lambda *states: None)
+    apart = [engine.ask(q, k=5) for q in questions]
+    for a, b in zip(together, apart):
+        assert a.memory_prob == pytest.approx(b.memory_prob, abs=1e-6)
+        for name in a.variants:
+            x, y = a.variants[name], b.variants[name]
+            assert x.token_ids == y.token_ids and x.logprob == pytest.approx(y.logprob, abs=2e-3)
+            assert list(x.memory_posteriors) == pytest.approx(list(y.memory_posteriors), abs=2e-3)

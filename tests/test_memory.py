@@ -17,17 +17,20 @@ from tests.ui_engine import QUESTIONS, make_ui_engine
 
 
 
-@pytest.fixture(scope="module")
-def engine(tmp_path_factory, one_torch_thread):
-    """An engine whose generator reads with a perturbed adapter; memory's logit is the questions' mean top
-    passage logit, so that memory takes a share of p(z|x), neither none nor all."""
+@pytest.fixture(scope="module", params=["adapter", "base"])
+def engine(request, tmp_path_factory, one_torch_thread):
+    """An engine whose generator reads with a perturbed adapter (memory's row then steps apart, with the base
+    weights), or with the base weights (memory's row then joins the passages' batch, `decode_state.join_rows`);
+    memory's logit is the questions' mean top passage logit, so that memory takes a share of p(z|x),
+    neither none nor all."""
     engine = make_ui_engine(tmp_path_factory.mktemp("memory"))
-    adapters.add_adapters(engine.generator.model, adapters.AdapterShape(rank=4, alpha=8))
-    generator = torch.Generator().manual_seed(3)
-    with torch.no_grad():
-        for name, parameter in adapters.adapter_parameters(engine.generator.model).items():
-            if name.endswith("lora_up"):
-                parameter.copy_(torch.randn(parameter.shape, generator=generator) * 0.5)
+    if request.param == "adapter":
+        adapters.add_adapters(engine.generator.model, adapters.AdapterShape(rank=4, alpha=8))
+        generator = torch.Generator().manual_seed(3)
+        with torch.no_grad():
+            for name, parameter in adapters.adapter_parameters(engine.generator.model).items():
+                if name.endswith("lora_up"):
+                    parameter.copy_(torch.randn(parameter.shape, generator=generator) * 0.5)
     theta = sum(engine.retrieve(q, k=3).passages[0].logit for q in QUESTIONS[:4]) / 4
     engine.config = replace(engine.config, memory=MemoryConfig(logit=theta))
     return engine
@@ -202,3 +205,21 @@ def test_the_memory_logit_benchmark_recomputes_the_marginal_likelihood():
     assert loglik == pytest.approx(expected, abs=1e-6) and memory == pytest.approx(prior[2], abs=1e-6)
     off, _ = mean_loglik(records, "dense", None)
     assert off == pytest.approx(math.log((math.e ** 2 * 0.5 + 0.1) / (math.e ** 2 + 1)), abs=1e-6)
+
+
+def test_memory_joins_the_passages_batch_only_where_they_read_with_the_base_weights(engine, monkeypatch):
+    """The joined batch and memory's row stepped apart give the same answers and numbers."""
+    from rag_demo import engine as engine_module
+
+    joins = []
+    join = engine_module.join_rows
+    monkeypatch.setattr(engine_module, "join_rows", lambda *states: joins.append(1) or join(*states))
+    together = engine.ask(QUESTIONS[1], k=3)
+    assert bool(joins) == (not engine.generator.has_adapter)
+    monkeypatch.setattr(engine_module, "join_rows", lambda *states: None)  # always apart
+    apart = engine.ask(QUESTIONS[1], k=3)
+    for name in together.variants:
+        a, b = together.variants[name], apart.variants[name]
+        assert a.token_ids == b.token_ids and a.logprob == pytest.approx(b.logprob, abs=1e-4)
+        assert list(a.memory_posteriors) == pytest.approx(list(b.memory_posteriors), abs=1e-4)
+    assert together.closed_book.answer == apart.closed_book.answer
