@@ -7,7 +7,7 @@ Own KB folders (`python -m rag_demo build-kb ... --vectors float16` for one larg
 or transformers' format) can also be named in RAG_DEMO_KB_PATHS="big=/data/big-kb,other=/x", as
 a Space sets them; they appear in the page's list after the default ones.
 
-The engine is built in a process of its own (`rag_demo.engine_process`; RAG_DEMO_ENGINE_PROCESS=0
+The engine is built in a process of its own (`rag_demo.serving.process`; RAG_DEMO_ENGINE_PROCESS=0
 keeps it in this one, in a thread) while this one imports gradio and serves the page: on a first
 start (models to fetch, indexes to build) the page comes up at once and shows progress until it is
 ready, and on a warm start the two halves load side by side on two cores. Pass another factory to
@@ -23,8 +23,8 @@ import os
 import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
 
-from rag_demo import heap
-from rag_demo.background import BackgroundEngine, Engine, Stage, default_engines
+from rag_demo.serving import heap
+from rag_demo.serving.background import BackgroundEngine, Engine, Stage, default_engines
 from rag_demo.progress import Progress
 
 log = logging.getLogger("rag_demo.app")
@@ -49,7 +49,7 @@ def create_demo(factory: Callable[[Progress], Engine | Iterator[Stage]] = defaul
     module-level function or a partial of one), else in a thread of this one. The answers that
     cross from the child are plain data, so this process never imports torch."""
     if separate_process:
-        from rag_demo.engine_process import EngineProcess
+        from rag_demo.serving.process import EngineProcess
 
         engine = EngineProcess(factory).start()
     else:
@@ -74,7 +74,7 @@ def kb_paths_from(items: Sequence[str], environ: Mapping[str, str]) -> dict[str,
 def checked_kb_paths(paths: dict[str, str]) -> dict[str, str]:
     """The named KB folders, once each is a saved dataset: a wrong path stops the start with its
     reason before anything is served. (They load with the engine, which checks their columns.)"""
-    from rag_demo.corpus import saved_kb_folder
+    from rag_demo.retrieval.corpus import saved_kb_folder
 
     for path in paths.values():
         saved_kb_folder(path)
@@ -89,7 +89,7 @@ def main(factory: Callable[[Progress], Engine | Iterator[Stage]] | None = None, 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     separate_process = False  # a factory given here may not pickle: it runs in a thread of this process
     if factory is None:
-        from rag_demo.engine_process import engine_process_wanted
+        from rag_demo.serving.process import engine_process_wanted
         from rag_demo.errors import RagDemoError
 
         separate_process = engine_process_wanted(os.environ)
@@ -98,7 +98,7 @@ def main(factory: Callable[[Progress], Engine | Iterator[Stage]] | None = None, 
         except (ValueError, RagDemoError) as err:
             sys.exit(f"python app.py: {err}")
         factory = functools.partial(default_engines, extra_kb_paths=extra) if extra else default_engines
-    # before the server starts its worker threads, so that they share two malloc arenas (rag_demo.heap)
+    # before the server starts its worker threads, so that they share two malloc arenas (rag_demo.serving.heap)
     heap.limit_arenas(2)
     log.info("building the engine in %s", "a process of its own" if separate_process else "a thread")
     demo = create_demo(factory, separate_process=separate_process)

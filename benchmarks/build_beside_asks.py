@@ -27,7 +27,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--head-start", type=float, default=20.0, help="seconds the build runs before the first ask")
     args = parser.parse_args(argv)
 
-    from rag_demo.background import BackgroundEngine, Stage, default_engines
+    from rag_demo.serving.background import BackgroundEngine, Stage, default_engines
 
     engine = next(default_engines(lambda *a, **k: None)).engine
     kb = engine.kbs["nq-wiki"]

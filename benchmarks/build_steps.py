@@ -7,9 +7,9 @@ Embedding: every `--every`th passage of the default KBs in the build's longest-f
 sample has the build's mix of lengths), 16 a batch, cut at 256 tokens and at 128, in turn, each
 round in the same order. The question encoder's fine-tune: `--steps` steps of the build's recipe
 with each batch through the encoder whole and in 2 and 4 runs of similar length
-(`tuning.length_groups`), in turn. The reader: its first `--reader-steps` training batches (after
+(`question_encoder.length_groups`), in turn. The reader: its first `--reader-steps` training batches (after
 one that warms up), each as one forward and backward with the shared block run through every block
-and kept below the adapters (`tuning.frozen_bottom`), in turn batch by batch, the losses compared.
+and kept below the adapters (`reader.frozen_bottom`), in turn batch by batch, the losses compared.
 A slow spell of the machine thus lands on every setting. Prints one table of seconds and rates.
 """
 
@@ -23,14 +23,14 @@ import torch
 
 from benchmarks.speed import table
 from rag_demo.config import DEFAULT_LEXICAL_WEIGHT, EngineConfig, TuningConfig
-from rag_demo.corpus import load_kb
-from rag_demo.encoders import load_encoder
-from rag_demo.lexical import LexicalIndex
+from rag_demo.retrieval.corpus import load_kb
+from rag_demo.retrieval.encoders import load_encoder
+from rag_demo.retrieval.lexical import LexicalIndex
 from rag_demo.offline.prepare import prepare
 from rag_demo.offline.source import ensure_source, read_default_data
 from rag_demo.offline.tuned import training_split
 from rag_demo.questions import load_questions
-from rag_demo import tuning as tuner
+from rag_demo.training import question_encoder, reader
 
 COLUMNS = ("what", "setting", "seconds", "rate", "ratio to the first row of its kind")
 PASSAGE_LENGTHS = (256, 128)
@@ -82,19 +82,19 @@ def _encoder_rows(args, paths, parts: set[str]) -> list[tuple[str, ...]]:
     lexical = LexicalIndex.for_passages(kb.titles, kb.texts)
     training, _ = training_split(load_questions(wiki))
     recipe = TuningConfig()
-    questions = [tuner.TrainingQuestion(q.question, q.gold_id) for q in training][:recipe.batch_size * args.steps]
+    questions = [question_encoder.TrainingQuestion(q.question, q.gold_id) for q in training][:recipe.batch_size * args.steps]
     steps = {groups: [] for groups in LENGTH_GROUPS}
-    built = tuner.QUESTION_LENGTH_GROUPS
+    built = question_encoder.QUESTION_LENGTH_GROUPS
     try:
         for _ in range(args.rounds if "encoder" in parts else 0):
             for groups in LENGTH_GROUPS:
-                tuner.QUESTION_LENGTH_GROUPS = groups
+                question_encoder.QUESTION_LENGTH_GROUPS = groups
                 started = time.perf_counter()
-                tuner.tune_question_encoder(encoder, kb.embeddings, lexical, questions, lexical_weight=DEFAULT_LEXICAL_WEIGHT,
+                question_encoder.tune_question_encoder(encoder, kb.embeddings, lexical, questions, lexical_weight=DEFAULT_LEXICAL_WEIGHT,
                                             config=recipe, autocast=True)
                 steps[groups].append(time.perf_counter() - started)
     finally:
-        tuner.QUESTION_LENGTH_GROUPS = built
+        question_encoder.QUESTION_LENGTH_GROUPS = built
 
     rows = []
     if "embedding" in parts:
@@ -116,7 +116,7 @@ def _encoder_rows(args, paths, parts: set[str]) -> list[tuple[str, ...]]:
 
 def _reader_rows(args, paths) -> list[tuple[str, ...]]:
     from rag_demo.config import GeneratorConfig, ReaderTuningConfig
-    from rag_demo.generator import load_generator
+    from rag_demo.generation.generator import load_generator
     from rag_demo.offline.tuned import _reading_examples, reading_questions
 
     recipe = ReaderTuningConfig()
@@ -124,11 +124,11 @@ def _reader_rows(args, paths) -> list[tuple[str, ...]]:
     training, _ = reading_questions(paths.kb_paths, recipe)
     generator = load_generator(replace(GeneratorConfig(), tuned=False, dtype="float32"), path=str(paths.generator_path))
     model = generator.model
-    tuner.adapters_to_train(model, recipe)
+    reader.adapters_to_train(model, recipe)
     examples = _reading_examples(generator, kbs, training)
-    shared = tuner.shared_prefix(examples)
-    bottom = tuner.frozen_bottom(model, shared)
-    batches = tuner.length_sorted_batches([len(e.prompt_ids) + len(e.answer_ids) for e in examples],
+    shared = reader.shared_prefix(examples)
+    bottom = reader.frozen_bottom(model, shared)
+    batches = reader.length_sorted_batches([len(e.prompt_ids) + len(e.answer_ids) for e in examples],
                                           batch_size=recipe.batch_size, window=recipe.sort_window, seed=recipe.seed)
     # (name, the shared block kept below the adapters)
     settings = (("the shared block through every block", False), ("the shared block kept below the adapters", True))
@@ -140,7 +140,7 @@ def _reader_rows(args, paths) -> list[tuple[str, ...]]:
         for name, kept in settings:
             model.zero_grad(set_to_none=True)
             started = time.perf_counter()
-            loss = tuner.reading_loss(model, shared, batch, bottom=bottom if kept else None)
+            loss = reader.reading_loss(model, shared, batch, bottom=bottom if kept else None)
             loss.backward()
             if step:  # the first batch warms up
                 seconds[name].append(time.perf_counter() - started)

@@ -29,7 +29,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from benchmarks.load import _free_port, launch_app
-from rag_demo.heap import tree_mb
+from rag_demo.serving.heap import tree_mb
 
 log = logging.getLogger(__name__)
 

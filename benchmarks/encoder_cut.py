@@ -18,13 +18,13 @@ import torch
 
 from benchmarks.speed import table
 from rag_demo.config import DEFAULT_LEXICAL_WEIGHT, EncoderConfig
-from rag_demo.corpus import load_kb
-from rag_demo.encoders import Encoder, load_encoder
-from rag_demo.lexical import LexicalIndex
+from rag_demo.retrieval.corpus import load_kb
+from rag_demo.retrieval.encoders import Encoder, load_encoder
+from rag_demo.retrieval.lexical import LexicalIndex
 from rag_demo.offline.kbs import ensure_nq_kbs
 from rag_demo.offline.tuned import ensure_tuned_encoder, training_split
 from rag_demo.questions import load_questions
-from rag_demo import tuning as tuner
+from rag_demo.training import question_encoder as tuner
 
 KS = (1, 5, 20)
 RECALL = "gold passage in top 1 / 5 / 20, %"

@@ -35,12 +35,12 @@ import torch
 
 from benchmarks import speed
 from benchmarks.synthetic import bpe_tokenizer, rag_parts, wordpiece_tokenizer
-from rag_demo import decoding
+from rag_demo.generation import decoding
 from rag_demo.config import GeneratorConfig
-from rag_demo.corpus import Passage
-from rag_demo.encoders import encoder_from_modules
-from rag_demo.flat import Share, search_placed, search_tensor
-from rag_demo.generator import Seq2SeqGenerator
+from rag_demo.retrieval.corpus import Passage
+from rag_demo.retrieval.encoders import encoder_from_modules
+from rag_demo.retrieval.flat import Share, search_placed, search_tensor
+from rag_demo.generation.generator import Seq2SeqGenerator
 from rag_demo.marginalize import doc_logprobs
 
 

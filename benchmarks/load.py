@@ -28,7 +28,7 @@ from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from rag_demo.heap import status_mb
+from rag_demo.serving.heap import status_mb
 
 log = logging.getLogger(__name__)
 

@@ -113,7 +113,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
 
-    from rag_demo.loading import engine_from_config
+    from rag_demo.serving.loading import engine_from_config
 
     engine = engine_from_config()
     if args.em_grid:

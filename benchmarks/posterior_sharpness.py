@@ -79,7 +79,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
     from rag_demo.config import EngineConfig
-    from rag_demo.loading import engine_from_config
+    from rag_demo.serving.loading import engine_from_config
 
     multipliers = [float(m) for m in args.multipliers.split(",")]
     if 1.0 not in multipliers:

@@ -27,7 +27,7 @@ def _timed(fn):
 
 
 def embedding_rows(passages, repeats: int) -> list[tuple[str, float, float, str]]:
-    from rag_demo.encoders import load_encoder
+    from rag_demo.retrieval.encoders import load_encoder
 
     encoder = load_encoder(EncoderConfig())
     encoder.encode_passages(passages[:32], batch_size=32)  # first passes are slow: not measured
@@ -43,9 +43,9 @@ def embedding_rows(passages, repeats: int) -> list[tuple[str, float, float, str]
 
 
 def reader_rows(data, generator_path, batches: int, repeats: int) -> list[tuple[str, float, float, str]]:
-    from rag_demo.adapters import AdapterShape, adapter_parameters, add_adapters
-    from rag_demo.generator import load_generator
-    from rag_demo.tuning import ReadingExample, reading_loss, shared_prefix
+    from rag_demo.generation.adapters import AdapterShape, adapter_parameters, add_adapters
+    from rag_demo.generation.generator import load_generator
+    from rag_demo.training.reader import ReadingExample, reading_loss, shared_prefix
 
     generator = load_generator(GeneratorConfig(tuned=False), path=str(generator_path))
     examples = []

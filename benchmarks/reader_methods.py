@@ -23,8 +23,8 @@ from dataclasses import replace
 
 from rag_demo.config import GeneratorConfig, ReaderTuningConfig
 from rag_demo.evaluate import evaluate_table
-from rag_demo.generator import load_generator
-from rag_demo.loading import engine_from_config
+from rag_demo.generation.generator import load_generator
+from rag_demo.serving.loading import engine_from_config
 from rag_demo.offline.prepare import prepare
 from rag_demo.offline.tuned import train_reader
 

@@ -17,13 +17,13 @@ from dataclasses import replace
 
 import torch
 
-from rag_demo.adapters import first_block_for_share
+from rag_demo.generation.adapters import first_block_for_share
 from rag_demo.config import GeneratorConfig, ReaderTuningConfig
-from rag_demo.corpus import load_kb
-from rag_demo.generator import load_generator
+from rag_demo.retrieval.corpus import load_kb
+from rag_demo.generation.generator import load_generator
 from rag_demo.offline.prepare import prepare
 from rag_demo.offline.tuned import _reading_examples, reading_questions
-from rag_demo.tuning import adapters_to_train, length_sorted_batches, reading_loss, shared_prefix
+from rag_demo.training.reader import adapters_to_train, length_sorted_batches, reading_loss, shared_prefix
 
 
 def main(argv=None) -> int:

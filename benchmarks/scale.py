@@ -97,7 +97,7 @@ def topics(n: int, plan: Plan) -> int:
 
 
 def memory_mb() -> dict:
-    from rag_demo.heap import status_mb
+    from rag_demo.serving.heap import status_mb
 
     return {field: status_mb(field) for field in ("VmRSS", "VmHWM", "RssAnon")}
 
@@ -142,7 +142,7 @@ def synthetic_texts(n: int, *, seed: int, words: int = 100, language: int = ZIPF
 def ensure_kb(folder: Path, n: int, plan: Plan) -> Path:
     """A synthetic KB of n passages at folder (written once, then reused), without its BM25 index."""
     from benchmarks.synthetic import synthetic_vectors
-    from rag_demo.corpus import KB_META, write_kb
+    from rag_demo.retrieval.corpus import KB_META, write_kb
 
     meta = folder / KB_META
     if meta.is_file() and json.loads(meta.read_text()).get("count") == n:
@@ -170,8 +170,8 @@ def ensure_queries(path: Path, n: int, plan: Plan) -> Path:
 # -- children ----------------------------------------------------------------------------------------
 def child_build(spec: dict) -> dict:
     """Build one index over the KB's memory-mapped vectors and cache it beside the KB."""
-    from rag_demo.corpus import load_kb
-    from rag_demo.index import cached_index
+    from rag_demo.retrieval.corpus import load_kb
+    from rag_demo.retrieval.index import cached_index
 
     kb = load_kb(spec["kb"])
     index = cached_index(spec["kind"], kb.embeddings, kb.fingerprint, Path(spec["kb"]) / "indexes",
@@ -184,8 +184,8 @@ def child_serve(spec: dict) -> dict:
     """Load the KB and its cached index, answer each question alone, score recall against exact."""
     import numpy as np
 
-    from rag_demo.corpus import load_kb
-    from rag_demo.index import cached_index, recall_at_k
+    from rag_demo.retrieval.corpus import load_kb
+    from rag_demo.retrieval.index import cached_index, recall_at_k
 
     kb = load_kb(spec["kb"])
     index = cached_index(spec["kind"], kb.embeddings, kb.fingerprint, Path(spec["kb"]) / "indexes",
@@ -212,7 +212,7 @@ def child_serve(spec: dict) -> dict:
 def anon_peak(stop: threading.Event, seen: list[float]) -> None:
     """Sample RssAnon every 20 ms until stopped. VmHWM also counts file pages the build wrote
     through a mapping, which the kernel can write back and drop; anonymous memory it cannot."""
-    from rag_demo.heap import status_mb
+    from rag_demo.serving.heap import status_mb
 
     while not stop.wait(0.02):
         seen.append(status_mb("RssAnon") or 0.0)
@@ -222,8 +222,8 @@ def child_build_bm25(spec: dict) -> dict:
     """Build the KB's BM25 index and save it in the KB folder."""
     import shutil
 
-    from rag_demo.corpus import load_kb
-    from rag_demo.lexical import LexicalIndex, lexical_path
+    from rag_demo.retrieval.corpus import load_kb
+    from rag_demo.retrieval.lexical import LexicalIndex, lexical_path
 
     kb = load_kb(spec["kb"])
     shutil.rmtree(lexical_path(kb.path), ignore_errors=True)
@@ -247,9 +247,9 @@ def child_serve_bm25(spec: dict) -> dict:
     would take as a Python dict (measured here: the build child's freed objects would hide it)."""
     import numpy as np
 
-    from rag_demo.corpus import load_kb
-    from rag_demo.heap import status_mb
-    from rag_demo.lexical import LexicalIndex
+    from rag_demo.retrieval.corpus import load_kb
+    from rag_demo.serving.heap import status_mb
+    from rag_demo.retrieval.lexical import LexicalIndex
 
     kb = load_kb(spec["kb"])
     started = time.perf_counter()

@@ -40,9 +40,9 @@ import torch
 
 from benchmarks.synthetic import QUICK_QUESTIONS, bpe_tokenizer, quick_engine, rag_parts, synthetic_vectors, wordpiece_tokenizer
 from rag_demo.config import INDEX_KINDS, LIMITS, EngineConfig, IndexConfig
-from rag_demo.corpus import Passage, make_kb
-from rag_demo.heap import status_mb
-from rag_demo.kernels import stock_head
+from rag_demo.retrieval.corpus import Passage, make_kb
+from rag_demo.serving.heap import status_mb
+from rag_demo.generation.kernels import stock_head
 
 log = logging.getLogger(__name__)
 ROOT = Path(__file__).resolve().parents[1]  # the memory probe's child runs `-m benchmarks.speed` from here
@@ -142,7 +142,7 @@ def peak_rss_mb() -> float:
 
 def default_engine(device: torch.device, kb_paths: dict[str, str] | None = None):
     """The demo's default models; `kb_paths` (name -> folder) replaces the default KBs."""
-    from rag_demo.loading import engine_from_config
+    from rag_demo.serving.loading import engine_from_config
 
     return engine_from_config(EngineConfig(device=device.type), kb_paths=kb_paths)
 
@@ -206,7 +206,7 @@ def stage_latencies(engine, sizes: Sizes) -> list[dict]:
 
 def index_variants(engine, sizes: Sizes, device: torch.device) -> list[dict]:
     """Every index variant on the real KB (engine's reports) and on synthetic vectors."""
-    from rag_demo.index import build_index, recall_at_k
+    from rag_demo.retrieval.index import build_index, recall_at_k
 
     rows = []
     for name in engine.kb_names:
@@ -259,7 +259,7 @@ def _hf_setup(sizes: Sizes, folder: Path, device: torch.device, passages: list[P
     """A BART-shaped RAG model (both transformers classes) and our engine over the same modules and passages."""
     from transformers import RagConfig, RagSequenceForGeneration, RagTokenForGeneration
 
-    from rag_demo.loading import rag_engine_from_modules
+    from rag_demo.serving.loading import rag_engine_from_modules
 
     texts = [p.title + " " + p.text for p in passages]
     vocab = {"large": 50265, "base": 50265, "tiny": 300}[sizes.hf_shape]
@@ -399,8 +399,8 @@ def memory_probe(quick: bool, device: torch.device, kb_paths: dict[str, str] | N
     """Run in a child process: load the demo's engine, import the page, answer on every KB and index.
 
     The heap is handled as `python app.py` handles it: two malloc arenas, free pages handed back
-    after loading and after every ask (`rag_demo.heap`)."""
-    from rag_demo import heap
+    after loading and after every ask (`rag_demo.serving.heap`)."""
+    from rag_demo.serving import heap
 
     heap.limit_arenas(2)
     started = time.perf_counter()

@@ -14,7 +14,7 @@ import numpy as np
 import torch
 
 from rag_demo.config import EngineConfig, GeneratorConfig, IndexConfig
-from rag_demo.corpus import Passage, make_kb
+from rag_demo.retrieval.corpus import Passage, make_kb
 
 QUICK_PASSAGES = [
     ("Lake Baikal", "Lake Baikal is a rift lake in Siberia and the deepest lake in the world, reaching 1,642 metres."),
@@ -87,10 +87,10 @@ def quick_engine(folder: Path, device: torch.device):
     """An engine over tiny random models (a Gemma-3-shaped causal LM, a DPR encoder) and QUICK_PASSAGES."""
     from transformers import DPRConfig, DPRContextEncoder, DPRQuestionEncoder, Gemma3ForCausalLM, Gemma3TextConfig
 
-    from rag_demo import prompts
-    from rag_demo.encoders import Encoder
+    from rag_demo.generation import prompts
+    from rag_demo.retrieval.encoders import Encoder
     from rag_demo.engine import RagEngine
-    from rag_demo.generator import CausalGenerator
+    from rag_demo.generation.generator import CausalGenerator
 
     passages = [Passage(t, x) for t, x in QUICK_PASSAGES]
     texts = [p.title + " " + p.text for p in passages] + QUICK_QUESTIONS

@@ -41,11 +41,11 @@ def main(argv: list[str] | None = None) -> None:
     step("import pyarrow, faiss")
     from rag_demo.config import EngineConfig, cache_root
     from rag_demo.engine import RagEngine
-    from rag_demo.encoders import load_encoder
-    from rag_demo.generator import load_generator
-    from rag_demo.loading import load_kbs
+    from rag_demo.retrieval.encoders import load_encoder
+    from rag_demo.generation.generator import load_generator
+    from rag_demo.serving.loading import load_kbs
     from rag_demo.offline.prepare import prepare_in_stages
-    from rag_demo.tokenizing import load_tokenizer
+    from rag_demo.generation.tokenizing import load_tokenizer
 
     step("import rag_demo")
     for readiness in prepare_in_stages():

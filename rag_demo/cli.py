@@ -29,7 +29,7 @@ from .config import (
     MemoryConfig,
     named_paths,
 )
-from .corpus import VECTOR_DTYPES
+from .retrieval.corpus import VECTOR_DTYPES
 from .errors import RagDemoError
 from .plots import MEMORY_NAME, MEMORY_WHAT, logit_formula, memory_leads, source_posteriors
 from .text import check_length, one_line
@@ -243,7 +243,7 @@ def _progress():
 
 
 def make_engine(args):
-    from .loading import engine_from_config
+    from .serving.loading import engine_from_config
 
     return engine_from_config(engine_config(args), kb_paths=_kb_paths(args), progress=_progress())
 
@@ -405,8 +405,8 @@ def cmd_compare(args) -> int:
 
 
 def cmd_build_kb(args) -> int:
-    from .corpus import make_kb, read_source, save_kb
-    from .encoders import load_encoder
+    from .retrieval.corpus import make_kb, read_source, save_kb
+    from .retrieval.encoders import load_encoder
 
     passages = read_source(args.source, words_per_passage=args.words)
     out = Path(args.out)
@@ -426,8 +426,8 @@ def cmd_build_kb(args) -> int:
 def cmd_build_bm25(args) -> int:
     import numpy as np
 
-    from .corpus import load_kb
-    from .lexical import LexicalIndex, lexical_path
+    from .retrieval.corpus import load_kb
+    from .retrieval.lexical import LexicalIndex, lexical_path
 
     kb = load_kb(args.kb)
     progress = _progress()
@@ -441,8 +441,8 @@ def cmd_build_bm25(args) -> int:
 
 
 def cmd_build_index(args) -> int:
-    from .corpus import load_kb
-    from .index import cached_index, index_cache_paths, prebuilt_kind
+    from .retrieval.corpus import load_kb
+    from .retrieval.index import cached_index, index_cache_paths, prebuilt_kind
 
     kb = load_kb(args.kb)
     if kb.index_file is not None and prebuilt_kind(kb.index_file) == args.kind:
@@ -473,8 +473,8 @@ def cmd_prepare(args) -> int:
     from .offline.prepare import prepare
 
     prepared = prepare(progress=_progress(), retry_unavailable=True)
-    from .featured import feature_checked_examples
-    from .loading import engine_from_config
+    from .serving.featured import feature_checked_examples
+    from .serving.loading import engine_from_config
 
     # the page's first start would ask each example question once to order them; do it at build time
     feature_checked_examples(engine_from_config(progress=_progress()), progress=_progress())

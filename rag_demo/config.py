@@ -104,7 +104,7 @@ class EncoderConfig:
     kind: str = "auto"  # "auto", "dpr" or "sentence-transformers"
     scale: float | None = None
     max_length: int | None = None  # word pieces read of a passage or question; None: `input_tokens`' choice
-    # The default encoder's question side fine-tuned on nq-wiki's training questions (`rag_demo.tuning`);
+    # The default encoder's question side fine-tuned on nq-wiki's training questions (`rag_demo.training.question_encoder`);
     # False keeps the packaged weights for questions too. Other encoders are used as given.
     tuned: bool = True
 
@@ -177,7 +177,7 @@ class RetrievalConfig:
 
     "dense" is the paper's retriever: p(z|x) is the softmax over the top k of scale * s(z).
     "bm25" ranks by word matching alone: the softmax of BM25_SCALE * BM25(z), needing no vectors.
-    "hybrid" adds lexical_weight * BM25(z) to each dense logit (see `rag_demo.lexical`). None means
+    "hybrid" adds lexical_weight * BM25(z) to each dense logit (see `rag_demo.retrieval.lexical`). None means
     DEFAULT_LEXICAL_WEIGHT with the default encoder and dense retrieval with any other: a weight
     only makes sense against the score scale it was tuned for.
     """
@@ -221,7 +221,7 @@ class GeneratorConfig:
 
     For seq2seq models the input follows transformers' RagRetriever:
     prefix + title + title_sep + text + doc_sep + question, truncated to max_combined_length.
-    Causal LMs get a few-shot prompt (see `rag_demo.prompts`).
+    Causal LMs get a few-shot prompt (see `rag_demo.generation.prompts`).
     """
 
     model: str = DEFAULT_GENERATOR
@@ -232,7 +232,7 @@ class GeneratorConfig:
     max_combined_length: int = 300
     max_prompt_tokens: int = 512
     dtype: str = "float32"
-    tuned: bool = True  # the offline default generator: read with its reading adapter when cached (`rag_demo.adapters`)
+    tuned: bool = True  # the offline default generator: read with its reading adapter when cached (`rag_demo.generation.adapters`)
 
 
 @dataclass(frozen=True)

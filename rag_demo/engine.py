@@ -17,15 +17,15 @@ from pathlib import Path
 
 import torch
 
-from . import decoding
+from .generation import decoding
 from .config import DECODINGS, DEFAULT_ENCODER, DEFAULT_GENERATOR, DEFAULT_MEMORY_LOGITS, LIMITS, VARIANTS, EngineConfig
-from .corpus import KnowledgeBase, Passage
-from .encoders import Encoder
+from .retrieval.corpus import KnowledgeBase, Passage
+from .retrieval.encoders import Encoder
 from .errors import InputError
-from .decode_state import DecodeState, Target, join_rows
-from .decoding import Hypothesis, MemoryRows
-from .generator import Generator, generator_from_model
-from .index import SearchIndex
+from .generation.decode_state import DecodeState, Target, join_rows
+from .generation.decoding import Hypothesis, MemoryRows
+from .generation.generator import Generator, generator_from_model
+from .retrieval.index import SearchIndex
 from .marginalize import (
     doc_logprobs_with_memory,
     rag_sequence_logprob,
@@ -37,7 +37,7 @@ from .marginalize import (
 )
 from .progress import Progress, counted
 from .results import AskResult, ClosedBookResult, IndexReport, Retrieval, RetrieverComparison, VariantResult
-from .retriever import Retriever
+from .retrieval.retriever import Retriever
 from .text import clean_text
 
 log = logging.getLogger(__name__)

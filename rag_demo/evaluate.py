@@ -14,7 +14,7 @@ from .config import DEFAULT_QUESTION_SETS
 from .errors import InputError
 from .offline.kbs import load_counterfactual_world
 from .offline.swapped import SwappedWorld, counterfactual_answer
-from .questions import EvalQuestion, answer_in_text, load_eval_questions, normalize_answer, set_eval_questions
+from .questions import EvalQuestion, answer_in_text, contains_answer, load_eval_questions, normalize_answer, set_eval_questions
 
 __all__ = ["EvalQuestion", "normalize_answer", "exact_match", "f1_score", "contains_answer", "evaluate", "evaluate_table", "answer_record"]
 
@@ -32,12 +32,6 @@ def f1_score(prediction: str, gold: str) -> float:
         return 0.0
     precision, recall = common / len(pred), common / len(ref)
     return 2 * precision * recall / (precision + recall)
-
-
-def contains_answer(prediction: str, gold: str) -> bool:
-    """The gold answer appears inside the output (after normalization)."""
-    gold_norm = normalize_answer(gold)
-    return bool(gold_norm) and f" {gold_norm} " in f" {normalize_answer(prediction)} "
 
 
 def answer_record(item: EvalQuestion, prediction: str, *, kb: str, variant: str, k: int | None,
@@ -133,7 +127,7 @@ def sample_kb(kb, questions: list[EvalQuestion], size: int, seed: int):
     Row-aligned KBs (nq-wiki and nq-counterfactual) get the same rows for the same seed. Returns
     (KnowledgeBase, questions with gold_id renumbered to the sample's rows).
     """
-    from .corpus import make_kb
+    from .retrieval.corpus import make_kb
 
     if size < 1:
         raise InputError("--kb-sample must be at least 1")

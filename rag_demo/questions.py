@@ -287,6 +287,12 @@ def answer_in_text(text: str, answers: Sequence[str]) -> str:
     return next((a for a in answers if normalize_answer(a) and f" {normalize_answer(a)} " in normalized), "")
 
 
+def contains_answer(prediction: str, gold: str) -> bool:
+    """The gold answer appears inside the output as whole words (after normalization)."""
+    gold_norm = normalize_answer(gold)
+    return bool(gold_norm) and f" {gold_norm} " in f" {normalize_answer(prediction)} "
+
+
 @lru_cache(maxsize=8)
 def load_question_set(name: str | Path) -> tuple[SetQuestion, ...]:
     """The questions of a set, in file order; a malformed line is an error that names it."""

@@ -63,7 +63,7 @@ def run(out: Path, question: str, ready_timeout_s: float) -> list[Path]:
     from playwright.sync_api import expect, sync_playwright
 
     import app
-    from rag_demo.background import BackgroundEngine
+    from rag_demo.serving.background import BackgroundEngine
     from rag_demo.ui import build_demo, launch_options
 
     out.mkdir(parents=True, exist_ok=True)

@@ -31,7 +31,7 @@ def tiny_parts(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def tiny_kb(tiny_parts):
-    from rag_demo.corpus import Passage, make_kb
+    from rag_demo.retrieval.corpus import Passage, make_kb
 
     passages = [Passage(t, x) for t, x in tiny.PASSAGES]
     tok = tiny_parts["q_tok"]
@@ -53,7 +53,7 @@ def rag_config(tiny_parts):
 @pytest.fixture(scope="session")
 def tiny_engine(tiny_parts, tiny_kb, rag_config):
     """A RAG engine over the tiny BART and DPR that mirrors transformers' RAG classes."""
-    from rag_demo.loading import rag_engine_from_modules
+    from rag_demo.serving.loading import rag_engine_from_modules
 
     return rag_engine_from_modules(
         question_encoder=tiny_parts["q_enc"], question_tokenizer=tiny_parts["q_tok"],

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from rag_demo.corpus import Passage
+from rag_demo.retrieval.corpus import Passage
 from rag_demo.offline.leads import LEADS_SOURCE
 from rag_demo.offline.source import TASK_SOURCE
 

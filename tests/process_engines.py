@@ -11,7 +11,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from rag_demo.background import Stage
+from rag_demo.serving.background import Stage
 from rag_demo.errors import InputError
 
 

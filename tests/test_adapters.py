@@ -8,9 +8,9 @@ import threading
 import pytest
 import torch
 
-from rag_demo import adapters
+from rag_demo.generation import adapters
 from rag_demo.engine import RagEngine
-from rag_demo.generator import CausalGenerator
+from rag_demo.generation.generator import CausalGenerator
 from tests.ui_engine import make_ui_engine
 
 

@@ -30,7 +30,7 @@ def test_quick_bench_runs_and_outputs_are_identical(tmp_path, capsys):
 def test_plain_loop_stops_at_the_stop_tokens(tmp_path):
     from benchmarks import speed
     from benchmarks.synthetic import QUICK_QUESTIONS, quick_engine
-    from rag_demo.corpus import Passage
+    from rag_demo.retrieval.corpus import Passage
 
     engine = quick_engine(tmp_path, torch.device("cpu"))
     retrieval = engine.retrieve(QUICK_QUESTIONS[0], k=2)
@@ -62,7 +62,7 @@ def test_gpu_bench_imports_and_searches_without_faiss():
         "import benchmarks.gpu\n"
         "import numpy as np\n"
         "from rag_demo.config import IndexConfig\n"
-        "from rag_demo.index import build_index, has_faiss\n"
+        "from rag_demo.retrieval.index import build_index, has_faiss\n"
         "assert not has_faiss()\n"
         "xb = np.random.default_rng(0).standard_normal((50, 8)).astype('float32')\n"
         "scores, ids = build_index('flat', xb, IndexConfig()).search(xb[:3], 2)\n"
@@ -89,7 +89,7 @@ def test_gpu_bench_tiny_runs_on_cpu(tmp_path):
 
 
 def test_chunked_exact_search_equals_one_matmul():
-    from rag_demo.flat import search_tensor
+    from rag_demo.retrieval.flat import search_tensor
 
     generator = torch.Generator().manual_seed(0)
     xb, xq = torch.randn(1000, 16, generator=generator), torch.randn(4, 16, generator=generator)

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from rag_demo.background import BackgroundEngine
+from rag_demo.serving.background import BackgroundEngine
 from rag_demo.config import LIMITS
 from rag_demo.ui import build_demo, launch_options
 from rag_demo.ui.actions import PRIVATE_LABEL

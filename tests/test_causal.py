@@ -8,15 +8,15 @@ import pytest
 import torch
 
 from rag_demo.config import EngineConfig, GeneratorConfig
-from rag_demo.generator import CausalGenerator
-from rag_demo.prompts import NO_ANSWER
+from rag_demo.generation.generator import CausalGenerator
+from rag_demo.generation.prompts import NO_ANSWER
 
 QUESTION = "who wrote a farewell to arms"
 
 
 @pytest.fixture(scope="module")
 def causal_engine(tiny_parts, tiny_kb):
-    from rag_demo.encoders import encoder_from_modules
+    from rag_demo.retrieval.encoders import encoder_from_modules
     from rag_demo.engine import RagEngine
     from tests import tiny
 
@@ -95,11 +95,11 @@ def test_beams_and_sequence_decoding_run_on_causal(causal_engine):
 
 
 def test_long_passage_is_cut_to_fit_the_prompt(causal_engine):
-    from rag_demo.corpus import Passage
+    from rag_demo.retrieval.corpus import Passage
 
     from dataclasses import replace
 
-    from rag_demo import prompts
+    from rag_demo.generation import prompts
 
     base = causal_engine.generator
     bare = base.count_input_tokens(prompts.rag_prompt(QUESTION, "Long", ""))
@@ -120,7 +120,7 @@ def test_few_shot_block_is_computed_once_and_shared(causal_engine):
 
 
 def test_teacher_forcing_in_slices_equals_one_pass(causal_engine, monkeypatch):
-    from rag_demo import generator as generator_module
+    from rag_demo.generation import generator as generator_module
 
     gen = causal_engine.generator
     retrieval = causal_engine.retrieve(QUESTION, k=4)
@@ -136,7 +136,7 @@ def test_teacher_forcing_in_slices_equals_one_pass(causal_engine, monkeypatch):
 
 
 def test_row_bytes_counts_every_layer_of_the_cache(causal_engine):
-    from rag_demo.decode_state import row_bytes
+    from rag_demo.generation.decode_state import row_bytes
 
     gen = causal_engine.generator
     state = gen.start(causal_engine._inputs(causal_engine.retrieve(QUESTION, k=3)), gen.generation_prefix())

@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def saved(tiny_parts, tiny_kb, rag_config, tmp_path_factory):
     from transformers import RagTokenForGeneration, RagTokenizer
 
-    from rag_demo.corpus import save_kb
+    from rag_demo.retrieval.corpus import save_kb
 
     folder = tmp_path_factory.mktemp("cli")
     model = RagTokenForGeneration(config=rag_config, question_encoder=tiny_parts["q_enc"], generator=tiny_parts["bart"])
@@ -222,7 +222,7 @@ def test_build_kb_from_files(tmp_path, vectors):
     (src / "b.md").write_text("the quick brown fox")
     out = run("build-kb", str(src), str(tmp_path / "kb"), "--vectors", vectors)
     assert out.returncode == 0, out.stderr
-    from rag_demo.corpus import load_kb
+    from rag_demo.retrieval.corpus import load_kb
 
     kb = load_kb(tmp_path / "kb")
     assert len(kb) == 3 and kb.dim == 384 and kb.normalized
@@ -323,8 +323,8 @@ def test_build_bm25_saves_a_kb_folders_index(tmp_path, capsys, monkeypatch):
     import numpy as np
 
     from rag_demo.cli import main
-    from rag_demo.corpus import Passage, load_kb, make_kb, save_kb
-    from rag_demo.lexical import LexicalIndex, lexical_path
+    from rag_demo.retrieval.corpus import Passage, load_kb, make_kb, save_kb
+    from rag_demo.retrieval.lexical import LexicalIndex, lexical_path
 
     passages = [Passage("Mozart", "magic flute vienna"), Passage("Baikal", "deep lake siberia")]
     folder = save_kb(make_kb("x", passages, np.eye(2, 4)), tmp_path / "kb")  # arrow KBs are saved without BM25
@@ -333,7 +333,7 @@ def test_build_bm25_saves_a_kb_folders_index(tmp_path, capsys, monkeypatch):
     assert main(["build-bm25", str(folder)]) == 0
     assert f"BM25 of 2 passages (8 terms, 8 postings) is in {lexical_path(folder)}" in capsys.readouterr().out
     kb = load_kb(folder)
-    monkeypatch.setattr("rag_demo.lexical._build", None)  # what retrieval opens is the saved index, not a rebuild
+    monkeypatch.setattr("rag_demo.retrieval.lexical._build", None)  # what retrieval opens is the saved index, not a rebuild
     index = LexicalIndex.for_kb_folder(folder, kb.titles, kb.texts, fingerprint=kb.fingerprint)
     assert index.top("siberia", 2).tolist() == [1] and index.size == 2
 
@@ -343,8 +343,8 @@ def test_build_index_saves_a_kb_folders_index_where_asks_look(tmp_path, capsys):
 
     from rag_demo.cli import main
     from rag_demo.config import EngineConfig
-    from rag_demo.corpus import Passage, load_kb, make_kb, save_kb
-    from rag_demo.index import index_cache_paths
+    from rag_demo.retrieval.corpus import Passage, load_kb, make_kb, save_kb
+    from rag_demo.retrieval.index import index_cache_paths
 
     vectors = np.random.default_rng(0).standard_normal((400, 8)).astype(np.float32)
     passages = [Passage(f"title {i}", f"text {i}") for i in range(400)]

@@ -8,7 +8,7 @@ import os
 import numpy as np
 import pytest
 
-from rag_demo.corpus import KB_META, Passage, load_kb, make_kb, read_source, save_kb, split_into_passages
+from rag_demo.retrieval.corpus import KB_META, Passage, load_kb, make_kb, read_source, save_kb, split_into_passages
 from rag_demo.errors import InputError, KnowledgeBaseError
 
 
@@ -69,7 +69,7 @@ def test_a_saved_kb_loads_without_importing_datasets(tmp_path):
 
     kb = make_kb("mini", [Passage("a", "alpha"), Passage("b", "beta")], np.eye(2, 3, dtype=np.float32), encoder="enc")
     save_kb(kb, tmp_path / "kb")
-    probe = ("import sys; from rag_demo.corpus import load_kb; kb = load_kb(sys.argv[1]); "
+    probe = ("import sys; from rag_demo.retrieval.corpus import load_kb; kb = load_kb(sys.argv[1]); "
              "print(kb.fingerprint, list(kb.titles), 'datasets' in sys.modules)")
     shown = subprocess.run([sys.executable, "-c", probe, str(tmp_path / "kb")], capture_output=True, text=True, check=True)
     assert shown.stdout.split() == [kb.fingerprint, "['a',", "'b']", "False"]
@@ -78,7 +78,7 @@ def test_a_saved_kb_loads_without_importing_datasets(tmp_path):
 def test_saved_folders_pyarrow_does_not_read_go_through_datasets(tmp_path):
     from datasets import Dataset
 
-    from rag_demo.store import saved_table
+    from rag_demo.retrieval.store import saved_table
 
     vectors = np.arange(6, dtype=np.float32).reshape(3, 2)
     rows = {"title": ["a", "b", "c"], "text": ["x", "y", "z"], "embeddings": vectors.tolist()}
@@ -120,8 +120,8 @@ def _unit_kb(n: int = 50, dim: int = 8, seed: int = 0):
 def test_fingerprint_in_blocks_equals_one_hash_of_the_matrix():
     import hashlib
 
-    from rag_demo.corpus import embeddings_fingerprint
-    from rag_demo.store import BlockRows
+    from rag_demo.retrieval.corpus import embeddings_fingerprint
+    from rag_demo.retrieval.store import BlockRows
 
     xb = np.random.default_rng(0).standard_normal((70_000, 3)).astype(np.float32)  # more rows than one block
     whole = hashlib.sha256(str(xb.shape).encode() + xb.tobytes()).hexdigest()[:16]
@@ -130,7 +130,7 @@ def test_fingerprint_in_blocks_equals_one_hash_of_the_matrix():
 
 
 def test_kb_with_a_float16_vectors_file_is_memory_mapped(tmp_path):
-    from rag_demo.corpus import VECTORS_FILE, embeddings_fingerprint
+    from rag_demo.retrieval.corpus import VECTORS_FILE, embeddings_fingerprint
 
     kb = _unit_kb()
     save_kb(kb, tmp_path / "kb", vectors="float16")
@@ -153,7 +153,7 @@ def test_kb_with_a_float16_vectors_file_is_memory_mapped(tmp_path):
 
 
 def test_large_kb_passages_and_arrow_vectors_stay_on_disk(tmp_path):
-    from rag_demo.store import BlockRows, ColumnRows
+    from rag_demo.retrieval.store import BlockRows, ColumnRows
 
     kb = _unit_kb(n=2500)  # several Arrow record batches
     save_kb(kb, tmp_path / "kb")
@@ -204,7 +204,7 @@ def test_a_faiss_file_beside_a_foreign_dataset_comes_with_it(tmp_path):
 
 
 def test_vectors_file_that_does_not_fit_is_refused(tmp_path):
-    from rag_demo.corpus import VECTORS_FILE, write_kb
+    from rag_demo.retrieval.corpus import VECTORS_FILE, write_kb
 
     with pytest.raises(KnowledgeBaseError, match="one vector per passage"):
         write_kb(tmp_path / "kb", name="x", titles=["a", "b"], texts=["a", "b"], vectors=[np.ones((1, 4))], dim=4)
@@ -220,8 +220,8 @@ TITLES, TEXTS = ["Mozart", "Baikal", "Penny"], ["magic flute vienna", "deep lake
 
 
 def test_a_written_kb_carries_its_bm25_index(tmp_path, monkeypatch):
-    from rag_demo import lexical
-    from rag_demo.corpus import write_kb
+    from rag_demo.retrieval import lexical
+    from rag_demo.retrieval.corpus import write_kb
 
     write_kb(tmp_path / "kb", name="x", titles=TITLES, texts=TEXTS, vectors=[np.eye(3, 4)], dim=4)
     kb = load_kb(tmp_path / "kb")
@@ -235,11 +235,11 @@ def test_a_written_kb_carries_its_bm25_index(tmp_path, monkeypatch):
 
 
 def test_a_kb_past_the_bm25_limit_is_written_without_it(tmp_path, monkeypatch, caplog):
-    from rag_demo import lexical
-    from rag_demo.corpus import write_kb
+    from rag_demo.retrieval import lexical
+    from rag_demo.retrieval.corpus import write_kb
 
     monkeypatch.setattr(lexical, "MAX_POSTINGS", 5)  # the three passages hold 12
-    with caplog.at_level("WARNING", logger="rag_demo.corpus"):
+    with caplog.at_level("WARNING", logger="rag_demo.retrieval.corpus"):
         write_kb(tmp_path / "kb", name="x", titles=TITLES, texts=TEXTS, vectors=[np.eye(3, 4)], dim=4)
     assert f"run `python -m rag_demo build-bm25 {tmp_path / 'kb'}`" in caplog.text
     assert not lexical.lexical_path(tmp_path / "kb").exists() and len(load_kb(tmp_path / "kb")) == 3

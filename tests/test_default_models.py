@@ -12,7 +12,7 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def engine():
-    from rag_demo.loading import engine_from_config
+    from rag_demo.serving.loading import engine_from_config
 
     return engine_from_config()
 
@@ -123,7 +123,7 @@ def test_closed_book_is_the_base_generators_memory(engine):
     from rag_demo.config import GeneratorConfig
     from rag_demo.offline.prepare import prepare
     from rag_demo.evaluate import normalize_answer
-    from rag_demo.generator import load_generator
+    from rag_demo.generation.generator import load_generator
     from rag_demo.questions import set_eval_questions
 
     assert engine.generator.has_adapter == ("nq-wiki" in engine.kb_names)  # the reading adapter learns from nq-wiki
@@ -144,7 +144,7 @@ def test_closed_book_is_the_base_generators_memory(engine):
 def test_generator_tokenizer_built_directly_encodes_as_gemmas_own(engine):
     from transformers import AutoTokenizer
 
-    from rag_demo.generator import drop_construction_tables
+    from rag_demo.generation.generator import drop_construction_tables
 
     tokenizer = engine.generator.tokenizer
     assert type(tokenizer).__name__ == "TokenizersBackend"  # the direct build (`generator.load_tokenizer`)

@@ -206,7 +206,7 @@ def test_long_question_is_cut_with_a_notice(tiny_engine):
 def test_kb_with_other_dimension_is_refused(tiny_engine):
     import numpy as np
 
-    from rag_demo.corpus import Passage, make_kb
+    from rag_demo.retrieval.corpus import Passage, make_kb
 
     other = make_kb("other", [Passage("a", "b")], np.ones((1, 7), np.float32))
     with pytest.raises(KnowledgeBaseError, match="7-dim"):
@@ -214,7 +214,7 @@ def test_kb_with_other_dimension_is_refused(tiny_engine):
 
 
 def test_private_kb_changes_the_answer_source(tiny_engine, tiny_parts):
-    from rag_demo.corpus import Passage, make_kb
+    from rag_demo.retrieval.corpus import Passage, make_kb
 
     passages = [Passage("Swap", "Swapped text about an unrelated topic entirely."), Passage("Other", "More text.")]
     with torch.no_grad():
@@ -233,7 +233,7 @@ def test_warm_up_loads_each_kb_index_and_the_few_shot_cache(tmp_path):
     assert engine.warm_up() > 0
     assert {(kb.fingerprint, "flat") for kb in engine.kbs.values()} <= engine.retriever.held()
     # both few-shot blocks' caches (with passages, and closed-book) are ready for the first visitor
-    from rag_demo import prompts
+    from rag_demo.generation import prompts
 
     assert {text for text, _ in engine.generator._blocks.states} == {prompts.few_shot_prefix(),
                                                                      prompts.few_shot_prefix(with_passages=False)}
@@ -252,7 +252,7 @@ def test_warm_up_loads_each_kb_index_and_the_few_shot_cache(tmp_path):
 
 
 def test_warm_up_reads_the_saved_approximate_indexes_and_builds_none(tmp_path):
-    from rag_demo.corpus import load_kb, save_kb
+    from rag_demo.retrieval.corpus import load_kb, save_kb
     from rag_demo.engine import RagEngine
     from tests.ui_engine import make_ui_engine
 
@@ -275,7 +275,7 @@ def test_warm_up_reads_the_saved_approximate_indexes_and_builds_none(tmp_path):
 @pytest.fixture(scope="module")
 def hybrid_engine(tiny_parts, tiny_kb, rag_config):
     from rag_demo.config import EngineConfig, RetrievalConfig
-    from rag_demo.loading import rag_engine_from_modules
+    from rag_demo.serving.loading import rag_engine_from_modules
 
     return rag_engine_from_modules(
         question_encoder=tiny_parts["q_enc"], question_tokenizer=tiny_parts["q_tok"],
@@ -286,7 +286,7 @@ def hybrid_engine(tiny_parts, tiny_kb, rag_config):
 
 def _brute_force_hybrid(engine, kb, question, k):
     """Every passage's scale * <q, d> + weight * BM25, sorted: the top k and their logits."""
-    from rag_demo.lexical import LexicalIndex
+    from rag_demo.retrieval.lexical import LexicalIndex
 
     xq = engine.encoder.encode_questions([question])[0]
     dense = torch.from_numpy(kb.embeddings) @ xq
@@ -349,8 +349,8 @@ def test_retriever_choice_is_checked(hybrid_engine, tiny_engine):
 @pytest.mark.parametrize("index", ["flat", "hnsw", "ivfpq"])
 def test_a_kb_kept_on_disk_retrieves_as_in_memory(tiny_engine, hybrid_engine, tiny_kb, tmp_path_factory, index):
     """Vectors memory-mapped from a .npy, passages read from the Arrow file: the same rows and scores."""
-    from rag_demo.corpus import load_kb, save_kb
-    from rag_demo.store import ColumnRows
+    from rag_demo.retrieval.corpus import load_kb, save_kb
+    from rag_demo.retrieval.store import ColumnRows
 
     folder = save_kb(tiny_kb, tmp_path_factory.mktemp("disk-kb") / "kb", vectors="float32")
     disk = load_kb(folder, lazy_from=0)
@@ -369,7 +369,7 @@ def test_a_kb_kept_on_disk_retrieves_as_in_memory(tiny_engine, hybrid_engine, ti
 
 def _bm25_oracle(kb, question, k):
     """Every passage's BM25 score from an index built here, sorted (ties in row order): top rows, their scores."""
-    from rag_demo.lexical import LexicalIndex
+    from rag_demo.retrieval.lexical import LexicalIndex
 
     scores = torch.from_numpy(LexicalIndex.build([f"{t} {x}" for t, x in zip(kb.titles, kb.texts)]).scores(question))
     order = torch.argsort(scores, descending=True, stable=True)[:k]
@@ -414,7 +414,7 @@ def test_bm25_fills_the_top_k_with_passages_sharing_no_word_and_says_so(tiny_eng
                             "the knowledge base's order",)
     import doctest
 
-    from rag_demo import retriever
+    from rag_demo.retrieval import retriever
 
     assert doctest.testmod(retriever).failed == 0  # the notice with one passage short
 
@@ -438,9 +438,9 @@ def test_compare_retrievers_is_each_retrievers_own_top_k(hybrid_engine, tiny_eng
 def test_compare_marks_the_gold_passage_of_a_kb_stored_with_questions(tiny_parts, tiny_kb, rag_config, tmp_path):
     import json
 
-    from rag_demo.corpus import load_kb, save_kb
+    from rag_demo.retrieval.corpus import load_kb, save_kb
     from rag_demo.questions import QUESTIONS_FILE, gold_rows_by_question
-    from rag_demo.loading import rag_engine_from_modules
+    from rag_demo.serving.loading import rag_engine_from_modules
 
     folder = save_kb(tiny_kb, tmp_path / "tiny")
     rows = [{"question": "Who wrote A Farewell to Arms?", "answer": "Ernest Hemingway", "swapped_answer": "x",

@@ -1,4 +1,4 @@
-"""The engine in a child process (`rag_demo.engine_process`): calls, progress, errors, a dying
+"""The engine in a child process (`rag_demo.serving.process`): calls, progress, errors, a dying
 child, and the page's answers through it equal to those of the same engine in this process."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ import time
 
 import pytest
 
-from rag_demo.background import BuildStatus, EngineNotReady
-from rag_demo.engine_process import EngineProcess, engine_process_wanted
+from rag_demo.serving.background import BuildStatus, EngineNotReady
+from rag_demo.serving.process import EngineProcess, engine_process_wanted
 from rag_demo.errors import InputError, RagDemoError
 from tests import process_engines
 

@@ -1,4 +1,4 @@
-"""Example questions ordered by whether the demo answers them right (rag_demo.featured)."""
+"""Example questions ordered by whether the demo answers them right (rag_demo.serving.featured)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from rag_demo.featured import VARIANTS, order_examples
+from rag_demo.serving.featured import VARIANTS, order_examples
 from rag_demo.questions import KBQuestion
 from tests.ui_engine import KB_NAMES, QUESTIONS
 
@@ -62,10 +62,10 @@ def test_an_unwritable_or_broken_cache_only_costs_a_check(ui_engine, tmp_path):
 
 
 def test_feature_checked_examples_reorders_the_engine_examples_of_kbs_with_questions(ui_engine, tmp_path):
-    from rag_demo.corpus import load_kb, save_kb
+    from rag_demo.retrieval.corpus import load_kb, save_kb
     from rag_demo.questions import QUESTIONS_FILE
     from rag_demo.engine import RagEngine
-    from rag_demo.featured import feature_checked_examples
+    from rag_demo.serving.featured import feature_checked_examples
 
     kb = load_kb(save_kb(ui_engine.kbs[KB_NAMES[0]], tmp_path / "kb"), name=KB_NAMES[0])
     rows = [{"question": q, "answer": "a", "swapped_answer": "b", "passage_answer": "zz no such answer zz",
@@ -81,7 +81,7 @@ def test_feature_checked_examples_reorders_the_engine_examples_of_kbs_with_quest
 
 
 def test_other_generator_weights_check_the_examples_again(ui_engine, monkeypatch):
-    from rag_demo.featured import order_key
+    from rag_demo.serving.featured import order_key
 
     questions = _questions()
     before = order_key(ui_engine, questions)

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 import torch
 
-from rag_demo.flat import chunk_topk, inner_products, merge_topk, place, rerank, search, search_placed, share_bounds
-from rag_demo.store import BlockRows, gather_rows, row_chunks
+from rag_demo.retrieval.flat import chunk_topk, inner_products, merge_topk, place, rerank, search, search_placed, share_bounds
+from rag_demo.retrieval.store import BlockRows, gather_rows, row_chunks
 
 CUDA = [torch.device("cuda", i) for i in range(torch.cuda.device_count())]
 needs_cuda = pytest.mark.skipif(not CUDA, reason="no CUDA device visible")
@@ -109,7 +109,7 @@ def test_memmap_and_arrow_blocks_search_like_the_array(data, tmp_path):
 
 
 def test_a_scan_of_a_mapped_file_keeps_it_out_of_resident_memory(tmp_path):
-    from rag_demo.heap import status_mb
+    from rag_demo.serving.heap import status_mb
 
     rows = np.lib.format.open_memmap(tmp_path / "big.npy", mode="w+", dtype=np.float16, shape=(400_000, 64))  # 51 MB
     for start in range(0, len(rows), 100_000):
@@ -219,7 +219,7 @@ def test_placed_on_cuda_gives_the_cpu_result(data):
 
 
 def test_workspace_buffers_are_reused_while_big_enough():
-    from rag_demo.store import Workspace
+    from rag_demo.retrieval.store import Workspace
 
     workspace = Workspace()
     first = workspace.get("read", (10, 4), np.float16)
@@ -229,7 +229,7 @@ def test_workspace_buffers_are_reused_while_big_enough():
 
 
 def test_rows_of_a_mapped_file_are_read_without_mapping_them(tmp_path):
-    from rag_demo.heap import status_mb
+    from rag_demo.serving.heap import status_mb
 
     half = np.random.default_rng(0).standard_normal((200_000, 64)).astype(np.float16)  # 26 MB
     np.save(tmp_path / "v.npy", half)

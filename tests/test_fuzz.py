@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 
 from rag_demo import cli
 from rag_demo.errors import CacheError, RagDemoError
-from rag_demo.loading import rag_engine_from_modules
+from rag_demo.serving.loading import rag_engine_from_modules
 from rag_demo.ui.actions import PRIVATE_KB, DemoActions, unwrap
 from rag_demo.ui.inputs import SessionFiles, safe_file_name
 
@@ -201,7 +201,7 @@ def argv(draw):
 @pytest.fixture(scope="module")
 def cli_world(engine, tiny_parts, tmp_path_factory):
     """The CLI with the tiny models in place of the default ones, and a small source folder to index."""
-    from rag_demo import encoders
+    from rag_demo.retrieval import encoders
 
     source = tmp_path_factory.mktemp("source")
     (source / "a.txt").write_text("Zorblax is the capital of Plutonia. " * 30)
@@ -214,7 +214,7 @@ def cli_world(engine, tiny_parts, tmp_path_factory):
 @FUZZ
 @given(args=argv())
 def test_cli_exits_0_or_2_with_one_line(cli_world, monkeypatch, capsys, args):
-    from rag_demo import encoders
+    from rag_demo.retrieval import encoders
 
     TRIED["cli"] += 1
 

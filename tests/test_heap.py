@@ -5,7 +5,7 @@ import sys
 import numpy as np
 import pytest
 
-from rag_demo import heap
+from rag_demo.serving import heap
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux") or heap._glibc() is None, reason="glibc only")

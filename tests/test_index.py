@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from rag_demo.config import IndexConfig
-from rag_demo.index import build_index, cached_index, measure, recall_at_k
+from rag_demo.retrieval.index import build_index, cached_index, measure, recall_at_k
 
 
 def test_flat_is_exact(vectors):
@@ -97,7 +97,7 @@ def test_ivfpq_reranked_with_the_stored_vectors_finds_the_exact_rows(vectors, on
 
 
 def test_training_sample_keys_the_cache_only_when_set():
-    from rag_demo.index import params_key
+    from rag_demo.retrieval.index import params_key
 
     assert params_key("ivfpq", IndexConfig()) == params_key("ivfpq", IndexConfig(ivf_rerank=50))
     assert params_key("ivfpq", IndexConfig()) != params_key("ivfpq", IndexConfig(ivf_train_rows=500))
@@ -107,7 +107,7 @@ def test_a_prebuilt_index_of_the_kind_is_used_as_saved(vectors, tmp_path):
     import faiss
 
     from rag_demo.errors import KnowledgeBaseError
-    from rag_demo.index import prebuilt_kind
+    from rag_demo.retrieval.index import prebuilt_kind
 
     saved = faiss.IndexHNSWFlat(vectors.shape[1], 8, faiss.METRIC_INNER_PRODUCT)
     saved.hnsw.efSearch = 7  # transformers searches with what was saved; so do we
@@ -138,7 +138,7 @@ def test_a_prebuilt_index_of_another_type_is_left_aside(vectors, tmp_path, caplo
 
 
 def test_latency_is_timed_on_a_few_questions_when_search_is_slow(monkeypatch):
-    from rag_demo import index as index_module
+    from rag_demo.retrieval import index as index_module
 
     xb = np.random.default_rng(0).standard_normal((300, 8)).astype(np.float32)
     flat = build_index("flat", xb, IndexConfig())

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from rag_demo.config import IndexConfig
-from rag_demo.index import build_index, cached_index, index_cache_paths
+from rag_demo.retrieval.index import build_index, cached_index, index_cache_paths
 
 BLOCK = 500  # rows per block here: 3000 rows make 6 blocks
 CONFIG = IndexConfig(ivf_train_rows=1000)  # a sample, as large KBs are trained on
@@ -33,7 +33,7 @@ def one_faiss_thread(monkeypatch):
 
     before = faiss.omp_get_max_threads()
     faiss.omp_set_num_threads(1)
-    monkeypatch.setattr("rag_demo.index_build.CHUNK_ROWS", BLOCK)
+    monkeypatch.setattr("rag_demo.retrieval.index_build.CHUNK_ROWS", BLOCK)
     yield
     faiss.omp_set_num_threads(before)
 
@@ -42,7 +42,7 @@ def todays_build(kind, xb, config):
     """The index as it was built before blocks had progress and checkpoints, spelled out in faiss."""
     import faiss
 
-    from rag_demo.index_build import training_rows
+    from rag_demo.retrieval.index_build import training_rows
 
     n, dim = xb.shape
     whole = type(xb) is np.ndarray and xb.dtype == np.float32
@@ -157,7 +157,7 @@ def test_a_checkpoint_of_another_kb_or_a_damaged_one_is_removed_not_used(on_disk
 
 
 def test_a_folder_that_takes_no_checkpoint_still_builds(on_disk, vectors, tmp_path, caplog):
-    from rag_demo.index_build import Checkpoint, build_faiss
+    from rag_demo.retrieval.index_build import Checkpoint, build_faiss
 
     blocker = tmp_path / "file"
     blocker.write_text("not a folder")

@@ -6,7 +6,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from rag_demo import kernels
+from rag_demo.generation import kernels
 
 
 @pytest.mark.parametrize("shape", [(1, 24), (5, 24), (2, 3, 24), (kernels.FEW_ROWS + 1, 24)])

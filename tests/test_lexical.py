@@ -5,7 +5,7 @@ from collections.abc import Sequence
 import numpy as np
 import pytest
 
-from rag_demo.lexical import LexicalIndex, terms
+from rag_demo.retrieval.lexical import LexicalIndex, terms
 
 TEXTS = [
     "Mozart composed The Magic Flute in 1791 in Vienna.",
@@ -199,7 +199,7 @@ def test_a_damaged_saved_index_is_refused_with_the_fix(tmp_path, damage):
 @pytest.fixture
 def builds(monkeypatch):
     """Counts the builds `for_kb_folder` makes (a load is not one)."""
-    from rag_demo import lexical
+    from rag_demo.retrieval import lexical
 
     made = []
     real = lexical._build
@@ -213,7 +213,7 @@ def builds(monkeypatch):
 
 
 def test_kb_folder_builds_once_then_loads_the_saved_index(tmp_path, builds):
-    from rag_demo.lexical import lexical_path
+    from rag_demo.retrieval.lexical import lexical_path
 
     titles, texts = [f"title {i}" for i in range(30)], random_texts(7, 30)
     first = LexicalIndex.for_kb_folder(tmp_path, titles, texts, fingerprint="abc")
@@ -237,15 +237,15 @@ def test_kb_folder_rebuilds_a_stale_saved_index(tmp_path, builds, change, caplog
     elif change == "other vectors":
         fingerprint = "abd"
     elif change == "other constants":
-        monkeypatch.setattr("rag_demo.lexical.K1", 1.2)
+        monkeypatch.setattr("rag_demo.retrieval.lexical.K1", 1.2)
     else:
         (tmp_path / "bm25" / "offsets.npy").write_bytes(b"not an array")
-    with caplog.at_level("WARNING", logger="rag_demo.lexical"):
+    with caplog.at_level("WARNING", logger="rag_demo.retrieval.lexical"):
         index = LexicalIndex.for_kb_folder(tmp_path, titles, texts, fingerprint=fingerprint)
     assert builds == [30, len(texts)] and "rebuilding it" in caplog.text
     LexicalIndex.for_kb_folder(tmp_path, titles, texts, fingerprint=fingerprint)
     assert builds == [30, len(texts)]  # the rebuilt one was saved in its place
-    from rag_demo import lexical
+    from rag_demo.retrieval import lexical
 
     oracle = LexicalIndex(*one_pass_build([f"{t} {x}" for t, x in zip(titles, texts)], k1=lexical.K1), size=len(texts))
     np.testing.assert_array_equal(index.scores("lake baikal"), oracle.scores("lake baikal"))
@@ -258,11 +258,11 @@ def test_kb_folder_that_cannot_be_written_still_answers(tmp_path, monkeypatch, c
     def full_disk(*args, **kwargs):
         raise OSError(28, "No space left on device")
 
-    target = {"saving": (LexicalIndex, "save"), "scratch files": ("rag_demo.lexical._stash",),
+    target = {"saving": (LexicalIndex, "save"), "scratch files": ("rag_demo.retrieval.lexical._stash",),
               "scratch folder": (tempfile, "mkdtemp")}[fails]
     monkeypatch.setattr(*target, full_disk)
     titles, texts = ["Mozart", "Baikal"], ["magic flute", "deep lake"]
-    with caplog.at_level("WARNING", logger="rag_demo.lexical"):
+    with caplog.at_level("WARNING", logger="rag_demo.retrieval.lexical"):
         index = LexicalIndex.for_kb_folder(tmp_path, titles, texts)
     assert "No space left" in caplog.text and list(tmp_path.iterdir()) == []
     assert_same_index(index, *one_pass_build(["Mozart magic flute", "Baikal deep lake"]))

@@ -101,7 +101,7 @@ def test_padding_positions_are_ignored():
 
 
 def test_copy_spans_allows_only_runs_of_a_source():
-    from rag_demo.decoding import NEG, CopySpans
+    from rag_demo.generation.decoding import NEG, CopySpans
 
     stop = frozenset({0})
     copy = CopySpans([[5, 6, 7, 5, 8], [9, 6, 7, 4]], prefix_len=1, stop_ids=stop)
@@ -120,7 +120,7 @@ def test_copy_spans_allows_only_runs_of_a_source():
 
 def test_greedy_with_copy_spans_copies_a_passage_run(tiny_engine):
     """The tiny BART answers free text; with the constraint, its answer is a run of the passage tokens."""
-    from rag_demo import decoding
+    from rag_demo.generation import decoding
 
     gen = tiny_engine.generator
     source = gen.tokenizer(" Lake Baikal is the deepest lake", add_special_tokens=False)["input_ids"]

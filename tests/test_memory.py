@@ -9,9 +9,9 @@ from dataclasses import replace
 import pytest
 import torch
 
-from rag_demo import adapters
+from rag_demo.generation import adapters
 from rag_demo.config import MemoryConfig
-from rag_demo.corpus import Passage
+from rag_demo.retrieval.corpus import Passage
 from rag_demo.errors import InputError
 from tests.ui_engine import QUESTIONS, make_ui_engine
 

@@ -16,7 +16,7 @@ import gradio as gr
 import pytest
 
 from rag_demo import plots
-from rag_demo.background import BackgroundEngine
+from rag_demo.serving.background import BackgroundEngine
 from rag_demo.results import AskResult, ClosedBookResult, RetrievedPassage, VariantResult
 from rag_demo.ui.actions import DemoActions, unwrap
 from rag_demo.ui.html import (

@@ -8,9 +8,9 @@ import time
 
 import pytest
 
-from rag_demo.adapters import is_adapter_folder
+from rag_demo.generation.adapters import is_adapter_folder
 from rag_demo.config import EncoderConfig, ReaderTuningConfig, TuningConfig, cache_root
-from rag_demo.corpus import load_kb
+from rag_demo.retrieval.corpus import load_kb
 from rag_demo.errors import KnowledgeBaseError
 from rag_demo.offline.cache import MARKER, marker_problem, write_marker
 from rag_demo.offline.gguf import generator_key
@@ -40,7 +40,7 @@ from tests.offline_fakes import FakeEncoder
 
 
 def test_passages_that_read_the_same_up_to_the_cut_are_embedded_once():
-    from rag_demo.corpus import Passage
+    from rag_demo.retrieval.corpus import Passage
     from rag_demo.offline.kbs import _embed_unique
 
     encoder = FakeEncoder(max_length=3)
@@ -150,7 +150,7 @@ def test_warm_prepare_loads_no_model(offline_source, monkeypatch):
     def no_loading(*args, **kwargs):
         raise AssertionError("a warm prepare loaded a model")
 
-    monkeypatch.setattr("rag_demo.encoders.load_encoder", no_loading)
+    monkeypatch.setattr("rag_demo.retrieval.encoders.load_encoder", no_loading)
     monkeypatch.setattr("transformers.AutoModelForCausalLM.from_pretrained", no_loading)
     started = time.perf_counter()
     prepared = prepare(cache=cache, encoder_config=config)

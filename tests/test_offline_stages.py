@@ -174,7 +174,7 @@ def test_a_failed_download_of_the_leads_is_the_error_of_the_build(default_setup,
 
 def test_staged_engines_answer_at_each_stage_and_load_each_part_once(default_setup, monkeypatch):
     """One engine per stage; a KB folder or a model that did not change is handed on, not loaded again."""
-    from rag_demo import loading
+    from rag_demo.serving import loading
     from rag_demo.config import EngineConfig
 
     cache, encoder_config = default_setup
@@ -222,9 +222,9 @@ def test_own_kbs_follow_the_default_ones_in_every_staged_engine(default_setup, m
     engine on; one the encoder cannot search, or a name already taken, is left out with its reason."""
     import numpy as np
 
-    from rag_demo import loading
+    from rag_demo.serving import loading
     from rag_demo.config import EngineConfig
-    from rag_demo.corpus import write_kb
+    from rag_demo.retrieval.corpus import write_kb
 
     cache, encoder_config = default_setup
     monkeypatch.setenv("RAG_DEMO_CACHE", str(cache))
@@ -238,7 +238,7 @@ def test_own_kbs_follow_the_default_ones_in_every_staged_engine(default_setup, m
 
     extra = loading.load_kbs({"mine": kb_folder("mine", 16), "narrow": kb_folder("narrow", 8)})
     extra["nq-wiki"] = extra["mine"]
-    with caplog.at_level(logging.ERROR, logger="rag_demo.loading"):
+    with caplog.at_level(logging.ERROR, logger="rag_demo.serving.loading"):
         engines = [engine for engine, _ in loading.staged_default_engines(EngineConfig(encoder=encoder_config), extra_kbs=extra)]
     assert len(engines) == 5
     for engine in engines:
@@ -268,7 +268,7 @@ def test_app_reads_own_kbs_from_its_arguments_and_the_environment(tmp_path, caps
     assert "is not a knowledge base folder" in str(stopped.value.code) and "Traceback" not in str(stopped.value.code)
     import numpy as np
 
-    from rag_demo.corpus import write_kb
+    from rag_demo.retrieval.corpus import write_kb
 
     saved = write_kb(tmp_path / "own", name="own", titles=["Ada"], texts=["Ada wrote the notes."],
                      vectors=iter([np.ones((1, 4), np.float32)]), dim=4)

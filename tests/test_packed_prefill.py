@@ -6,9 +6,9 @@ import pytest
 import torch
 
 from rag_demo.config import GeneratorConfig
-from rag_demo.decode_state import copy_cache
-from rag_demo.generator import CausalGenerator
-from rag_demo.kernels import PACKED_ATTENTION
+from rag_demo.generation.decode_state import copy_cache
+from rag_demo.generation.generator import CausalGenerator
+from rag_demo.generation.kernels import PACKED_ATTENTION
 from tests import tiny
 
 QUESTION = "who wrote a farewell to arms"
@@ -29,7 +29,7 @@ def tiny_gemma3(vocab_size: int, *, sliding_window: int, seed: int = 3):
 
 @pytest.fixture(scope="module")
 def texts(tiny_parts, tiny_kb):
-    from rag_demo.corpus import Passage
+    from rag_demo.retrieval.corpus import Passage
 
     generator = CausalGenerator(tiny.tiny_causal(len(tiny_parts["gen_tok"])), tiny_parts["gen_tok"],
                                 GeneratorConfig(model="t", max_prompt_tokens=400), name="t")
@@ -58,7 +58,7 @@ def _decode_both(generator, texts, steps):
 
 @pytest.mark.parametrize("window", [4096, 700])
 def test_packed_prefill_equals_padded_batch(tiny_parts, texts, window, monkeypatch):
-    import rag_demo.generator as generator_module
+    import rag_demo.generation.generator as generator_module
 
     tokenizer = tiny_parts["gen_tok"]
     model = tiny_gemma3(len(tokenizer), sliding_window=window)
@@ -90,8 +90,8 @@ def test_packed_teacher_forcing_equals_pair_by_pair(tiny_parts, texts, window, m
     """Targets laid end to end per row give each pair's log-probs of the one-pair-per-row path. A
     sliding window that the cache and pack cross (40) is applied by a mask of its own for the
     sliding layers; one shorter than a target (6) sends the call to the one-pair-per-row path."""
-    import rag_demo.generator as generator_module
-    from rag_demo.generator import Generator
+    import rag_demo.generation.generator as generator_module
+    from rag_demo.generation.generator import Generator
 
     tokenizer = tiny_parts["gen_tok"]
     generator = CausalGenerator(tiny_gemma3(len(tokenizer), sliding_window=window), tokenizer,

@@ -8,10 +8,11 @@ import numpy as np
 import pytest
 import torch
 
-from rag_demo import precision, tuning
+from rag_demo import precision
+from rag_demo.training import reader as reader_tuning
 from rag_demo.config import EncoderConfig, ReaderTuningConfig
-from rag_demo.corpus import Passage
-from rag_demo.encoders import load_encoder
+from rag_demo.retrieval.corpus import Passage
+from rag_demo.retrieval.encoders import load_encoder
 from tests import tiny
 from tests.test_tuning import reader, tiny_sentence_encoder  # noqa: F401 (a fixture)
 
@@ -52,14 +53,14 @@ def test_reader_tuned_under_autocast_learns_like_float32(reader):  # noqa: F811
     learn, and autocast gets most of float32's gain (0.92 of it when written; bfloat16 rounding makes
     the two runs part a little, so an exact match would test torch, not us)."""
     generator, examples = reader
-    shared = tuning.shared_prefix(examples)
+    shared = reader_tuning.shared_prefix(examples)
     recipe = ReaderTuningConfig(learning_rate=3e-2, batch_size=4, epochs=2, adapted_share=1.0)
-    before = tuning.mean_answer_loss(generator.model, shared, examples)
+    before = reader_tuning.mean_answer_loss(generator.model, shared, examples)
     gains = {}
     for autocast in (False, True):
         model = copy.deepcopy(generator.model)
-        tuning.tune_reader(model, shared, examples * 4, autocast=autocast, config=recipe)
-        gains[autocast] = before - tuning.mean_answer_loss(model, shared, examples)
+        reader_tuning.tune_reader(model, shared, examples * 4, autocast=autocast, config=recipe)
+        gains[autocast] = before - reader_tuning.mean_answer_loss(model, shared, examples)
         assert all(p.dtype == torch.float32 for p in model.parameters())
     assert gains[False] > 2, gains  # nats per answer token, as test_tuning asks of float32
     assert gains[True] > 0.8 * gains[False], gains

@@ -1,6 +1,6 @@
 """The worked examples of the few-shot prompts."""
 
-from rag_demo import prompts
+from rag_demo.generation import prompts
 
 
 def test_every_reading_example_answers_with_a_span_of_its_own_passage():

@@ -19,13 +19,13 @@ import pytest
 import torch
 
 from rag_demo import cli
-from rag_demo.background import BackgroundEngine
+from rag_demo.serving.background import BackgroundEngine
 from rag_demo.config import LIMITS, IndexConfig
-from rag_demo.corpus import Passage, load_kb, make_kb, read_document_file
+from rag_demo.retrieval.corpus import Passage, load_kb, make_kb, read_document_file
 from rag_demo.engine import OOM_NOTICE, RagEngine
 from rag_demo.errors import CacheError, InputError, ModelLoadError
-from rag_demo.index import cached_index
-from rag_demo.loading import rag_engine_from_modules
+from rag_demo.retrieval.index import cached_index
+from rag_demo.serving.loading import rag_engine_from_modules
 from rag_demo.offline.cache import MARKER, marker_problem, publish, staged
 from rag_demo.offline.gguf import ensure_generator, generator_key
 from rag_demo.offline.kbs import ensure_nq_kbs
@@ -561,7 +561,7 @@ def test_a_kb_name_from_the_page_must_be_offered(engine, tmp_path):
 
 
 def test_cli_read_only_output_folder_is_one_line(tmp_path, monkeypatch, capsys, tiny_parts):
-    from rag_demo import corpus, encoders
+    from rag_demo.retrieval import corpus, encoders
 
     source = tmp_path / "docs"
     source.mkdir()

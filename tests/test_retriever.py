@@ -7,10 +7,10 @@ import pytest
 import torch
 
 from rag_demo.config import BM25_SCALE, RetrievalConfig
-from rag_demo.corpus import Passage, make_kb
-from rag_demo.encoders import encoder_from_modules
+from rag_demo.retrieval.corpus import Passage, make_kb
+from rag_demo.retrieval.encoders import encoder_from_modules
 from rag_demo.errors import InputError
-from rag_demo.retriever import Retriever
+from rag_demo.retrieval.retriever import Retriever
 
 QUESTION = "who wrote a farewell to arms"
 
@@ -150,7 +150,7 @@ def test_warm_up_loads_the_exact_and_bm25_indexes_of_every_registered_kb(encoder
 def test_a_kb_without_vectors_yet_is_served_by_bm25_and_says_so(encoder, tiny_kb):
     """A first start serves its KBs with BM25 while they are embedded: dense and hybrid asks fall
     back to BM25 with a notice, and what needs vectors says they are still being built."""
-    from rag_demo.corpus import text_only_kb
+    from rag_demo.retrieval.corpus import text_only_kb
 
     passages = [tiny_kb.passage(row) for row in range(len(tiny_kb))]
     text = text_only_kb("tiny", passages)
@@ -182,9 +182,9 @@ def test_an_index_build_reports_its_progress_once(encoder, tiny_kb):
 
 
 def test_a_large_kbs_approximate_index_is_built_by_the_command_not_in_an_ask(encoder, tiny_kb, tmp_path, monkeypatch):
-    from rag_demo import retriever as retriever_module
+    from rag_demo.retrieval import retriever as retriever_module
     from rag_demo.cli import main
-    from rag_demo.corpus import load_kb, save_kb
+    from rag_demo.retrieval.corpus import load_kb, save_kb
 
     folder = save_kb(tiny_kb, tmp_path / "big", vectors="float16")
     monkeypatch.setattr(retriever_module, "BUILD_WHILE_SERVING_MAX_ROWS", len(tiny_kb) - 1)  # "large" from here
@@ -204,7 +204,7 @@ def test_a_large_kbs_approximate_index_is_built_by_the_command_not_in_an_ask(enc
 
 @pytest.mark.parametrize("k", [1, 3, 10])
 def test_top_k_over_many_candidates_orders_as_a_full_stable_sort(tiny_kb, k):
-    from rag_demo.retriever import top_k
+    from rag_demo.retrieval.retriever import top_k
 
     n = len(tiny_kb)
     rng = np.random.default_rng(k)

@@ -6,12 +6,12 @@ import logging
 
 import torch
 
-from rag_demo import prompts
-from rag_demo.adapters import AdapterShape, adapter_parameters, add_adapters
+from rag_demo.generation import prompts
+from rag_demo.generation.adapters import AdapterShape, adapter_parameters, add_adapters
 from rag_demo.config import GeneratorConfig
-from rag_demo.corpus import Passage
-from rag_demo.generator import CausalGenerator
-from rag_demo.saved_states import SavedStates
+from rag_demo.retrieval.corpus import Passage
+from rag_demo.generation.generator import CausalGenerator
+from rag_demo.generation.saved_states import SavedStates
 from tests import tiny
 from tests.test_packed_prefill import tiny_gemma3
 
@@ -108,7 +108,7 @@ def test_a_damaged_file_is_computed_again_and_replaced(tiny_parts, tiny_kb, tmp_
     expected = _first_logprobs(_generator(model, tokenizer, tmp_path), texts)
     (path,) = tmp_path.glob("prefix-*")
     path.write_bytes(b"not safetensors")
-    with caplog.at_level(logging.WARNING, logger="rag_demo.saved_states"):
+    with caplog.at_level(logging.WARNING, logger="rag_demo.generation.saved_states"):
         got = _first_logprobs(_generator(model, tokenizer, tmp_path), texts)
     assert "ignoring the saved few-shot cache" in caplog.text
     for a, b in zip(expected, got):

@@ -126,8 +126,8 @@ def custom_kb(request, tiny_parts, rag_config, tmp_path_factory):
 @pytest.mark.parametrize("lazy_from", [10**9, 0])  # passages and vectors in memory, or read in place from Arrow
 @pytest.mark.parametrize("k", [3, 10])
 def test_custom_kb_retrieval_equals_rag_retriever(tiny_parts, rag_config, custom_kb, lazy_from, k):
-    from rag_demo.corpus import load_kb
-    from rag_demo.loading import rag_engine_from_modules
+    from rag_demo.retrieval.corpus import load_kb
+    from rag_demo.serving.loading import rag_engine_from_modules
 
     kind, passages_path, index_path, _, retriever = custom_kb
     kb = load_kb(passages_path, lazy_from=lazy_from)
@@ -152,7 +152,7 @@ def test_rag_checkpoint_with_a_custom_kb_brings_it(tiny_parts, rag_config, custo
     from transformers import RagTokenForGeneration, RagTokenizer
 
     from rag_demo.config import EngineConfig
-    from rag_demo.loading import engine_from_config
+    from rag_demo.serving.loading import engine_from_config
 
     kind, passages_path, index_path, config, retriever = custom_kb
     RagTokenForGeneration(config=config, question_encoder=tiny_parts["q_enc"], generator=tiny_parts["bart"]).save_pretrained(

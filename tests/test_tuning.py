@@ -17,14 +17,15 @@ import numpy as np
 import pytest
 import torch
 
-from rag_demo import tuning
-from rag_demo.adapters import adapter_parameters
+from rag_demo.training import question_encoder as question_tuning
+from rag_demo.training import reader as reader_tuning
+from rag_demo.generation.adapters import adapter_parameters
 from rag_demo.config import EncoderConfig, GeneratorConfig, ReaderTuningConfig, TuningConfig
-from rag_demo.corpus import Passage, make_kb, save_kb
-from rag_demo.encoders import load_encoder
-from rag_demo.decode_state import Target
-from rag_demo.generator import CausalGenerator, load_generator
-from rag_demo.lexical import LexicalIndex
+from rag_demo.retrieval.corpus import Passage, make_kb, save_kb
+from rag_demo.retrieval.encoders import load_encoder
+from rag_demo.generation.decode_state import Target
+from rag_demo.generation.generator import CausalGenerator, load_generator
+from rag_demo.retrieval.lexical import LexicalIndex
 from rag_demo.offline.cache import MARKER, marker_problem, write_marker
 from rag_demo.offline.gguf import generator_key
 from rag_demo.offline.kbs import default_kb_paths
@@ -43,7 +44,7 @@ from rag_demo.offline.tuned import (
     tuned_encoder_path,
     tuned_generator_path,
 )
-from rag_demo.prompts import NO_ANSWER
+from rag_demo.generation.prompts import NO_ANSWER
 from rag_demo.questions import QUESTIONS_FILE, KBQuestion, load_questions, split_questions
 from tests import tiny
 
@@ -71,7 +72,7 @@ def tiny_setup(tmp_path, one_torch_thread):
     vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
     lexical = LexicalIndex.for_passages([t for t, _ in tiny.PASSAGES], [x for _, x in tiny.PASSAGES])
     # Each question names the topic of another passage than its gold one, so lexical matching alone misleads.
-    questions = [tuning.TrainingQuestion(f"who wrote the {TOPICS[(row + 1) % 6]} thing", row) for row in range(6)]
+    questions = [question_tuning.TrainingQuestion(f"who wrote the {TOPICS[(row + 1) % 6]} thing", row) for row in range(6)]
     return encoder, vectors, lexical, questions
 
 
@@ -88,12 +89,12 @@ def test_tuning_pulls_training_questions_to_their_gold_passages(tiny_setup):
     encoder, vectors, lexical, questions = tiny_setup
     before_weights = {name: p.detach().clone() for name, p in encoder.question_model.named_parameters()}
     passages = torch.from_numpy(vectors)
-    before = tuning.recall_at(encoder.question_model, encoder, passages, lexical, questions, lexical_weight=0.2, ks=(1,))
+    before = question_tuning.recall_at(encoder.question_model, encoder, passages, lexical, questions, lexical_weight=0.2, ks=(1,))
     steps = []
-    tuned = tuning.tune_question_encoder(encoder, vectors, lexical, questions, lexical_weight=0.2,
+    tuned = question_tuning.tune_question_encoder(encoder, vectors, lexical, questions, lexical_weight=0.2,
                                          config=TuningConfig(epochs=60, learning_rate=3e-3, batch_size=6),
                                          progress=lambda done, total: steps.append((done, total)))
-    after = tuning.recall_at(tuned, encoder, passages, lexical, questions, lexical_weight=0.2, ks=(1,))
+    after = question_tuning.recall_at(tuned, encoder, passages, lexical, questions, lexical_weight=0.2, ks=(1,))
     assert before[1] <= 0.5 and after[1] == 1.0
     assert steps[-1] == (60, 60)
     for name, p in encoder.question_model.named_parameters():  # the encoder itself is untouched
@@ -101,10 +102,10 @@ def test_tuning_pulls_training_questions_to_their_gold_passages(tiny_setup):
 
 
 def test_length_groups_are_runs_of_similar_length():
-    assert tuning.length_groups([5, 1, 3, 1, 9, 2], groups=2) == [[1, 3, 5], [2, 0, 4]]
-    assert tuning.length_groups([4, 2], groups=3) == [[1], [0]]  # no empty runs
-    assert tuning.length_groups([7, 7, 7], groups=1) == [[0, 1, 2]]
-    assert tuning.length_groups([], groups=2) == []
+    assert question_tuning.length_groups([5, 1, 3, 1, 9, 2], groups=2) == [[1, 3, 5], [2, 0, 4]]
+    assert question_tuning.length_groups([4, 2], groups=3) == [[1], [0]]  # no empty runs
+    assert question_tuning.length_groups([7, 7, 7], groups=1) == [[0, 1, 2]]
+    assert question_tuning.length_groups([], groups=2) == []
 
 
 def test_a_step_in_length_runs_is_the_step_of_the_whole_batch(tiny_setup, monkeypatch):
@@ -115,7 +116,7 @@ def test_a_step_in_length_runs_is_the_step_of_the_whole_batch(tiny_setup, monkey
         if isinstance(module, torch.nn.Dropout):
             module.p = 0.0
     words = ["fox", "paris hemingway baikal", "penny", "mozart fox paris penny baikal", "the", "hemingway mozart"]
-    questions = [tuning.TrainingQuestion(f"who wrote {w}", row) for row, w in enumerate(words)]
+    questions = [question_tuning.TrainingQuestion(f"who wrote {w}", row) for row, w in enumerate(words)]
     lengths = {len(ids) for ids in encoder.tokenizer([q.question for q in questions])["input_ids"]}
     assert len(lengths) >= 3  # the runs do pad differently
     # plain SGD in place of AdamW, whose first step is about lr times the gradient's sign: with it,
@@ -123,8 +124,8 @@ def test_a_step_in_length_runs_is_the_step_of_the_whole_batch(tiny_setup, monkey
     monkeypatch.setattr(torch.optim, "AdamW", lambda params, lr, fused=False: torch.optim.SGD(params, lr=lr))
     tuned = {}
     for groups in (1, 3):
-        monkeypatch.setattr(tuning, "QUESTION_LENGTH_GROUPS", groups)
-        tuned[groups] = tuning.tune_question_encoder(encoder, vectors, lexical, questions, lexical_weight=0.2,
+        monkeypatch.setattr(question_tuning, "QUESTION_LENGTH_GROUPS", groups)
+        tuned[groups] = question_tuning.tune_question_encoder(encoder, vectors, lexical, questions, lexical_weight=0.2,
                                                      config=TuningConfig(epochs=1, learning_rate=1.0, batch_size=6))
     moved = 0.0
     for (name, whole), (_, runs) in zip(tuned[1].named_parameters(), tuned[3].named_parameters()):
@@ -137,9 +138,9 @@ def test_gold_ranks_count_the_passages_scored_above_the_gold_one():
     questions = torch.tensor([[1.0, 0.0], [0.0, 1.0]])  # (Q, D)
     passages = torch.tensor([[1.0, 0.0], [0.0, 1.0], [0.6, 0.8]])  # (N, D)
     lexical = np.array([[0.0, 0.0, 0.0], [0.0, 0.0, 10.0]], np.float32)  # (Q, N)
-    ranks = tuning.gold_ranks(questions, passages, lexical, [2, 1], scale=1.0, lexical_weight=0.0)
+    ranks = question_tuning.gold_ranks(questions, passages, lexical, [2, 1], scale=1.0, lexical_weight=0.0)
     assert ranks.tolist() == [1, 0]
-    ranks = tuning.gold_ranks(questions, passages, lexical, [2, 1], scale=1.0, lexical_weight=1.0)
+    ranks = question_tuning.gold_ranks(questions, passages, lexical, [2, 1], scale=1.0, lexical_weight=1.0)
     assert ranks.tolist() == [1, 1]  # BM25 lifts passage 2 above the second question's gold one
 
 
@@ -166,7 +167,7 @@ def test_tuned_encoder_is_built_once_and_loads_for_questions_only(tmp_path, tiny
     def no_training(*args, **kwargs):
         raise AssertionError("a cached tuned encoder was trained again")
 
-    monkeypatch.setattr(tuning, "tune_question_encoder", no_training)
+    monkeypatch.setattr(question_tuning, "tune_question_encoder", no_training)
     assert ensure_tuned_encoder(encoder, config, wiki, tuning=recipe, cache=cache) == folder
 
     tuned = load_encoder(config, question_path=folder)
@@ -232,8 +233,8 @@ def test_prepare_fine_tunes_the_default_models_once_and_then_loads_nothing(defau
     def no_loading(*args, **kwargs):
         raise AssertionError("a warm prepare loaded a model")
 
-    monkeypatch.setattr("rag_demo.encoders.load_encoder", no_loading)
-    monkeypatch.setattr("rag_demo.generator.load_generator", no_loading)
+    monkeypatch.setattr("rag_demo.retrieval.encoders.load_encoder", no_loading)
+    monkeypatch.setattr("rag_demo.generation.generator.load_generator", no_loading)
     assert prepare(cache=cache, encoder_config=config) == prepared
     untuned = prepare(cache=cache, encoder_config=EncoderConfig(model=folder, max_length=32, tuned=False),
                       generator_config=GeneratorConfig(tuned=False))
@@ -300,23 +301,23 @@ def reader(tiny_parts, one_torch_thread):
     examples = []
     for row, question, answer in READING:
         prompt = generator.format_input(question, Passage(*tiny.PASSAGES[row]))
-        examples.append(tuning.ReadingExample(tuple(tokenizer(prompt)["input_ids"]), generator.answer_target(answer).ids))
+        examples.append(reader_tuning.ReadingExample(tuple(tokenizer(prompt)["input_ids"]), generator.answer_target(answer).ids))
     return generator, examples
 
 
 def test_shared_prefix_is_the_common_start_less_its_last_token():
-    examples = [tuning.ReadingExample((5, 6, 7, 8, 1), (2,)), tuning.ReadingExample((5, 6, 7, 9), (2,))]
-    assert tuning.shared_prefix(examples) == (5, 6)
-    assert tuning.shared_prefix(examples[:1]) == (5, 6, 7, 8)
-    assert tuning.shared_prefix([tuning.ReadingExample((4,), (2,)), *examples]) == ()
+    examples = [reader_tuning.ReadingExample((5, 6, 7, 8, 1), (2,)), reader_tuning.ReadingExample((5, 6, 7, 9), (2,))]
+    assert reader_tuning.shared_prefix(examples) == (5, 6)
+    assert reader_tuning.shared_prefix(examples[:1]) == (5, 6, 7, 8)
+    assert reader_tuning.shared_prefix([reader_tuning.ReadingExample((4,), (2,)), *examples]) == ()
 
 
 def test_length_sorted_batches_cover_each_example_once_and_pad_less():
     lengths = np.random.default_rng(1).integers(20, 400, size=203).tolist()
-    plain = tuning.length_sorted_batches(lengths, batch_size=8, window=1, seed=3)
+    plain = reader_tuning.length_sorted_batches(lengths, batch_size=8, window=1, seed=3)
     # window 1 is the plain seeded shuffle the reader trained with before
     assert [i for batch in plain for i in batch] == np.random.default_rng(3).permutation(203).tolist()
-    sorted_ = tuning.length_sorted_batches(lengths, batch_size=8, window=8, seed=3)
+    sorted_ = reader_tuning.length_sorted_batches(lengths, batch_size=8, window=8, seed=3)
     for batches in (plain, sorted_):
         assert sorted(i for batch in batches for i in batch) == list(range(203))
         assert all(1 <= len(batch) <= 8 for batch in batches) and len(batches) == 26
@@ -325,19 +326,19 @@ def test_length_sorted_batches_cover_each_example_once_and_pad_less():
     # the batches come in a shuffled order, not shortest first
     maxima = [max(lengths[i] for i in batch) for batch in sorted_]
     assert maxima != sorted(maxima)
-    assert tuning.length_sorted_batches(lengths, batch_size=8, window=8, seed=3) == sorted_
+    assert reader_tuning.length_sorted_batches(lengths, batch_size=8, window=8, seed=3) == sorted_
     with pytest.raises(ValueError):
-        tuning.length_sorted_batches(lengths, batch_size=8, window=0, seed=3)
+        reader_tuning.length_sorted_batches(lengths, batch_size=8, window=0, seed=3)
 
 
 def test_reading_loss_with_the_shared_block_cached_equals_plain_full_forwards(reader):
     """Right padding, positions after the cached block, and the labels line up with one unpadded
     forward per example (no cache): the mean answer-token NLL is the same."""
     generator, examples = reader
-    shared = tuning.shared_prefix(examples)
+    shared = reader_tuning.shared_prefix(examples)
     assert len(shared) > 50  # the few-shot block
     with torch.no_grad():
-        got = tuning.reading_loss(generator.model, shared, examples).item()
+        got = reader_tuning.reading_loss(generator.model, shared, examples).item()
         total, count = 0.0, 0
         for example in examples:
             ids = torch.tensor([list(example.prompt_ids) + list(example.answer_ids)])
@@ -345,29 +346,29 @@ def test_reading_loss_with_the_shared_block_cached_equals_plain_full_forwards(re
             total += torch.nn.functional.cross_entropy(logits, torch.tensor(example.answer_ids), reduction="sum").item()
             count += len(example.answer_ids)
     assert got == pytest.approx(total / count, rel=1e-5)
-    assert tuning.mean_answer_loss(generator.model, shared, examples, batch_size=4) == pytest.approx(got, rel=1e-5)
+    assert reader_tuning.mean_answer_loss(generator.model, shared, examples, batch_size=4) == pytest.approx(got, rel=1e-5)
 
 
 def test_packed_rows_give_the_padded_loss_and_gradients(reader, monkeypatch):
     """Laying the rows end to end (one sequence, each row attending to the shared block and to
     itself) changes only how the batch goes through the layers: the loss and every gradient are
     those of the right-padded batch, in training mode as the reader trains."""
-    from rag_demo.kernels import PACKED_ATTENTION
+    from rag_demo.generation.kernels import PACKED_ATTENTION
 
     generator, examples = reader
     model = generator.model
-    shared = tuning.shared_prefix(examples)
+    shared = reader_tuning.shared_prefix(examples)
     rows = [list(e.prompt_ids[len(shared):]) + list(e.answer_ids) for e in examples]
-    assert model.config._attn_implementation == PACKED_ATTENTION and tuning._packable(model, len(shared), rows)
+    assert model.config._attn_implementation == PACKED_ATTENTION and reader_tuning._packable(model, len(shared), rows)
     assert len({len(r) for r in rows}) > 1  # rows of unequal length: the padded batch pads
-    packable = tuning._packable
+    packable = reader_tuning._packable
     model.train()
     try:
         results = {}
         for packed in (True, False):
-            monkeypatch.setattr(tuning, "_packable", packable if packed else (lambda *args: False))
+            monkeypatch.setattr(reader_tuning, "_packable", packable if packed else (lambda *args: False))
             model.zero_grad(set_to_none=True)
-            loss = tuning.reading_loss(model, shared, examples)
+            loss = reader_tuning.reading_loss(model, shared, examples)
             loss.backward()
             results[packed] = (loss.item(), {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None})
     finally:
@@ -385,33 +386,33 @@ def test_rows_that_reach_past_a_sliding_window_are_padded_not_packed(reader, mon
     cut takes the padded path, whose masks apply it; a model without the packed attention always does."""
     generator, examples = reader
     model = generator.model
-    shared = tuning.shared_prefix(examples)
+    shared = reader_tuning.shared_prefix(examples)
     rows = [list(e.prompt_ids[len(shared):]) + list(e.answer_ids) for e in examples]
     longest = len(shared) + max(map(len, rows))
     monkeypatch.setattr(model.config, "sliding_window", longest, raising=False)
-    assert tuning._packable(model, len(shared), rows)
+    assert reader_tuning._packable(model, len(shared), rows)
     monkeypatch.setattr(model.config, "sliding_window", longest - 1)
-    assert not tuning._packable(model, len(shared), rows)
+    assert not reader_tuning._packable(model, len(shared), rows)
     monkeypatch.setattr(model.config, "layer_types", ["full_attention"] * model.config.num_hidden_layers, raising=False)
-    assert tuning._packable(model, len(shared), rows)  # a window no layer uses cuts nothing
+    assert reader_tuning._packable(model, len(shared), rows)  # a window no layer uses cuts nothing
     monkeypatch.setattr(model.config, "_attn_implementation", "sdpa")
-    assert not tuning._packable(model, len(shared), rows)
+    assert not reader_tuning._packable(model, len(shared), rows)
 
 
 def _grouped(examples, answer_of, doc_logprobs):
     """Marginal examples: for each answer index in `answer_of`, every example's prompt read with that answer."""
-    return [tuning.MarginalExample(tuple(tuning.ReadingExample(e.prompt_ids, examples[a].answer_ids) for e in examples[:len(doc)]),
+    return [reader_tuning.MarginalExample(tuple(reader_tuning.ReadingExample(e.prompt_ids, examples[a].answer_ids) for e in examples[:len(doc)]),
                                    tuple(doc)) for a, doc in zip(answer_of, doc_logprobs)]
 
 
 def test_marginal_loss_is_the_rag_sequence_likelihood_of_plain_forwards(reader):
     """-log sum_z p(z|x) p(y|x,z) / |y|, each p(y|x,z) from one unpadded forward of its own prompt."""
     generator, examples = reader
-    shared = tuning.shared_prefix(examples)
+    shared = reader_tuning.shared_prefix(examples)
     doc_sets = [torch.log_softmax(torch.tensor([1.5, 0.2, -1.0]), 0).tolist(), torch.log_softmax(torch.tensor([0.0, 3.0]), 0).tolist()]
     batch = _grouped(examples, [0, 3], doc_sets)
     with torch.no_grad():
-        got = tuning.marginal_loss(generator.model, shared, batch).item()
+        got = reader_tuning.marginal_loss(generator.model, shared, batch).item()
         expected = []
         for example in batch:
             sequence = []
@@ -423,20 +424,20 @@ def test_marginal_loss_is_the_rag_sequence_likelihood_of_plain_forwards(reader):
             expected.append(-total.item() / len(example.reads[0].answer_ids))
     assert got == pytest.approx(sum(expected) / len(expected), rel=1e-5)
     # one passage with p(z|x) = 1 is the gold-passage loss of that read
-    single = tuning.MarginalExample(examples[2:3], (0.0,))
+    single = reader_tuning.MarginalExample(examples[2:3], (0.0,))
     with torch.no_grad():
-        assert tuning.marginal_loss(generator.model, shared, [single]).item() == pytest.approx(
-            tuning.reading_loss(generator.model, shared, examples[2:3]).item(), rel=1e-5)
+        assert reader_tuning.marginal_loss(generator.model, shared, [single]).item() == pytest.approx(
+            reader_tuning.reading_loss(generator.model, shared, examples[2:3]).item(), rel=1e-5)
 
 
 def test_marginal_examples_refuse_reads_that_do_not_fit():
-    read = tuning.ReadingExample((1, 2), (3,))
+    read = reader_tuning.ReadingExample((1, 2), (3,))
     with pytest.raises(ValueError):
-        tuning.MarginalExample((read, read), (0.0,))
+        reader_tuning.MarginalExample((read, read), (0.0,))
     with pytest.raises(ValueError):
-        tuning.MarginalExample((read, tuning.ReadingExample((1, 2), (4,))), (-0.7, -0.7))
+        reader_tuning.MarginalExample((read, reader_tuning.ReadingExample((1, 2), (4,))), (-0.7, -0.7))
     with pytest.raises(ValueError):
-        tuning.MarginalExample((), ())
+        reader_tuning.MarginalExample((), ())
 
 
 def test_reader_learns_from_the_marginal_over_retrieved_passages(reader):
@@ -444,20 +445,20 @@ def test_reader_learns_from_the_marginal_over_retrieved_passages(reader):
     rises; a step takes batch_size // K questions, and a mixed list is refused."""
     generator, examples = reader
     model = generator.model
-    shared = tuning.shared_prefix(examples)
+    shared = reader_tuning.shared_prefix(examples)
     doc = torch.log_softmax(torch.tensor([2.0, 0.5, 0.0]), 0).tolist()
     batch = _grouped(examples, range(6), [doc] * 6)
     with torch.no_grad():
-        before = tuning.marginal_loss(model, shared, batch).item()
+        before = reader_tuning.marginal_loss(model, shared, batch).item()
     steps = []
     recipe = ReaderTuningConfig(learning_rate=3e-2, batch_size=6, epochs=3, adapted_share=1.0, marginal_passages=3)
-    tuning.tune_reader(model, shared, batch, config=recipe, progress=lambda done, total: steps.append((done, total)))
+    reader_tuning.tune_reader(model, shared, batch, config=recipe, progress=lambda done, total: steps.append((done, total)))
     with torch.no_grad():
-        after = tuning.marginal_loss(model, shared, batch).item()
+        after = reader_tuning.marginal_loss(model, shared, batch).item()
     assert after < before - 1, (before, after)
     assert steps[-1] == (9, 9)  # 6 questions, 2 a step, 3 epochs
     with pytest.raises(ValueError):
-        tuning.tune_reader(model, shared, [batch[0], examples[0]], config=recipe)
+        reader_tuning.tune_reader(model, shared, [batch[0], examples[0]], config=recipe)
 
 
 def test_marginal_rows_are_the_retrieved_ones_with_the_gold_passage_kept():
@@ -490,31 +491,31 @@ def test_marginal_training_needs_the_engines_retrieval(tmp_path):
 def test_reader_adapter_learns_the_answers_and_switches_off_to_the_base_model(reader):
     generator, examples = reader
     model = generator.model
-    shared = tuning.shared_prefix(examples)
+    shared = reader_tuning.shared_prefix(examples)
     base = {name: p.detach().clone() for name, p in model.named_parameters()}
-    before = tuning.mean_answer_loss(model, shared, examples)
+    before = reader_tuning.mean_answer_loss(model, shared, examples)
     steps = []
     recipe = ReaderTuningConfig(learning_rate=3e-2, batch_size=4, epochs=2, adapted_share=1.0)  # a tiny model needs every block
-    returned = tuning.tune_reader(model, shared, examples * 4, config=recipe, progress=lambda done, total: steps.append((done, total)))
-    after = tuning.mean_answer_loss(model, shared, examples)
+    returned = reader_tuning.tune_reader(model, shared, examples * 4, config=recipe, progress=lambda done, total: steps.append((done, total)))
+    after = reader_tuning.mean_answer_loss(model, shared, examples)
     assert returned is model and not model.training
     assert after < before - 2, (before, after)  # nats per answer token
     params = dict(model.named_parameters())
     assert all(torch.equal(params[name], value) for name, value in base.items())
     assert set(params) - set(base) == set(adapter_parameters(model))
     with generator.base_weights():
-        assert tuning.mean_answer_loss(model, shared, examples) == pytest.approx(before, rel=1e-6)
+        assert reader_tuning.mean_answer_loss(model, shared, examples) == pytest.approx(before, rel=1e-6)
     assert not any(p.requires_grad for p in model.parameters())
     assert steps[-1] == (12, 12)
 
 
 def test_the_default_recipe_adapts_the_top_half_of_the_blocks(reader):
-    from rag_demo.adapters import block_number
+    from rag_demo.generation.adapters import block_number
 
     generator, examples = reader
     blocks = len(generator.model.model.layers)
     assert blocks >= 2 and ReaderTuningConfig().adapted_share == 0.5
-    tuning.tune_reader(generator.model, tuning.shared_prefix(examples), examples[:2], config=ReaderTuningConfig(batch_size=2))
+    reader_tuning.tune_reader(generator.model, reader_tuning.shared_prefix(examples), examples[:2], config=ReaderTuningConfig(batch_size=2))
     adapted = {block_number(name) for name in adapter_parameters(generator.model)}
     assert adapted == set(range(blocks - (blocks + 1) // 2, blocks))
 
@@ -522,25 +523,25 @@ def test_the_default_recipe_adapts_the_top_half_of_the_blocks(reader):
 def test_full_reader_tuning_learns_the_answers_and_leaves_the_embeddings(reader):
     generator, examples = reader
     model = generator.model
-    shared = tuning.shared_prefix(examples)
+    shared = reader_tuning.shared_prefix(examples)
     embeddings = model.get_input_embeddings().weight.detach().clone()
     layer = next(model.base_model.layers[0].parameters()).detach().clone()
-    before = tuning.mean_answer_loss(model, shared, examples)
-    tuning.tune_reader(model, shared, examples * 8, config=ReaderTuningConfig(method="full", learning_rate=3e-2, batch_size=4))
-    assert tuning.mean_answer_loss(model, shared, examples) < before - 2
+    before = reader_tuning.mean_answer_loss(model, shared, examples)
+    reader_tuning.tune_reader(model, shared, examples * 8, config=ReaderTuningConfig(method="full", learning_rate=3e-2, batch_size=4))
+    assert reader_tuning.mean_answer_loss(model, shared, examples) < before - 2
     assert torch.equal(model.get_input_embeddings().weight, embeddings)
     assert not torch.equal(next(model.base_model.layers[0].parameters()), layer)
     assert not adapter_parameters(model)
     with pytest.raises(ValueError, match="unknown reader tuning method"):
-        tuning.tune_reader(model, shared, examples, config=ReaderTuningConfig(method="half"))
+        reader_tuning.tune_reader(model, shared, examples, config=ReaderTuningConfig(method="half"))
 
 
 def test_reader_tuning_refuses_prompts_without_the_shared_block(reader):
     generator, examples = reader
     with pytest.raises(ValueError, match="shared block"):
-        tuning.tune_reader(generator.model, (99999,), examples)
+        reader_tuning.tune_reader(generator.model, (99999,), examples)
     with pytest.raises(ValueError, match="no reading examples"):
-        tuning.tune_reader(generator.model, (), [])
+        reader_tuning.tune_reader(generator.model, (), [])
 
 
 def _questions_file(folder: Path, rows: list[dict]) -> Path:
@@ -605,17 +606,17 @@ class CausalGeneratorStub:
 
 def test_drawn_share_is_seeded_nested_and_keeps_at_least_one():
     items = list(range(101))
-    half = tuning.drawn_share(items, 0.5, seed=3)
+    half = question_tuning.drawn_share(items, 0.5, seed=3)
     assert len(half) == 50 and len(set(half)) == 50 and set(half) <= set(items)
-    assert tuning.drawn_share(items, 0.5, seed=3) == half
-    assert tuning.drawn_share(items, 0.25, seed=3) == half[:25]  # a smaller share is a part of a larger one
-    assert tuning.drawn_share(items, 0.5, seed=4) != half
-    assert sorted(tuning.drawn_share(items, 1.0, seed=3)) == items
-    assert len(tuning.drawn_share(items, 0.001, seed=3)) == 1
-    assert tuning.drawn_share([], 0.5, seed=3) == []
+    assert question_tuning.drawn_share(items, 0.5, seed=3) == half
+    assert question_tuning.drawn_share(items, 0.25, seed=3) == half[:25]  # a smaller share is a part of a larger one
+    assert question_tuning.drawn_share(items, 0.5, seed=4) != half
+    assert sorted(question_tuning.drawn_share(items, 1.0, seed=3)) == items
+    assert len(question_tuning.drawn_share(items, 0.001, seed=3)) == 1
+    assert question_tuning.drawn_share([], 0.5, seed=3) == []
     for share in (0, -0.5, 1.5):
         with pytest.raises(ValueError):
-            tuning.drawn_share(items, share, seed=3)
+            question_tuning.drawn_share(items, share, seed=3)
         with pytest.raises(ValueError):
             TuningConfig(question_share=share)
 
@@ -626,22 +627,22 @@ def test_the_shared_block_kept_below_the_adapters_gives_the_same_loss_and_gradie
     through every block, packed and padded alike; an adapter in the lowest block keeps nothing."""
     generator, examples = reader
     model = copy.deepcopy(generator.model)
-    shared = tuning.shared_prefix(examples)
+    shared = reader_tuning.shared_prefix(examples)
     blocks = model.config.num_hidden_layers
     assert blocks >= 2
-    tuning.adapters_to_train(model, ReaderTuningConfig(adapted_share=0.5))
-    bottom = tuning.frozen_bottom(model, shared)
+    reader_tuning.adapters_to_train(model, ReaderTuningConfig(adapted_share=0.5))
+    bottom = reader_tuning.frozen_bottom(model, shared)
     assert bottom is not None and 0 < bottom.first < blocks and len(bottom.keys) == bottom.first
-    packable = tuning._packable
+    packable = reader_tuning._packable
     with torch.no_grad():  # the adapters begin as a no-op (B = 0): give them weight, so the blocks above change
         for parameter in adapter_parameters(model).values():
             parameter.normal_(0, 0.05)
     results = {}
     for packed in (True, False):
-        monkeypatch.setattr(tuning, "_packable", packable if packed else (lambda *args: False))
+        monkeypatch.setattr(reader_tuning, "_packable", packable if packed else (lambda *args: False))
         for kept in (bottom, None):
             model.zero_grad(set_to_none=True)
-            loss = tuning.reading_loss(model, shared, examples, bottom=kept)
+            loss = reader_tuning.reading_loss(model, shared, examples, bottom=kept)
             loss.backward()
             results[packed, kept is not None] = (loss.item(), {n: p.grad.clone() for n, p in model.named_parameters()
                                                                if p.grad is not None})
@@ -653,6 +654,6 @@ def test_the_shared_block_kept_below_the_adapters_gives_the_same_loss_and_gradie
         for name, grad in kept_grads.items():
             assert torch.allclose(grad, plain_grads[name], rtol=1e-5, atol=1e-7), name
     everything = copy.deepcopy(generator.model)
-    tuning.adapters_to_train(everything, ReaderTuningConfig(adapted_share=1.0))
-    assert tuning.frozen_bottom(everything, shared) is None
-    assert tuning.frozen_bottom(model, ()) is None
+    reader_tuning.adapters_to_train(everything, ReaderTuningConfig(adapted_share=1.0))
+    assert reader_tuning.frozen_bottom(everything, shared) is None
+    assert reader_tuning.frozen_bottom(model, ()) is None

@@ -19,9 +19,9 @@ import gradio as gr
 import pytest
 
 from rag_demo import plots
-from rag_demo.background import Answering, BackgroundEngine, Stage
+from rag_demo.serving.background import Answering, BackgroundEngine, Stage
 from rag_demo.config import LIMITS
-from rag_demo.corpus import Passage
+from rag_demo.retrieval.corpus import Passage
 from rag_demo.errors import InputError, RagDemoError
 from rag_demo.results import AskResult, ClosedBookResult, IndexReport, RetrievedPassage, VariantResult
 from rag_demo.ui import build_demo
@@ -906,7 +906,7 @@ def test_comparison_html_escapes_everything_and_marks_the_gold_passage():
 @pytest.fixture(scope="module")
 def gold_actions(ui_engine, tmp_path_factory):
     """The UI over nq-wiki stored with a questions.jsonl, as the default KBs are: the first question's gold is row 0."""
-    from rag_demo.corpus import load_kb, save_kb
+    from rag_demo.retrieval.corpus import load_kb, save_kb
     from rag_demo.questions import QUESTIONS_FILE
     from rag_demo.engine import RagEngine
 
@@ -963,7 +963,7 @@ def test_only_the_events_and_the_layout_import_gradio():
     import rag_demo.ui
 
     code = ("import sys; sys.modules['gradio'] = None  # any import of gradio now fails\n"
-            "import rag_demo.background, rag_demo.text, rag_demo.ui, rag_demo.ui.html, rag_demo.ui.inputs, rag_demo.ui.learn")
+            "import rag_demo.serving.background, rag_demo.text, rag_demo.ui, rag_demo.ui.html, rag_demo.ui.inputs, rag_demo.ui.learn")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           cwd=Path(__file__).resolve().parent.parent)
     assert done.returncode == 0, done.stderr
@@ -977,7 +977,7 @@ def test_only_the_events_and_the_layout_import_gradio():
 @pytest.fixture(scope="module")
 def big(ui_engine):
     """The UI engine's models over one knowledge base with a passage more than the largest k."""
-    from rag_demo.corpus import make_kb
+    from rag_demo.retrieval.corpus import make_kb
     from rag_demo.engine import RagEngine
 
     passages = [Passage(f"Fact {i}", f"The capital of France is Paris, fact number {i} says.") for i in range(LIMITS.max_k + 1)]

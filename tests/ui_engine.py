@@ -13,12 +13,12 @@ from pathlib import Path
 
 import torch
 
-from rag_demo import prompts
+from rag_demo.generation import prompts
 from rag_demo.config import DecodingConfig, EngineConfig, GeneratorConfig, MemoryConfig
-from rag_demo.corpus import Passage, make_kb
-from rag_demo.encoders import Encoder
+from rag_demo.retrieval.corpus import Passage, make_kb
+from rag_demo.retrieval.encoders import Encoder
 from rag_demo.engine import RagEngine
-from rag_demo.generator import CausalGenerator
+from rag_demo.generation.generator import CausalGenerator
 
 WIKI = [
     ("Paris", "Paris is the capital and most populous city of France, on the river Seine."),

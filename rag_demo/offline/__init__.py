@@ -4,8 +4,8 @@ Everything lives under `config.cache_root()`, never in the repository:
 
     sources/bigbench-1.0.0/       task.json of BIG-bench's contextual_parametric_knowledge_conflicts
     models/gemma3-270m-<sha>/     the packaged GGUF, dequantized once into float32 safetensors + tokenizer
-    models/minilm-questions-<key>/  the default encoder's question side, fine-tuned on nq-wiki (`rag_demo.tuning`)
-    models/gemma3-270m-reader-adapter-<key>/  the generator's reading adapter (`rag_demo.adapters`, a few MB)
+    models/minilm-questions-<key>/  the default encoder's question side, fine-tuned on nq-wiki (`rag_demo.training.question_encoder`)
+    models/gemma3-270m-reader-adapter-<key>/  the generator's reading adapter (`rag_demo.generation.adapters`, a few MB)
     kbs/<name>-<key>/             a KB written by `corpus.save_kb`, plus its questions.jsonl
     downloads/                    where a hand-fetched bigbench-1.0.0.tar.gz may be put (no network)
 

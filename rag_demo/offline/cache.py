@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..config import cache_root
-from ..corpus import sha256_file
+from ..retrieval.corpus import sha256_file
 from ..errors import CacheError
 from ..progress import Progress
 

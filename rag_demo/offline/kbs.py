@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ..config import DEFAULT_ENCODER, GENERAL_KBS, NQ_KBS
-from ..corpus import Passage, load_kb, make_kb, save_kb
+from ..retrieval.corpus import Passage, load_kb, make_kb, save_kb
 from ..packaged import ENCODER_DISTRIBUTION, ENCODER_MODULE, missing_packages
 from ..progress import Progress, counted
 from ..questions import QUESTIONS_FILE, answer_in_text, load_question_set
@@ -25,7 +25,7 @@ from .source import TASK_SOURCE, ensure_source, read_default_data
 from .worlds import DefaultData, pick_examples
 
 if TYPE_CHECKING:
-    from ..encoders import Encoder
+    from ..retrieval.encoders import Encoder
 
 log = logging.getLogger(__name__)
 
@@ -135,7 +135,7 @@ def ensure_nq_kbs(encoder: Encoder, *, cache: str | Path | None = None, progress
                   data: DefaultData | None = None) -> dict[str, Path]:
     """Build (once) nq-wiki and nq-counterfactual with `encoder`, each with its questions.jsonl.
 
-    `encoder` is a `rag_demo.encoders.Encoder` (anything with `name`, `max_length`,
+    `encoder` is a `rag_demo.retrieval.encoders.Encoder` (anything with `name`, `max_length`,
     `encode_passages` and `encode_questions`). A passage present in both KBs is embedded once.
     On 2 CPU cores the default encoder embedded 74 passages/s in float32 on a quiet machine (the
     21,052 distinct passages of the two KBs in about 6 minutes); where the CPU has bfloat16

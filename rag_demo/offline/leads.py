@@ -12,7 +12,7 @@ import logging
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..corpus import Passage, split_into_passages
+from ..retrieval.corpus import Passage, split_into_passages
 from ..errors import CacheError
 from ..progress import Progress
 from .cache import resolve_root

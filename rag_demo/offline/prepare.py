@@ -26,7 +26,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from ..config import DEFAULT_KBS, GENERAL_KBS, NQ_KBS, EncoderConfig, GeneratorConfig
-from ..corpus import KnowledgeBase, text_only_kb
+from ..retrieval.corpus import KnowledgeBase, text_only_kb
 from ..errors import CacheError, RagDemoError
 from ..packaged import resolve_encoder_path
 from ..progress import Progress
@@ -257,7 +257,7 @@ def prepare_in_stages(
         remaining = coming
         yield readiness(remaining)
         if leads is not None or data is not None or "encoder" in remaining:
-            from ..encoders import load_encoder
+            from ..retrieval.encoders import load_encoder
 
             encoder = load_encoder(encoder_config)
             if leads is not None:

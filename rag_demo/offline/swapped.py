@@ -19,7 +19,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from ..corpus import Passage
+from ..retrieval.corpus import Passage
 from .worlds import WholeWords
 
 # Lower-case words that may stand inside a name, before the surname ("Vincent van Gogh", "Charles de

@@ -25,25 +25,24 @@ from ..config import (
     ReaderTuningConfig,
     TuningConfig,
 )
-from ..corpus import KnowledgeBase, Passage, load_kb
+from ..retrieval.corpus import KnowledgeBase, Passage, load_kb
 from ..errors import InputError
 from ..progress import Progress, counted
-from ..evaluate import contains_answer
-from ..questions import SPLIT_VERSION, KBQuestion, load_questions, split_questions
+from ..questions import SPLIT_VERSION, KBQuestion, contains_answer, load_questions, split_questions
 from .cache import is_complete, marker_problem, publish, report, resolve_root, staged, timed, writing
 from .gguf import generator_key
 from .kbs import kb_key
 
 if TYPE_CHECKING:
-    from ..encoders import Encoder
+    from ..retrieval.encoders import Encoder
 
 log = logging.getLogger(__name__)
 
 TUNED_ENCODER_NAME = "minilm-questions"
-TUNING_FORMAT = 1  # bump when `rag_demo.tuning` changes what it trains
+TUNING_FORMAT = 1  # bump when `rag_demo.training.question_encoder` changes what it trains
 TUNING_CHECK_QUESTIONS = 1000  # held-out questions the build measures recall on, before and after
 TUNED_GENERATOR_NAME = "gemma3-270m-reader-adapter"
-READER_FORMAT = 3  # bump when `rag_demo.tuning` changes how the generator is trained; 3: float32 again after autocast
+READER_FORMAT = 3  # bump when `rag_demo.training.reader` changes how the generator is trained; 3: float32 again after autocast
 READER_QUESTIONS_VARIABLE = "RAG_DEMO_READER_QUESTIONS"  # training questions of the build's reader, if not the default
 READER_QUESTIONS_MAX = 10_000  # the training split holds about 11,000 nq-wiki questions, some without a clear answer
 READER_CHECK_QUESTIONS = 100  # held-out questions (half of them counterfactual) whose answer loss the build records
@@ -102,8 +101,8 @@ def ensure_tuned_encoder(encoder: Encoder, encoder_config: EncoderConfig, wiki_p
     """
     import torch
 
-    from .. import tuning as tuner
-    from ..lexical import LexicalIndex
+    from ..training import question_encoder as tuner
+    from ..retrieval.lexical import LexicalIndex
     from ..precision import build_precision
 
     folder = tuned_encoder_path(encoder_config, tuning, cache=cache)
@@ -140,7 +139,7 @@ def ensure_tuned_encoder(encoder: Encoder, encoder_config: EncoderConfig, wiki_p
 
 def _prompt_digest() -> str:
     """The prompt the generator is trained on: a change to `prompts` trains it again."""
-    from .. import prompts
+    from ..generation import prompts
 
     parts = (prompts.few_shot_prefix(), prompts.rag_prompt("{question}", "{title}", "{text}"), prompts.ANSWER_STOP)
     return hashlib.sha256(json.dumps(parts).encode()).hexdigest()[:16]
@@ -169,7 +168,7 @@ def _recipe_text(tuning: ReaderTuningConfig) -> str:
     """The recipe as the key names it. A field at the value it implicitly had before it existed
     (no distractors, every block adapted, gold passages alone) is left out, so adapters built then
     keep their key; with distractors the marker they learned is named too."""
-    from ..prompts import NO_ANSWER
+    from ..generation.prompts import NO_ANSWER
 
     text = repr(tuning).replace(", adapted_share=1.0", "").replace(", marginal_passages=0", "")
     if not tuning.distractors:
@@ -247,7 +246,7 @@ def distractor_rows(kb_paths: Mapping[str, Path], kbs: Mapping[str, KnowledgeBas
     ranks high for the question by BM25 but holds neither its gold passage's answer nor the
     real-world one, so it looks like an answer and is not. These are what a reader meets among
     the top k; a question without such a passage among its best 50 matches gets none."""
-    from ..lexical import LexicalIndex, lexical_path
+    from ..retrieval.lexical import LexicalIndex, lexical_path
 
     lexical = {name: LexicalIndex.load(lexical_path(path)) for name, path in kb_paths.items()}
     rng = random.Random(seed)
@@ -272,7 +271,7 @@ def _reading_examples(generator, kbs: Mapping[str, KnowledgeBase], questions: li
                       distractors: list[tuple[str, KBQuestion, int]] = ()):
     """Each question read with its gold passage, the target its answer; each distractor read with
     its passage, the target `prompts.NO_ANSWER`."""
-    from ..prompts import NO_ANSWER
+    from ..generation.prompts import NO_ANSWER
 
     reads = [(name, question, question.gold_id, question.passage_answer) for name, question in questions]
     reads += [(name, question, row, NO_ANSWER) for name, question, row in distractors]
@@ -281,7 +280,7 @@ def _reading_examples(generator, kbs: Mapping[str, KnowledgeBase], questions: li
 
 def _reading_example(generator, kb: KnowledgeBase, question: str, row: int, target: str):
     """`question` read with passage `row` of `kb` in the generator's prompt, `target` the answer to learn."""
-    from ..tuning import ReadingExample
+    from ..training.reader import ReadingExample
 
     prompt = generator.format_input(question, Passage(kb.titles[row], kb.texts[row]))
     return ReadingExample(tuple(generator.tokenizer(prompt)["input_ids"]), generator.answer_target(target).ids)
@@ -298,7 +297,7 @@ def marginal_examples(generator, kbs: Mapping[str, KnowledgeBase], questions: li
     answer its gold passage gives. When retrieval misses the gold passage it takes the last place
     and p(z|x) is taken over those k rows: otherwise the target could stand in no passage read, and
     the loss would teach answering from memory, against the swapped world."""
-    from ..tuning import MarginalExample
+    from ..training.reader import MarginalExample
 
     examples, missed = [], 0
     for name, question in questions:
@@ -325,8 +324,8 @@ def ensure_tuned_generator(generator_path: Path, kb_paths: Mapping[str, Path], *
     """
     import torch
 
-    from ..adapters import save_adapters
-    from ..generator import load_generator
+    from ..generation.adapters import save_adapters
+    from ..generation.generator import load_generator
 
     tuning = tuning or build_reader_tuning()
     if tuning.method != "lora":
@@ -357,7 +356,7 @@ def check_tuned_generator(generator_path: Path, adapter_path: Path, kb_paths: Ma
     """
     import torch
 
-    from ..generator import load_generator
+    from ..generation.generator import load_generator
 
     tuning = tuning or build_reader_tuning()
     device = torch.device("cuda") if torch.cuda.is_available() else None
@@ -398,7 +397,7 @@ def reader_check_loss(generator, kb_paths: Mapping[str, Path], tuning: ReaderTun
     """(questions, mean answer loss in nats per token) of `generator` as it is, reading the held-out
     check questions of `reading_questions` with their gold passages."""
     from ..precision import build_autocast
-    from ..tuning import mean_answer_loss, shared_prefix
+    from ..training.reader import mean_answer_loss, shared_prefix
 
     kbs = {name: load_kb(path, name=name) for name, path in kb_paths.items()}
     _, check = reading_questions(kb_paths, tuning)
@@ -424,7 +423,7 @@ def train_reader(generator, kb_paths: Mapping[str, Path], *, tuning: ReaderTunin
     `check_tuned_generator`). `tuning.marginal_passages` needs `retrieve`, the engine's retrieval
     (`Retrieve`)."""
     from ..precision import build_precision
-    from ..tuning import reads_of, shared_prefix, tune_reader
+    from ..training.reader import reads_of, shared_prefix, tune_reader
 
     if tuning.marginal_passages and (retrieve is None or tuning.distractors or tuning.marginal_passages < 2):
         raise ValueError("marginal training needs the engine's retrieval, at least 2 passages and no distractors")

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..corpus import Passage
+from ..retrieval.corpus import Passage
 
 EXAMPLE_CANDIDATES = 200  # questions tried, in a seeded random order, until `kbs.EXAMPLES_PER_KB` pass
 _INPUT = re.compile(r"\nQuestion: (?P<question>.*?)\nContext: (?P<context>.*)", re.S)

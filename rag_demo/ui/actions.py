@@ -18,9 +18,9 @@ from typing import Any, NamedTuple, TypeVar
 import gradio as gr
 
 from .. import plots
-from ..background import Engine, EngineNotReady, engine_complete, engine_ready, engines_served
+from ..serving.background import Engine, EngineNotReady, engine_complete, engine_ready, engines_served
 from ..config import SWAP_PAIRS
-from ..corpus import KnowledgeBase, Passage
+from ..retrieval.corpus import KnowledgeBase, Passage
 from ..errors import InputError, RagDemoError
 from ..progress import Progress, counted
 from ..results import AskResult

@@ -13,7 +13,7 @@ import math
 from collections.abc import Collection, Sequence
 
 from .. import plots
-from ..corpus import KnowledgeBase
+from ..retrieval.corpus import KnowledgeBase
 from ..evaluate import contains_answer, exact_match
 from ..progress import counted
 from ..results import AskResult, ClosedBookResult, IndexReport, RetrievedPassage, RetrieverComparison, RetrieverRanking, VariantResult

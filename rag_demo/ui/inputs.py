@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..config import LIMITS
-from ..corpus import SOURCE_SUFFIXES, Passage, read_document_file, split_into_passages
+from ..retrieval.corpus import SOURCE_SUFFIXES, Passage, read_document_file, split_into_passages
 from ..errors import InputError
 from ..text import check_length, plain_text
 

@@ -15,9 +15,9 @@ from typing import Any
 
 import gradio as gr
 
-from ..background import Engine, engine_ready
+from ..serving.background import Engine, engine_ready
 from ..config import INDEX_KINDS, LIMITS
-from ..corpus import SOURCE_SUFFIXES
+from ..retrieval.corpus import SOURCE_SUFFIXES
 from .actions import (
     AskView,
     CompareView,

@@ -27,9 +27,9 @@ from pathlib import Path
 
 import numpy as np
 
-from .config import INDEX_KINDS, IndexConfig
+from ..config import INDEX_KINDS, IndexConfig
 from .corpus import sha256_file
-from .errors import InputError
+from ..errors import InputError
 from .store import CHUNK_ROWS, gather_rows, in_memory, row_chunks
 
 log = logging.getLogger(__name__)

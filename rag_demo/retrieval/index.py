@@ -32,13 +32,13 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .config import INDEX_KINDS, IndexConfig
+from ..config import INDEX_KINDS, IndexConfig
 from .corpus import sha256_file
-from .errors import InputError, KnowledgeBaseError
+from ..errors import InputError, KnowledgeBaseError
 from .flat import Share, place, rerank, search_placed, share_bounds
 from .flat import search as flat_search
 from .index_build import CHECKPOINT_SECONDS, Checkpoint, apply_search_params, build_faiss
-from .results import IndexReport
+from ..results import IndexReport
 from .store import Workspace, abs_mean, gather_rows, in_memory
 
 log = logging.getLogger(__name__)

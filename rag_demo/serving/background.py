@@ -15,10 +15,10 @@ from dataclasses import asdict, dataclass, replace
 from typing import Any, Protocol
 
 from . import heap
-from .corpus import KnowledgeBase, Passage
-from .errors import RagDemoError
-from .progress import Progress, eta_text
-from .results import AskResult, IndexReport, RetrieverComparison
+from ..retrieval.corpus import KnowledgeBase, Passage
+from ..errors import RagDemoError
+from ..progress import Progress, eta_text
+from ..results import AskResult, IndexReport, RetrieverComparison
 
 log = logging.getLogger(__name__)
 
@@ -295,7 +295,7 @@ class BackgroundEngine:
             with self.answering:
                 result = stage.engine.ask(question, **options)
         finally:
-            heap.release_free_memory()  # a long-running server: see rag_demo.heap
+            heap.release_free_memory()  # a long-running server: see rag_demo.serving.heap
         return replace(result, notices=self._noted(stage, result.notices))
 
     def score(self, question: str, answer: str, **options: Any) -> AskResult:
@@ -344,7 +344,7 @@ def default_engines(progress: Progress, *, extra_kb_paths: dict[str, str] | None
     complete engine at once. `extra_kb_paths` (name -> KB folder) are loaded first, memory-mapped
     where large, and follow the default KBs; a folder that cannot be read stops the start with its
     reason."""
-    from .config import EngineConfig
+    from ..config import EngineConfig
     from .featured import feature_checked_examples
     from .loading import load_kbs, staged_default_engines
 

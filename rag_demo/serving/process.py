@@ -40,8 +40,8 @@ from typing import Any
 
 from . import heap
 from .background import BackgroundEngine, BuildStatus, EngineNotReady, Stage, not_ready
-from .errors import RagDemoError
-from .progress import Progress
+from ..errors import RagDemoError
+from ..progress import Progress
 
 log = logging.getLogger(__name__)
 
@@ -87,12 +87,12 @@ class EngineProcess:
             return self
         from multiprocessing.connection import Connection
 
-        # A plain child (`python -m rag_demo.engine_process FD`) rather than multiprocessing's spawn,
+        # A plain child (`python -m rag_demo.serving.process FD`) rather than multiprocessing's spawn,
         # which would run the parent's main script again in the child; the factory is its first message.
         ours, theirs = socket.socketpair()
         package_root = str(Path(__file__).resolve().parents[1])
         environ = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, (package_root, os.environ.get("PYTHONPATH"))))}
-        self._process = subprocess.Popen([sys.executable, "-m", "rag_demo.engine_process", str(theirs.fileno())],
+        self._process = subprocess.Popen([sys.executable, "-m", "rag_demo.serving.process", str(theirs.fileno())],
                                          pass_fds=(theirs.fileno(),), env=environ)
         theirs.close()
         self._connection = Connection(ours.detach())
@@ -264,7 +264,7 @@ class EngineProcess:
 
 # ---- the child ------------------------------------------------------------------------------------
 def main(argv: list[str]) -> None:
-    """`python -m rag_demo.engine_process FD`: FD is this end of the pipe; the first message on it
+    """`python -m rag_demo.serving.process FD`: FD is this end of the pipe; the first message on it
     is the parent's import path, the second the factory and the log level."""
     import signal
     from multiprocessing.connection import Connection
@@ -286,7 +286,7 @@ def serve(connection, factory: Callable[[Progress], Any | Iterator[Stage]], log_
     """The child's whole life: build the engine in a thread, push its status, answer calls until
     the pipe closes."""
     logging.basicConfig(level=log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    heap.limit_arenas(2)  # see rag_demo.heap: the call threads share two malloc arenas
+    heap.limit_arenas(2)  # see rag_demo.serving.heap: the call threads share two malloc arenas
     sending = threading.Lock()
 
     def send(message: tuple) -> None:

@@ -17,11 +17,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .config import EncoderConfig
+from ..config import EncoderConfig
 from .corpus import Passage
-from .errors import ModelLoadError
-from .packaged import resolve_encoder_path
-from .precision import build_autocast
+from ..errors import ModelLoadError
+from ..packaged import resolve_encoder_path
+from ..precision import build_autocast
 
 log = logging.getLogger(__name__)
 
@@ -60,7 +60,7 @@ class Encoder:
     scale: float
     max_length: int
     device: torch.device
-    question_weights: str = ""  # folder name of fine-tuned question weights (`rag_demo.tuning`); "": the encoder's own
+    question_weights: str = ""  # folder name of fine-tuned question weights (`rag_demo.training.question_encoder`); "": the encoder's own
 
     @property
     def normalized(self) -> bool:

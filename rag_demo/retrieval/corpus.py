@@ -28,7 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .errors import IndexTooLargeError, InputError, KnowledgeBaseError
+from ..errors import IndexTooLargeError, InputError, KnowledgeBaseError
 from .store import BlockRows, ColumnRows, arrow_rows, row_chunks, saved_table
 
 log = logging.getLogger(__name__)

@@ -33,7 +33,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .errors import IndexTooLargeError, KnowledgeBaseError
+from ..errors import IndexTooLargeError, KnowledgeBaseError
 
 log = logging.getLogger(__name__)
 

@@ -18,8 +18,8 @@ import tempfile
 from dataclasses import asdict
 from pathlib import Path
 
-from .corpus import Passage
-from .evaluate import exact_match
+from ..retrieval.corpus import Passage
+from ..evaluate import exact_match
 
 log = logging.getLogger(__name__)
 
@@ -94,8 +94,8 @@ def feature_checked_examples(engine, *, cache_dir: Path | None = None, progress=
     The first call for a given setup asks each example once (about a minute on 2 CPU cores for
     the two default KBs); `python -m rag_demo prepare` does it at build time, `app.py` otherwise.
     """
-    from .config import cache_root
-    from .questions import examples_by_kb
+    from ..config import cache_root
+    from ..questions import examples_by_kb
 
     featured = examples_by_kb({name: kb.path for name, kb in engine.kbs.items()})
     if featured:

@@ -36,7 +36,7 @@ def load_tokenizer(source: str, *, converted: bool = False):
     """
     from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
-    from .encoders import load_pretrained
+    from ..retrieval.encoders import load_pretrained
 
     folder = Path(source)
     if converted and (folder / "tokenizer.json").is_file() and (folder / "tokenizer_config.json").is_file():

@@ -1,27 +1,20 @@
-"""Fine-tuning the offline default on the KBs' training questions: the retriever's question
-encoder, and the generator as a reader of passages (the second half of this module).
+"""Fine-tuning the generator as a reader of passages: a low-rank adapter trained on prompts that
+hold a passage and a question, the target the answer that passage gives.
 
-RAG fine-tunes its query encoder and keeps the document encoder, and so the index, fixed
-(paper, section 2.4): the passages keep the embeddings they were built with and no KB is
-rebuilt. The paper trains the query encoder through the generator's marginal likelihood; on
-two CPU cores a pass through Gemma-3-270m per passage is far too slow, so this uses the gold
-passage each question comes with (DPR's objective): the cross-entropy of the gold passage under
-the retriever's own logits over every passage of the KB,
-
-    logits(z) = scale * cos(q(x), d(z)) + lexical_weight * BM25(x, z)     (B, N)
-
-BM25 is a fixed term, so the encoder learns what the hybrid score still gets wrong.
-
-Questions are split by group (`questions.split_questions`): questions that share a gold passage, or
-a normalized answer and most of their words, fall on one side, so a held-out question is never
-trained on, nor any rewording of it, and only held-out questions are evaluated. The UI's example
-questions are left out of training too.
+RAG fine-tunes its generator too (paper, section 2.4). The paper's loss is the marginal
+likelihood over the top-k retrieved passages; here each training question is read with its
+gold passage alone, the answer that passage gives as the target. That is one prompt per
+question instead of k, which is what two CPU cores can afford. `marginal_loss` is the paper's
+loss, for recipes that read each question's top k (`ReaderTuningConfig.marginal_passages`):
+measured, it did not read better per second of training (docs/quality-notes.md). Half the
+questions are read from a counterfactual KB, whose passage gives a swapped answer: the target is
+always what the passage says, so the generator learns to read the passage rather than its own
+memory.
 """
 
 from __future__ import annotations
 
 import contextlib
-import copy
 import logging
 import time
 from dataclasses import dataclass
@@ -30,157 +23,12 @@ from typing import Callable, Sequence
 import numpy as np
 import torch
 
-from .adapters import AdapterShape, adapter_parameters, adapter_switch, add_adapters, block_number, first_block_for_share
-from .config import ReaderTuningConfig, TuningConfig
-from .encoders import Encoder, mean_pooled
-from .kernels import PACKED_ATTENTION, packed_rows_mask
-from .lexical import LexicalIndex
-from .precision import build_autocast
+from ..config import ReaderTuningConfig
+from ..generation.adapters import AdapterShape, adapter_parameters, adapter_switch, add_adapters, block_number, first_block_for_share
+from ..generation.kernels import PACKED_ATTENTION, packed_rows_mask
+from ..precision import build_autocast
 
 log = logging.getLogger(__name__)
-
-# A step of the question encoder goes through it in this many runs of similar question length
-# (`length_groups`). In a random batch of 64 training questions the padding was 55% of the real
-# tokens; in two runs 25%, in four 11% (docs/speed-notes.md has the timings)
-QUESTION_LENGTH_GROUPS = 2
-
-
-@dataclass(frozen=True)
-class TrainingQuestion:
-    question: str
-    gold_id: int  # row of its gold passage in the KB the encoder is tuned on
-
-
-def drawn_share(items: Sequence, share: float, *, seed: int) -> list:
-    """round(share * len(items)) of `items` (at least one of a non-empty list), in a seeded random
-    order; with the same seed a larger share begins with a smaller one's draw."""
-    if not 0 < share <= 1:
-        raise ValueError(f"a share is in (0, 1], not {share}")
-    order = np.random.default_rng(seed).permutation(len(items))
-    return [items[i] for i in order[:max(1, round(len(items) * share))]] if len(items) else []
-
-
-def gold_ranks(question_vectors: torch.Tensor, passage_vectors: torch.Tensor, lexical_scores: np.ndarray,
-               gold_ids: Sequence[int], *, scale: float, lexical_weight: float) -> np.ndarray:
-    """(Q,) 0-based rank of each question's gold passage under the hybrid logits.
-
-    question_vectors (Q, D), passage_vectors (N, D), lexical_scores (Q, N).
-    """
-    logits = scale * (question_vectors @ passage_vectors.T).cpu().numpy() + lexical_weight * lexical_scores  # (Q, N)
-    gold = logits[np.arange(len(gold_ids)), np.asarray(gold_ids)]  # (Q,)
-    return (logits > gold[:, None]).sum(axis=1)
-
-
-def _encode(model: torch.nn.Module, tokenizer, questions: Sequence[str], max_length: int) -> torch.Tensor:
-    """(B, D) unit question vectors, with gradients when grad mode is on."""
-    device = next(model.parameters()).device
-    batch = tokenizer(list(questions), padding=True, truncation=True, max_length=max_length, return_tensors="pt").to(device)
-    hidden = model(**batch).last_hidden_state.float()  # (B, L, D); pooled in float32 under autocast too
-    return mean_pooled(hidden, batch["attention_mask"])
-
-
-def length_groups(lengths: Sequence[int], *, groups: int) -> list[list[int]]:
-    """Indices into `lengths`, shortest first, cut into `groups` near-equal runs (fewer when there are fewer items).
-
-    A batch goes through the encoder in these runs, each padded to its own longest, with their
-    gradients summed: the same step as the whole batch at once, with less padding.
-    """
-    order = sorted(range(len(lengths)), key=lambda i: (lengths[i], i))
-    return [run.tolist() for run in np.array_split(np.asarray(order, dtype=np.int64), max(1, min(groups, len(order)))) if len(run)]
-
-
-def recall_at(model: torch.nn.Module, encoder: Encoder, passage_vectors: torch.Tensor, lexical: LexicalIndex,
-              questions: Sequence[TrainingQuestion], *, lexical_weight: float, ks=(1, 5, 20)) -> dict[int, float]:
-    """Share of `questions` whose gold passage is in the top k, for each k."""
-    if not questions:
-        return {k: float("nan") for k in ks}
-    model.eval()
-    with torch.inference_mode():
-        vectors = torch.cat([
-            _encode(model, encoder.tokenizer, [q.question for q in questions[start:start + 256]], encoder.max_length)
-            for start in range(0, len(questions), 256)
-        ])
-    lexical_scores = np.stack([lexical.scores(q.question) for q in questions])  # (Q, N)
-    ranks = gold_ranks(vectors, passage_vectors.to(vectors.device), lexical_scores, [q.gold_id for q in questions],
-                       scale=encoder.scale, lexical_weight=lexical_weight)
-    return {k: float((ranks < k).mean()) for k in ks}
-
-
-def tune_question_encoder(
-    encoder: Encoder,
-    passage_vectors: np.ndarray,
-    lexical: LexicalIndex,
-    questions: Sequence[TrainingQuestion],
-    *,
-    lexical_weight: float,
-    config: TuningConfig = TuningConfig(),
-    progress: Callable[[int, int], None] | None = None,
-    autocast: bool = False,
-) -> torch.nn.Module:
-    """A fine-tuned copy of `encoder.question_model`; the encoder itself is left as it was.
-
-    passage_vectors (N, D) are the KB's fixed unit embeddings; `lexical` indexes the same N
-    passages. `progress(done, total)` is called after every step. `autocast` runs the encoder's
-    forward pass in bfloat16 where that is native (`rag_demo.precision`); the logits over the
-    KB and the loss stay float32, since neighbouring passages' cosines differ by less than
-    bfloat16 resolves.
-    """
-    if not questions:
-        raise ValueError("no training questions")
-    torch.manual_seed(config.seed)  # dropout
-    order_rng = np.random.default_rng(config.seed)
-    model = copy.deepcopy(encoder.question_model).float().train()
-    device = next(model.parameters()).device
-    passages = torch.from_numpy(np.ascontiguousarray(passage_vectors, dtype=np.float32)).to(device)  # (N, D)
-    # One fused kernel per tensor: the plain step walks the 22M weights (the word embeddings are half)
-    # op by op, a seventh of a step's time under the profiler on 2 CPU cores. Side by side the fused
-    # step was 13% faster in one run and no faster in another (docs/speed-notes.md); the recall is the same.
-    optimizer = torch.optim.AdamW(model.parameters(), lr=config.learning_rate, fused=device.type in ("cpu", "cuda"))
-    lengths = [len(ids) for ids in encoder.tokenizer([q.question for q in questions], truncation=True,
-                                                     max_length=encoder.max_length)["input_ids"]]
-    steps_per_epoch = -(-len(questions) // config.batch_size)
-    total = steps_per_epoch * config.epochs
-    started, done = time.perf_counter(), 0
-    for epoch in range(config.epochs):
-        order = order_rng.permutation(len(questions))
-        running = 0.0
-        for start in range(0, len(order), config.batch_size):
-            batch = order[start:start + config.batch_size]
-            optimizer.zero_grad(set_to_none=True)
-            loss = 0.0
-            for group in length_groups([lengths[i] for i in batch], groups=QUESTION_LENGTH_GROUPS):
-                part = [questions[batch[i]] for i in group]
-                lexical_scores = torch.from_numpy(np.stack([lexical.scores(q.question) for q in part])).to(device)  # (b, N)
-                with build_autocast(device, enabled=autocast):
-                    vectors = _encode(model, encoder.tokenizer, [q.question for q in part], encoder.max_length)  # (b, D)
-                logits = encoder.scale * vectors.float() @ passages.T + lexical_weight * lexical_scores  # (b, N)
-                gold = torch.tensor([q.gold_id for q in part], device=device)
-                # summed over the part and divided by the whole batch: the parts' gradients add up to the batch mean's
-                part_loss = torch.nn.functional.cross_entropy(logits, gold, reduction="sum") / len(batch)
-                part_loss.backward()
-                loss += part_loss.item()
-            optimizer.step()
-            running += loss
-            done += 1
-            if progress is not None:
-                progress(done, total)
-        log.info("question encoder, epoch %d of %d: mean loss %.3f (%.0f s so far)", epoch + 1, config.epochs,
-                 running / steps_per_epoch, time.perf_counter() - started)
-    return model.eval()
-
-
-# -- the generator ------------------------------------------------------------------------------------
-#
-# RAG fine-tunes its generator too (paper, section 2.4). The paper's loss is the marginal
-# likelihood over the top-k retrieved passages; here each training question is read with its
-# gold passage alone, the answer that passage gives as the target. That is one prompt per
-# question instead of k, which is what two CPU cores can afford. `marginal_loss` is the paper's
-# loss, for recipes that read each question's top k (`ReaderTuningConfig.marginal_passages`):
-# measured, it did not read better per second of training (docs/quality-notes.md). Half the
-# questions are read from nq-counterfactual, whose passage gives a swapped answer: the target is
-# always what the passage says, so the generator learns to read the passage rather than its own
-# memory.
-
 
 @dataclass(frozen=True)
 class ReadingExample:
@@ -458,7 +306,7 @@ def tune_reader(
 ) -> torch.nn.Module:
     """Fine-tune a causal LM `model` in place on `examples` (`config.epochs` passes) and return it in eval mode.
 
-    "lora" (the default) trains low-rank adapters only (`rag_demo.adapters`, added when the model
+    "lora" (the default) trains low-rank adapters only (`rag_demo.generation.adapters`, added when the model
     has none), so the base weights stay as they were and serve closed-book answers. "full" trains
     every weight but the token embeddings (tied to the output head in Gemma): they are most of the
     parameters, and the vocabulary needs no new meaning. `progress(done, total)` after every step.

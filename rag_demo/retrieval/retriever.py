@@ -1,7 +1,7 @@
 """The retriever p(z|x): a question's top k passages of a knowledge base and their weights.
 
 A `Retriever` holds the question encoder, the knowledge bases, their search indexes (exact and
-approximate, `rag_demo.index`) and their BM25 indexes (`rag_demo.lexical`). It weighs C candidate
+approximate, `rag_demo.retrieval.index`) and their BM25 indexes (`rag_demo.retrieval.lexical`). It weighs C candidate
 passages by one of three logits:
 
     dense   scale * d(z)ᵀq(x)                                the paper's retriever
@@ -24,17 +24,17 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .config import (BM25_SCALE, DEFAULT_ENCODER, DEFAULT_LEXICAL_WEIGHT, INDEX_KINDS, LIMITS, RETRIEVERS, IndexConfig,
+from ..config import (BM25_SCALE, DEFAULT_ENCODER, DEFAULT_LEXICAL_WEIGHT, INDEX_KINDS, LIMITS, RETRIEVERS, IndexConfig,
                      RetrievalConfig)
 from .corpus import KnowledgeBase, Passage, load_kb, make_kb
 from .encoders import Encoder
-from .errors import IndexTooLargeError, InputError, KnowledgeBaseError
+from ..errors import IndexTooLargeError, InputError, KnowledgeBaseError
 from .flat import inner_products
 from .index import SearchIndex, cached_index, index_cache_paths, measure, prebuilt_kind, recall_at_k
 from .lexical import LexicalIndex, best_rows
-from .marginalize import doc_logprobs
-from .progress import Progress, counted
-from .results import IndexReport, RetrievedPassage, Retrieval, RetrieverComparison, RetrieverRanking
+from ..marginalize import doc_logprobs
+from ..progress import Progress, counted
+from ..results import IndexReport, RetrievedPassage, Retrieval, RetrieverComparison, RetrieverRanking
 from .store import gather_rows
 
 log = logging.getLogger(__name__)
@@ -150,7 +150,7 @@ class Retriever:
 
     def gold_rows(self, question: str, kb: str | KnowledgeBase | None = None) -> tuple[int, ...]:
         """Rows of the question's gold passage when the KB is stored with its questions (the default KBs); else ()."""
-        from .questions import gold_rows_by_question, normalize_answer
+        from ..questions import gold_rows_by_question, normalize_answer
 
         knowledge = self.resolve_kb(kb)
         table = self._kept(knowledge, "gold", lambda registered: gold_rows_by_question(knowledge.path))

@@ -17,7 +17,7 @@ import torch
 
 from .decode_state import DecodeState
 from .generator import Generator
-from .marginalize import next_token_marginal
+from ..marginalize import next_token_marginal
 
 NEG = -1.0e9  # transformers' "impossible" score; -inf would turn sums into NaN
 

@@ -1,7 +1,7 @@
 """What a decode carries from step to step: each row's next-token log-probs, its KV cache and
 masks, and the answer targets teacher forcing scores; copying a cache and selecting rows cheaply.
 
-`rag_demo.generator` makes and advances these; `rag_demo.decoding` searches over them.
+`rag_demo.generation.generator` makes and advances these; `rag_demo.generation.decoding` searches over them.
 """
 
 from __future__ import annotations

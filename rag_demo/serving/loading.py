@@ -13,16 +13,16 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from .config import DEFAULT_GENERATOR, EngineConfig, cache_root
-from .corpus import KnowledgeBase, load_kb
-from .encoders import encoder_from_modules, load_encoder, load_pretrained
-from .engine import RagEngine
-from .errors import InputError, KnowledgeBaseError, ModelLoadError
-from .generator import generator_from_model, load_generator
-from .questions import examples_by_kb
+from ..config import DEFAULT_GENERATOR, EngineConfig, cache_root
+from ..retrieval.corpus import KnowledgeBase, load_kb
+from ..retrieval.encoders import encoder_from_modules, load_encoder, load_pretrained
+from ..engine import RagEngine
+from ..errors import InputError, KnowledgeBaseError, ModelLoadError
+from ..generation.generator import generator_from_model, load_generator
+from ..questions import examples_by_kb
 
 if TYPE_CHECKING:
-    from .offline.prepare import Readiness
+    from ..offline.prepare import Readiness
 
 log = logging.getLogger(__name__)
 
@@ -125,7 +125,7 @@ def engine_from_config(config: EngineConfig = EngineConfig(), *, kb_paths: dict[
     needs_default_data = kb_paths is None or uses_default_generator
     prepared = None
     if needs_default_data:
-        from .offline.prepare import prepare
+        from ..offline.prepare import prepare
 
         prepared = prepare(progress=progress, build_kbs=kb_paths is None, encoder_config=config.encoder,
                            generator_config=config.generator)
@@ -137,7 +137,7 @@ def engine_from_config(config: EngineConfig = EngineConfig(), *, kb_paths: dict[
     if prepared is not None:
         question_path = prepared.question_encoder_path
     else:  # own KBs and another generator: nothing is prepared, but a cached fine-tuned side still serves
-        from .offline.tuned import cached_tuned_encoder
+        from ..offline.tuned import cached_tuned_encoder
 
         question_path = cached_tuned_encoder(config.encoder)
     encoder = load_encoder(config.encoder, device=device, question_path=question_path)
@@ -159,7 +159,7 @@ def staged_default_engines(config: EngineConfig = EngineConfig(), *, progress=No
     again. With everything cached there is one engine, the complete one. `extra_kbs` (loaded
     folders, e.g. a large KB given to `app.py --kb-path`) follow the default KBs in every engine.
     """
-    from .offline.prepare import prepare_in_stages
+    from ..offline.prepare import prepare_in_stages
 
     device = pick_device(config.device)
     encoder = generator = question_path = adapter = None

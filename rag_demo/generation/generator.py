@@ -21,10 +21,10 @@ import torch
 from . import prompts
 from .adapters import adapters_active, base_weights, load_adapters, reads_no_answer
 from .tokenizing import drop_construction_tables, load_tokenizer
-from .config import DEFAULT_GENERATOR, GeneratorConfig
-from .corpus import Passage
+from ..config import DEFAULT_GENERATOR, GeneratorConfig
+from ..retrieval.corpus import Passage
 from .decode_state import DecodeState, Target, copy_cache, index_rows, rebinding_layers, row_bytes
-from .errors import ModelLoadError
+from ..errors import ModelLoadError
 from .kernels import PACKED_ATTENTION, packed_rows_mask, register_packed_attention, use_few_rows_head
 from .saved_states import FewShotBlocks, SavedStates
 
@@ -227,7 +227,7 @@ class Seq2SeqGenerator(Generator):
 
 
 class CausalGenerator(Generator):
-    """Decoder-only LMs: a few-shot prompt per passage (see `rag_demo.prompts`), left-padded."""
+    """Decoder-only LMs: a few-shot prompt per passage (see `rag_demo.generation.prompts`), left-padded."""
 
     kind = "causal"
 
@@ -576,13 +576,13 @@ def generator_from_model(model, tokenizer, config: GeneratorConfig, *, name: str
 def load_generator(config: GeneratorConfig, *, path: str | None = None, device: torch.device | None = None,
                    adapter: str | Path | None = None, states: str | Path | None = None) -> Generator:
     """Load a seq2seq or causal LM by hub id or folder (`path` overrides `config.model`), and the
-    reading adapter saved in the folder `adapter` if one is given (`rag_demo.adapters`).
+    reading adapter saved in the folder `adapter` if one is given (`rag_demo.generation.adapters`).
 
-    `states`: a folder to keep what it computes once across restarts (`rag_demo.saved_states`),
+    `states`: a folder to keep what it computes once across restarts (`rag_demo.generation.saved_states`),
     for a `path` named by its content, as the offline default's cache folders are."""
     from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForSeq2SeqLM
 
-    from .encoders import load_pretrained
+    from ..retrieval.encoders import load_pretrained
 
     source = path or config.model
     model_config = load_pretrained(AutoConfig, source, "generator")
