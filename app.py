@@ -24,7 +24,8 @@ import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
 
 from rag_demo.serving import heap
-from rag_demo.serving.background import BackgroundEngine, Engine, Stage, default_engines
+from rag_demo.serving.background import BackgroundEngine, Stage, default_engines
+from rag_demo.serving.interface import Engine
 from rag_demo.progress import Progress
 
 log = logging.getLogger("rag_demo.app")

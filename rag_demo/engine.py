@@ -18,10 +18,11 @@ from pathlib import Path
 import torch
 
 from .generation import decoding
-from .config import DECODINGS, DEFAULT_ENCODER, DEFAULT_GENERATOR, DEFAULT_MEMORY_LOGITS, LIMITS, VARIANTS, EngineConfig
+from .config import ASK, DEFAULT_ENCODER, DEFAULT_GENERATOR, DEFAULT_MEMORY_LOGITS, LIMITS, VARIANTS, EngineConfig
 from .retrieval.corpus import KnowledgeBase, Passage
 from .retrieval.encoders import Encoder
 from .errors import InputError
+from .options import check_decoding, parse_variants
 from .generation.decode_state import DecodeState, Target, join_rows
 from .generation.decoding import Hypothesis, MemoryRows
 from .generation.generator import Generator, generator_from_model
@@ -140,13 +141,13 @@ class RagEngine:
                      progress: Progress | None = None) -> SearchIndex:
         return self.retriever.search_index(kb, kind, progress=progress)
 
-    def index_reports(self, kb: str | KnowledgeBase | None = None, *, k: int = 10) -> list[IndexReport]:
+    def index_reports(self, kb: str | KnowledgeBase | None = None, *, k: int = ASK.index_report_k) -> list[IndexReport]:
         return self.retriever.index_reports(kb, k=k)
 
     def release_kb(self, kb: KnowledgeBase) -> None:
         self.retriever.release_kb(kb)
 
-    def retrieve(self, question: str, *, kb: str | KnowledgeBase | None = None, k: int = 5, index: str = "flat",
+    def retrieve(self, question: str, *, kb: str | KnowledgeBase | None = None, k: int = ASK.k, index: str = ASK.index,
                  retriever: str | None = None, rows: Sequence[int] | None = None) -> Retrieval:
         return self.retriever.retrieve(question, kb=kb, k=k, index=index, retriever=retriever, rows=rows)
 
@@ -162,7 +163,7 @@ class RagEngine:
         return self.retriever.build_kb(name, passages, progress=progress)
 
     @falls_back_to_cpu_on_gpu_oom
-    def compare_retrievers(self, question: str, *, kb: str | KnowledgeBase | None = None, k: int = 5) -> RetrieverComparison:
+    def compare_retrievers(self, question: str, *, kb: str | KnowledgeBase | None = None, k: int = ASK.k) -> RetrieverComparison:
         """The top k of each retriever offered for one question (`Retriever.compare`)."""
         question, notices = clean_text(question, what="question")
         comparison = self.retriever.compare(question, kb=kb, k=k)
@@ -199,7 +200,7 @@ class RagEngine:
         """Replace the example questions offered for these KBs (e.g. reordered by `featured`)."""
         self._examples = {**self._examples, **{name: list(qs) for name, qs in examples.items()}}
 
-    def example_questions(self, kb: str | None = None, n: int = 8) -> list[str]:
+    def example_questions(self, kb: str | None = None, n: int = ASK.examples) -> list[str]:
         return list(self._examples.get(kb or self.default_kb, []))[:n]
 
     # -- generation helpers --------------------------------------------------------------------
@@ -392,24 +393,16 @@ class RagEngine:
 
     # -- public API -----------------------------------------------------------------------------
     def _check_options(self, variants, num_beams, max_new_tokens, sequence_decoding) -> tuple[str, ...]:
-        if isinstance(variants, str):
-            variants = VARIANTS if variants == "both" else (variants,)
-        if not isinstance(variants, (tuple, list)):
-            raise InputError(f"unknown variant {str(variants)[:40]!r}; choose token, sequence or both")
-        variants = tuple(variants)
-        unknown = [v for v in variants if v not in VARIANTS]
-        if unknown or not variants:
-            raise InputError(f"unknown variant {unknown[0] if unknown else ''!r}; choose token, sequence or both")
+        variants = parse_variants(variants)
         if not isinstance(num_beams, int) or not 1 <= num_beams <= LIMITS.max_beams:
             raise InputError(f"num_beams must be between 1 and {LIMITS.max_beams}")
         if not isinstance(max_new_tokens, int) or not 1 <= max_new_tokens <= LIMITS.max_new_tokens:
             raise InputError(f"max_new_tokens must be between 1 and {LIMITS.max_new_tokens}")
-        if sequence_decoding not in DECODINGS:
-            raise InputError(f"unknown decoding {sequence_decoding!r}; choose thorough or fast")
+        check_decoding(sequence_decoding)
         return variants
 
     @falls_back_to_cpu_on_gpu_oom
-    def ask(self, question: str, *, kb: str | KnowledgeBase | None = None, k: int = 5, index: str = "flat",
+    def ask(self, question: str, *, kb: str | KnowledgeBase | None = None, k: int = ASK.k, index: str = ASK.index,
             variants=VARIANTS, num_beams: int | None = None, sequence_decoding: str | None = None,
             max_new_tokens: int | None = None, closed_book: bool = True, retriever: str | None = None,
             extractive: bool | None = None, memory: bool | None = None, progress: Progress | None = None,
@@ -551,8 +544,8 @@ class RagEngine:
             return self._closed_book_result(self._closed_book_hypotheses(state, prefix, max_new_tokens)[0])
 
     @falls_back_to_cpu_on_gpu_oom
-    def score(self, question: str, answer: str, *, kb: str | KnowledgeBase | None = None, k: int = 5,
-              index: str = "flat", variants=VARIANTS, retriever: str | None = None, memory: bool | None = None,
+    def score(self, question: str, answer: str, *, kb: str | KnowledgeBase | None = None, k: int = ASK.k,
+              index: str = ASK.index, variants=VARIANTS, retriever: str | None = None, memory: bool | None = None,
               progress: Progress | None = None, rows: Sequence[int] | None = None) -> AskResult:
         """log p(answer|x) under each variant, with per-token provenance, for an answer the user gives.
 

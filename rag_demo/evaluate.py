@@ -10,8 +10,9 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import replace
 
-from .config import DEFAULT_QUESTION_SETS
+from .config import ASK, DEFAULT_QUESTION_SETS, VARIANTS
 from .errors import InputError
+from .options import CLOSED_BOOK, parse_variants
 from .offline.kbs import load_counterfactual_world
 from .offline.swapped import SwappedWorld, counterfactual_answer
 from .questions import EvalQuestion, answer_in_text, contains_answer, load_eval_questions, normalize_answer, set_eval_questions
@@ -110,7 +111,7 @@ class _Tally:
         totals, count = self.totals, self.count
         report = {key: totals[key] / count for key in ("exact_match", "f1", "answer_recall", "retrieval_recall")}
         intervals = {key: wilson_interval(totals[key], count) for key in PROPORTIONS}
-        if about.get("variant") == "closed-book":
+        if about.get("variant") == CLOSED_BOOK:
             report["retrieval_recall"] = None  # nothing is retrieved
             intervals["retrieval_recall"] = None
         swapped = totals["counterfactual"]
@@ -160,13 +161,12 @@ def _picked(engine, kb: str, n: int, seed: int, questions: list[EvalQuestion] | 
     return knowledge, sample_questions(questions, n, seed)
 
 
-def evaluate(engine, *, kb: str, variant: str, n: int, seed: int, k: int = 5, index: str = "flat", num_beams: int = 1,
+def evaluate(engine, *, kb: str, variant: str, n: int, seed: int, k: int = ASK.k, index: str = ASK.index, num_beams: int = 1,
              max_new_tokens: int = 16, sequence_decoding: str = "thorough", questions: list[EvalQuestion] | None = None,
              kb_sample: int | None = None, retriever: str | None = None, extractive: bool = False, gold_passage: bool = False,
              progress=None, answers: Callable[[dict], None] | None = None, memory: bool | None = None) -> dict:
     """Sample n questions of `kb` and score `variant` ("token", "sequence" or "closed-book")."""
-    if variant not in ("token", "sequence", "closed-book"):
-        raise InputError(f"unknown variant {variant!r}; choose token, sequence or closed-book")
+    parse_variants(variant, closed_book=True)
     reports = evaluate_table(engine, kbs=(kb,), ks=(k,), n=n, seed=seed, variants=(variant,), index=index,
                              num_beams=num_beams, max_new_tokens=max_new_tokens, sequence_decoding=sequence_decoding,
                              questions={kb: questions} if questions is not None else None, kb_sample=kb_sample,
@@ -175,8 +175,8 @@ def evaluate(engine, *, kb: str, variant: str, n: int, seed: int, k: int = 5, in
     return reports[0]
 
 
-def evaluate_table(engine, *, kbs, ks, n: int, seed: int, variants=("token", "sequence", "closed-book"),
-                   index: str = "flat", num_beams: int = 1, max_new_tokens: int = 16, sequence_decoding: str = "thorough",
+def evaluate_table(engine, *, kbs, ks, n: int, seed: int, variants=(*VARIANTS, CLOSED_BOOK),
+                   index: str = ASK.index, num_beams: int = 1, max_new_tokens: int = 16, sequence_decoding: str = "thorough",
                    questions: dict[str, list[EvalQuestion]] | None = None, kb_sample: int | None = None,
                    retriever: str | None = None, extractive: bool = False, gold_passage: bool = False,
                    progress=None, answers: Callable[[dict], None] | None = None, memory: bool | None = None) -> list[dict]:
@@ -194,10 +194,8 @@ def evaluate_table(engine, *, kbs, ks, n: int, seed: int, variants=("token", "se
     `memory` as for `RagEngine.ask`: the generator's memory as a source beside the passages; each
     report says whether it was one (`memory_logit`, None when not).
     """
-    unknown = [v for v in variants if v not in ("token", "sequence", "closed-book")]
-    if unknown or not variants:
-        raise InputError(f"unknown variant {unknown[0] if unknown else ''!r}; choose token, sequence or closed-book")
-    open_book = tuple(v for v in variants if v != "closed-book")
+    variants = parse_variants(variants, closed_book=True)
+    open_book = tuple(v for v in variants if v != CLOSED_BOOK)
     retriever = engine.resolve_retriever(retriever)
     if gold_passage:
         ks = (1,)
@@ -208,7 +206,7 @@ def evaluate_table(engine, *, kbs, ks, n: int, seed: int, variants=("token", "se
             raise InputError("--gold-passage needs questions with gold passages (a default NQ KB's own); a question set "
                              "has none")
         tallies = {(v, k): _Tally() for k in ks for v in open_book}
-        closed = _Tally() if "closed-book" in variants else None
+        closed = _Tally() if CLOSED_BOOK in variants else None
         seconds = Counter()
         memory_logits = set()
         for done, item in enumerate(picked, start=1):
@@ -216,8 +214,8 @@ def evaluate_table(engine, *, kbs, ks, n: int, seed: int, variants=("token", "se
             if closed is not None:
                 started = time.perf_counter()
                 prediction = engine.closed_book(item.question, max_new_tokens=max_new_tokens).answer
-                seconds["closed-book"] += time.perf_counter() - started
-                scored.append((closed, answer_record(item, prediction, kb=kb, variant="closed-book", k=None, retrieved=None)))
+                seconds[CLOSED_BOOK] += time.perf_counter() - started
+                scored.append((closed, answer_record(item, prediction, kb=kb, variant=CLOSED_BOOK, k=None, retrieved=None)))
             for k in ks if open_book else ():
                 started = time.perf_counter()
                 result = engine.ask(item.question, kb=knowledge, k=k, index=index, variants=open_book, num_beams=num_beams,
@@ -243,7 +241,7 @@ def evaluate_table(engine, *, kbs, ks, n: int, seed: int, variants=("token", "se
             # both variants came out of one ask, so the time is theirs together
             reports.append(tally.report(variant=v, k=k, seconds_per_question=seconds[k] / len(picked), **open_common))
         if closed is not None:
-            reports.append(closed.report(variant="closed-book", k=None, seconds_per_question=seconds["closed-book"] / len(picked), **common))
+            reports.append(closed.report(variant=CLOSED_BOOK, k=None, seconds_per_question=seconds[CLOSED_BOOK] / len(picked), **common))
     return reports
 
 
@@ -263,10 +261,10 @@ def print_table(reports: list[dict], out=sys.stdout) -> None:
     out.write("|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
     for r in reports:
         cells = [_percent(r, key, interval=key != "f1") for key in keys]
-        k = "-" if r["variant"] == "closed-book" else str(r["k"])
+        k = "-" if r["variant"] == CLOSED_BOOK else str(r["k"])
         variant = (r["variant"] + (", copying" if r.get("extractive") else "") + (", gold passage" if r.get("gold_passage") else "")
                    + (f", memory θ={r['memory_logit']:g}" if r.get("memory_logit") is not None else ""))
-        retriever = "-" if r["variant"] == "closed-book" or r.get("gold_passage") else r["retriever"]
+        retriever = "-" if r["variant"] == CLOSED_BOOK or r.get("gold_passage") else r["retriever"]
         common = f"{r['most_common_answer'][:30] or '(empty)'} ({100 * r['most_common_share']:.0f}%)" if r.get("most_common_share") else "-"
         out.write(f"| {r['kb']} | {r['kb_passages']:,} | {retriever} | {variant} | {k} | {r['n']} | " + " | ".join(cells)
                   + f" | {common} | {r['seconds_per_question']:.2f} |\n")

@@ -70,6 +70,9 @@ class FakeEngine:
     def example_questions(self, kb: str, n: int = 8) -> list[str]:
         return [f"{kb} question {i}" for i in range(n)]
 
+    def release_kb(self, kb) -> None:
+        self.released = kb
+
 
 def fake_engine(progress):
     progress("loading", 1, 1)

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from rag_demo.serving.background import BuildStatus, EngineNotReady
+from rag_demo.serving.interface import BuildStatus, EngineNotReady
 from rag_demo.serving.process import EngineProcess, engine_process_wanted
 from rag_demo.errors import InputError, RagDemoError
 from tests import process_engines
@@ -72,7 +72,7 @@ def test_errors_are_raised_in_the_caller(fake):
     with pytest.raises(RagDemoError, match="could not be sent|PicklingError|AttributeError"):
         fake.build_kb("unpicklable", [])
     with pytest.raises(RagDemoError, match="no method"):
-        fake._call("__reduce__")
+        fake._call("__reduce__", (), {})
     assert fake.ask("still fine?").question == "still fine?"
 
 

@@ -595,7 +595,8 @@ def test_a_staged_start_answers_early_and_swaps_in_each_better_engine(ui_engine)
     gates = [threading.Event(), threading.Event()]
     started_asking, finish_ask = threading.Event(), threading.Event()
     slow_engine = SimpleNamespace(**{name: getattr(ui_engine, name) for name in
-                                     ("kb_names", "default_kb", "lexical_weight", "retrievers", "example_questions")})
+                                     ("kb_names", "default_kb", "lexical_weight", "retrievers", "example_questions",
+                                      "memory_logit", "release_kb")})
 
     def slow_ask(question, **options):
         started_asking.set()
@@ -646,7 +647,8 @@ def test_the_build_steps_aside_while_a_visitor_is_answered(ui_engine):
     with nobody asking it does not wait at all."""
     asking, finish_ask, events = threading.Event(), threading.Event(), []
     slow_engine = SimpleNamespace(**{name: getattr(ui_engine, name) for name in
-                                     ("kb_names", "default_kb", "lexical_weight", "retrievers", "example_questions")})
+                                     ("kb_names", "default_kb", "lexical_weight", "retrievers", "example_questions",
+                                      "memory_logit", "release_kb")})
 
     def slow_ask(question, **options):
         asking.set()

@@ -24,10 +24,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..config import (BM25_SCALE, DEFAULT_ENCODER, DEFAULT_LEXICAL_WEIGHT, INDEX_KINDS, LIMITS, RETRIEVERS, IndexConfig,
+from ..config import (ASK, BM25_SCALE, DEFAULT_ENCODER, DEFAULT_LEXICAL_WEIGHT, INDEX_KINDS, LIMITS, RETRIEVERS, IndexConfig,
                      RetrievalConfig)
 from .corpus import KnowledgeBase, Passage, load_kb, make_kb
 from .encoders import Encoder
+from ..options import check_index
 from ..errors import IndexTooLargeError, InputError, KnowledgeBaseError
 from .flat import inner_products
 from .index import SearchIndex, cached_index, index_cache_paths, measure, prebuilt_kind, recall_at_k
@@ -161,8 +162,7 @@ class Retriever:
                      progress: Progress | None = None) -> SearchIndex:
         """The `kind` index of a knowledge base, built or loaded on first use; a build reports
         `progress(stage, done, total)` in rows added (an index already held or saved reports nothing)."""
-        if kind not in INDEX_KINDS:
-            raise InputError(f"unknown index {kind!r}; choose one of {', '.join(INDEX_KINDS)}")
+        check_index(kind)
         knowledge = self.resolve_kb(kb)
         _require_vectors(knowledge, "dense search")
 
@@ -199,7 +199,7 @@ class Retriever:
 
         return self._kept(knowledge, "bm25", build)
 
-    def index_reports(self, kb: str | KnowledgeBase | None = None, *, k: int = 10) -> list[IndexReport]:
+    def index_reports(self, kb: str | KnowledgeBase | None = None, *, k: int = ASK.index_report_k) -> list[IndexReport]:
         """Build time, bytes, recall@k against flat and query latency of each index variant."""
         knowledge = self.resolve_kb(kb)
         _require_vectors(knowledge, "comparing the index variants")
@@ -296,7 +296,7 @@ class Retriever:
                              "dense and bm25 need none")
         return retriever
 
-    def retrieve(self, question: str, *, kb: str | KnowledgeBase | None = None, k: int = 5, index: str = "flat",
+    def retrieve(self, question: str, *, kb: str | KnowledgeBase | None = None, k: int = ASK.k, index: str = ASK.index,
                  retriever: str | None = None, rows: Sequence[int] | None = None) -> Retrieval:
         """The top k passages of a knowledge base for `question` and their p(z|x) under `retriever`.
 
@@ -315,8 +315,7 @@ class Retriever:
             raise InputError(f"k={k} is larger than the knowledge base ({len(knowledge)} passages); choose k <= {len(knowledge)}")
         if rows is None and k > LIMITS.max_k:
             raise InputError(f"k must be between 1 and {LIMITS.max_k}")
-        if index not in INDEX_KINDS:
-            raise InputError(f"unknown index {index!r}; choose one of {', '.join(INDEX_KINDS)}")
+        check_index(index)
         if retriever != "bm25" and not knowledge.has_vectors:  # a first start embeds while BM25 serves
             retrieval = self._retrieve_bm25(question, knowledge, k=k, index="flat", rows=rows)
             notice = (f"{knowledge.name}'s dense vectors are still being built, so BM25 retrieved these passages "
@@ -393,7 +392,7 @@ class Retriever:
             retriever="bm25", scale=BM25_SCALE, notices=tuple(notices), search_ms=(time.perf_counter() - started) * 1000,
         )
 
-    def compare(self, question: str, *, kb: str | KnowledgeBase | None = None, k: int = 5) -> RetrieverComparison:
+    def compare(self, question: str, *, kb: str | KnowledgeBase | None = None, k: int = ASK.k) -> RetrieverComparison:
         """The top k of each retriever offered for one question, with the gold passage's rank when known.
 
         Every retriever searches exactly (the flat index), so the columns differ only in how passages are scored."""

@@ -1,7 +1,7 @@
 """The engine behind the page, built in a background thread so that a first start shows progress.
 
-`Engine` is what the page needs of `rag_demo.engine.RagEngine`; `BackgroundEngine` is one that is
-still being built: until it is ready, every call raises `EngineNotReady`, whose message says how
+`BackgroundEngine` forwards the engine interface (`serving.interface.Engine`) to an engine that is
+still being built: until one is ready, every call raises `EngineNotReady`, whose message says how
 far the build has come.
 """
 
@@ -11,14 +11,13 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import asdict, dataclass, replace
-from typing import Any, Protocol
+from dataclasses import dataclass, is_dataclass, replace
+from typing import Any
 
-from . import heap
-from ..retrieval.corpus import KnowledgeBase, Passage
 from ..errors import RagDemoError
 from ..progress import Progress, eta_text
-from ..results import AskResult, IndexReport, RetrieverComparison
+from . import heap
+from .interface import READING_CALLS, BuildStatus, Engine, forwarding, not_ready
 
 log = logging.getLogger(__name__)
 
@@ -67,72 +66,6 @@ class Answering:
         return waited
 
 
-class Engine(Protocol):
-    """What the UI needs from `rag_demo.engine.RagEngine`."""
-
-    @property
-    def kb_names(self) -> tuple[str, ...]: ...
-
-    @property
-    def default_kb(self) -> str: ...
-
-    @property
-    def lexical_weight(self) -> float: ...  # BM25's weight for hybrid retrieval; 0: no hybrid
-
-    @property
-    def retrievers(self) -> tuple[str, ...]: ...  # those it offers: dense and bm25, and hybrid with a lexical weight
-
-    def ask(self, question: str, *, kb: str | KnowledgeBase, k: int = 5, index: str = "flat",
-            variants: tuple[str, ...] = ("token", "sequence"), num_beams: int = 1,
-            sequence_decoding: str = "thorough", max_new_tokens: int = 16, closed_book: bool = True,
-            retriever: str | None = None, extractive: bool | None = None, memory: bool | None = None,
-            progress: Progress | None = None) -> AskResult: ...
-
-    def score(self, question: str, answer: str, *, kb: str | KnowledgeBase, k: int = 5, index: str = "flat",
-              variants: tuple[str, ...] = ("token", "sequence"), retriever: str | None = None,
-              memory: bool | None = None, progress: Progress | None = None) -> AskResult: ...
-
-    # the logit of the generator's memory as a source for asks with this retriever; None: memory is no source
-    def memory_logit(self, retriever: str | None = None) -> float | None: ...
-
-    def compare_retrievers(self, question: str, *, kb: str | KnowledgeBase, k: int = 5) -> RetrieverComparison: ...
-
-    def index_reports(self, kb: str | KnowledgeBase) -> list[IndexReport]: ...
-
-    def build_kb(self, name: str, passages: list[Passage], *, progress: Progress | None = None) -> KnowledgeBase: ...
-
-    def example_questions(self, kb: str, n: int = 8) -> list[str]: ...
-
-
-class EngineNotReady(RagDemoError):
-    """The engine is still being prepared (first start) or failed to start."""
-
-
-def not_ready(status_text: str, *, failed: bool) -> EngineNotReady:
-    """What a call meets before any engine serves: the build's status and what to do."""
-    return EngineNotReady(status_text + (" Restart the app once fixed." if failed else " Try again in a moment."))
-
-
-@dataclass(frozen=True)
-class BuildStatus:
-    """The build as data, for the API (`/status_json`): what serves, what is building, how far it has come."""
-
-    status: str  # the banner's text
-    seconds: float  # since the build started
-    ready: bool = False  # an engine serves
-    complete: bool = False  # and nothing is being built any more
-    engines_served: int = 0  # 1 + the swaps so far
-    serving: str = ""  # which parts answer
-    building: str = ""  # what is still being built
-    step: str = ""  # the build's current step, with `done` of `total`
-    done: int = 0
-    total: int = 0
-    error: str = ""  # why the build stopped, if it did
-
-    def to_json(self) -> dict:
-        return asdict(self)
-
-
 @dataclass(frozen=True)
 class Stage:
     """One engine of a first start, serving while the rest of the build goes on."""
@@ -142,6 +75,7 @@ class Stage:
     building: str = ""  # what is still being built, e.g. "dense vectors are building (2 of 4)"; "" when complete
 
 
+@forwarding
 class BackgroundEngine:
     """Builds the engine in a thread so the page can show progress instead of failing on first start.
 
@@ -273,68 +207,25 @@ class BackgroundEngine:
             return notices
         return (*notices, f"answered with {stage.serving} while the rest is built: {stage.building}")
 
-    @property
-    def kb_names(self) -> tuple[str, ...]:
-        return self._get().engine.kb_names
+    def _field(self, name: str) -> Any:
+        return getattr(self._get().engine, name)
 
-    @property
-    def default_kb(self) -> str:
-        return self._get().engine.default_kb
-
-    @property
-    def lexical_weight(self) -> float:
-        return self._get().engine.lexical_weight
-
-    @property
-    def retrievers(self) -> tuple[str, ...]:
-        return self._get().engine.retrievers
-
-    def ask(self, question: str, **options: Any) -> AskResult:
-        stage = self._get()  # one engine for the whole ask, whatever is swapped in meanwhile
+    def _forward(self, name: str, args: tuple, kwargs: dict) -> Any:
+        """`name(*args, **kwargs)` on the engine serving now, which answers the whole call whatever is
+        swapped in meanwhile; a visitor's call makes the build step aside, and its notices say which
+        parts answered while the rest builds."""
+        stage = self._get()
+        call = getattr(stage.engine, name)
+        if name in READING_CALLS:
+            return call(*args, **kwargs)
         try:
             with self.answering:
-                result = stage.engine.ask(question, **options)
+                result = call(*args, **kwargs)
         finally:
             heap.release_free_memory()  # a long-running server: see rag_demo.serving.heap
-        return replace(result, notices=self._noted(stage, result.notices))
-
-    def score(self, question: str, answer: str, **options: Any) -> AskResult:
-        stage = self._get()
-        try:
-            with self.answering:
-                result = stage.engine.score(question, answer, **options)
-        finally:
-            heap.release_free_memory()
-        return replace(result, notices=self._noted(stage, result.notices))
-
-    def compare_retrievers(self, question: str, *, kb: str | KnowledgeBase, k: int = 5) -> RetrieverComparison:
-        stage = self._get()
-        with self.answering:
-            comparison = stage.engine.compare_retrievers(question, kb=kb, k=k)
-        return replace(comparison, notices=self._noted(stage, comparison.notices))
-
-    def index_reports(self, kb: str | KnowledgeBase) -> list[IndexReport]:
-        stage = self._get()
-        with self.answering:
-            return stage.engine.index_reports(kb)
-
-    def build_kb(self, name: str, passages: list[Passage], *, progress: Progress | None = None) -> KnowledgeBase:
-        stage = self._get()
-        with self.answering:
-            return stage.engine.build_kb(name, passages, progress=progress)
-
-    def example_questions(self, kb: str, n: int = 8) -> list[str]:
-        return self._get().engine.example_questions(kb, n)
-
-    def memory_logit(self, retriever: str | None = None) -> float | None:
-        """The serving engine's memory logit for this retriever; None from an engine that has none to offer."""
-        memory_logit = getattr(self._get().engine, "memory_logit", None)
-        return None if memory_logit is None else memory_logit(retriever)
-
-    def release_kb(self, kb: KnowledgeBase) -> None:
-        release = getattr(self._get().engine, "release_kb", None)
-        if release is not None:
-            release(kb)
+        if is_dataclass(result) and isinstance(getattr(result, "notices", None), tuple):
+            return replace(result, notices=self._noted(stage, result.notices))
+        return result
 
 
 def default_engines(progress: Progress, *, extra_kb_paths: dict[str, str] | None = None) -> Iterator[Stage]:
@@ -363,18 +254,3 @@ def default_engines(progress: Progress, *, extra_kb_paths: dict[str, str] | None
         progress("warming up: one example question", 1, 1)
         log.info("warm-up ask took %.1f s", seconds)
         heap.release_free_memory()  # loading parsed large files (the tokenizer's JSON) into memory now free
-
-
-def engine_ready(engine: Engine) -> bool:
-    """Plain engines are always ready; a `BackgroundEngine` says so itself."""
-    return bool(getattr(engine, "ready", True))
-
-
-def engine_complete(engine: Engine) -> bool:
-    """Plain engines are complete; a `BackgroundEngine` is once nothing is being built any more."""
-    return bool(getattr(engine, "complete", True))
-
-
-def engines_served(engine: Engine) -> int:
-    """How many engines have served so far: 1 for a plain engine; a `BackgroundEngine` counts its swaps."""
-    return int(getattr(engine, "engines_served", 1))

@@ -38,17 +38,16 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from . import heap
-from .background import BackgroundEngine, BuildStatus, EngineNotReady, Stage, not_ready
 from ..errors import RagDemoError
 from ..progress import Progress
+from . import heap
+from .background import BackgroundEngine, Stage
+from .interface import ENGINE_CALLS, ENGINE_FIELDS, BuildStatus, EngineNotReady, forwarding, not_ready
 
 log = logging.getLogger(__name__)
 
-# What the page may call in the child; anything else is refused there.
-METHODS = frozenset({"ask", "score", "compare_retrievers", "index_reports", "build_kb", "example_questions",
-                     "memory_logit", "release_kb", "wait"})
-ENGINE_FIELDS = ("kb_names", "default_kb", "lexical_weight", "retrievers")  # sent with the status once an engine serves
+# What the page may call in the child (the engine interface, and waiting for the build); anything else is refused there.
+METHODS = frozenset({*ENGINE_CALLS, "wait"})
 CALL_THREADS = 8  # calls answered at once in the child; the page runs one engine call at a time
 STATUS_EVERY_S = 1.0  # while building: the status's "N s so far" and time left move on
 STATUS_AT_MOST_S = 0.25  # between two pushes: an embedding run reports progress many times a second
@@ -64,6 +63,7 @@ def engine_process_wanted(environ: Mapping[str, str]) -> bool:
     return environ.get("RAG_DEMO_ENGINE_PROCESS", "1").strip().lower() not in ("0", "false", "no", "off")
 
 
+@forwarding
 class EngineProcess:
     """A `BackgroundEngine` in a child process, called over a pipe (see the module's docstring).
 
@@ -148,8 +148,9 @@ class EngineProcess:
         for each in waiting:
             each.put(("stopped", [why]))
 
-    def _call(self, name: str, *args: Any, **kwargs: Any) -> Any:
+    def _call(self, name: str, args: tuple, kwargs: dict) -> Any:
         """`name(*args, **kwargs)` on the child's `BackgroundEngine`, with `progress` reported here."""
+        kwargs = dict(kwargs)
         progress = kwargs.pop("progress", None)
         call_id = next(self._ids)
         answers: queue.SimpleQueue = queue.SimpleQueue()
@@ -184,27 +185,11 @@ class EngineProcess:
                 self._waiting.pop(call_id, None)
 
     # ---- what the page reads: the child's last pushed status ------------------------------------
-    def _engine_field(self, name: str) -> Any:
+    def _field(self, name: str) -> Any:
         snapshot = self._snapshot
         if self._stopped is None and name in snapshot.get("engine", {}):
             return snapshot["engine"][name]
         raise not_ready(self.status_text(), failed=self.failed)
-
-    @property
-    def kb_names(self) -> tuple[str, ...]:
-        return self._engine_field("kb_names")
-
-    @property
-    def default_kb(self) -> str:
-        return self._engine_field("default_kb")
-
-    @property
-    def lexical_weight(self) -> float:
-        return self._engine_field("lexical_weight")
-
-    @property
-    def retrievers(self) -> tuple[str, ...]:
-        return self._engine_field("retrievers")
 
     @property
     def ready(self) -> bool:
@@ -234,32 +219,11 @@ class EngineProcess:
 
     def wait(self, timeout: float | None = None) -> bool:
         """Block until the build has finished or failed; True when the complete engine is serving."""
-        return self._call("wait", timeout)
+        return self._call("wait", (timeout,), {})
 
-    # ---- what the page asks ---------------------------------------------------------------------
-    def ask(self, question: str, **options: Any):
-        return self._call("ask", question, **options)
-
-    def score(self, question: str, answer: str, **options: Any):
-        return self._call("score", question, answer, **options)
-
-    def compare_retrievers(self, question: str, **options: Any):
-        return self._call("compare_retrievers", question, **options)
-
-    def index_reports(self, kb):
-        return self._call("index_reports", kb)
-
-    def build_kb(self, name: str, passages: list, *, progress: Progress | None = None):
-        return self._call("build_kb", name, passages, progress=progress)
-
-    def example_questions(self, kb: str, n: int = 8) -> list[str]:
-        return self._call("example_questions", kb, n)
-
-    def memory_logit(self, retriever: str | None = None) -> float | None:
-        return self._call("memory_logit", retriever)
-
-    def release_kb(self, kb) -> None:
-        self._call("release_kb", kb)
+    # ---- what the page asks: the engine interface, each call checked here (`forwarding`) ----------
+    def _forward(self, name: str, args: tuple, kwargs: dict) -> Any:
+        return self._call(name, args, kwargs)
 
 
 # ---- the child ------------------------------------------------------------------------------------

@@ -18,16 +18,16 @@ from typing import Any, NamedTuple, TypeVar
 import gradio as gr
 
 from .. import plots
-from ..serving.background import Engine, EngineNotReady, engine_complete, engine_ready, engines_served
-from ..config import SWAP_PAIRS
+from ..serving.interface import Engine, EngineNotReady, engine_complete, engine_ready, engines_served
+from ..config import ASK, DECODING_DEFAULTS, RETRIEVER_NAMES, SWAP_PAIRS, VARIANTS
 from ..retrieval.corpus import KnowledgeBase, Passage
 from ..errors import InputError, RagDemoError
+from ..options import parse_variants
 from ..progress import Progress, counted
 from ..results import AskResult
 from ..text import plain_text
 from .html import (
     MEMORY_UNAVAILABLE,
-    RETRIEVER_NAMES,
     format_answer_html,
     format_comparison_html,
     format_index_table,
@@ -48,7 +48,6 @@ from .inputs import (
     parse_k,
     parse_memory,
     parse_retriever,
-    parse_variants,
     passages_from_inputs,
     require_answer,
     require_question,
@@ -332,10 +331,10 @@ class DemoActions:
                 require_question(question),
                 kb=knowledge,
                 k=self.fit_k(k, knowledge),
-                index=index or "flat",
+                index=index or ASK.index,
                 variants=parse_variants(variant),
                 num_beams=parse_beams(num_beams),
-                sequence_decoding=sequence_decoding or "thorough",
+                sequence_decoding=sequence_decoding or DECODING_DEFAULTS.sequence_decoding,
                 closed_book=True,
                 retriever=parse_retriever(retriever),
                 extractive=bool(extractive),
@@ -357,13 +356,13 @@ class DemoActions:
             last=Held(result),
         )
 
-    def ask_json(self, question: str, variant: str = "both", k: int = 5, index: str = "flat", kb: str = "",
+    def ask_json(self, question: str, variant: str = ASK.variant, k: int = ASK.k, index: str = ASK.index, kb: str = "",
                  retriever: str = "", extractive: bool = False, memory: bool | str | None = None) -> dict:
         """The API: the AskResult as JSON. Errors come back as a gradio error with the message.
         `memory` as `inputs.parse_memory` reads it: empty is on where available, true required, false off."""
         return _api_json("/ask_json", lambda: self.engine.ask(
             require_question(question), kb=self.known_kb(kb) if kb else self.engine.default_kb, k=parse_k(k),
-            index=index or "flat", variants=parse_variants(variant), retriever=parse_retriever(retriever),
+            index=index or ASK.index, variants=parse_variants(variant), retriever=parse_retriever(retriever),
             extractive=bool(extractive), memory=parse_memory(memory)))
 
     # ---- Compare retrievers ---------------------------------------------------------------------
@@ -376,7 +375,7 @@ class DemoActions:
             return changed(CompareView, status=_failure(err))
         return CompareView(status="", comparison=format_comparison_html(comparison))
 
-    def compare_json(self, question: str, kb: str = "", k: int = 5) -> dict:
+    def compare_json(self, question: str, kb: str = "", k: int = ASK.k) -> dict:
         """The API: the RetrieverComparison as JSON. Errors come back as a gradio error with the message."""
         return _api_json("/compare_json", lambda: self.engine.compare_retrievers(
             require_question(question), kb=self.known_kb(kb) if kb else self.engine.default_kb, k=parse_k(k)))
@@ -465,7 +464,7 @@ class DemoActions:
             if not isinstance(kb, KnowledgeBase):
                 raise InputError("Build your knowledge base first (upload or paste text above).")
             result = self.engine.ask(require_question(question), kb=kb, k=min(5, len(kb)),
-                                     variants=("token", "sequence"), progress=_progress_adapter(progress))
+                                     variants=VARIANTS, progress=_progress_adapter(progress))
         except Exception as err:  # the UI boundary
             return changed(MineAnswerView, status=_failure(err))
         return MineAnswerView(status="", answer=format_answer_html(result), passages=format_result_passages(result))
@@ -482,7 +481,7 @@ class DemoActions:
             knowledge = self.resolve_kb(kb_choice, mine)
             wanted = memory_switch(memory)
             result = self.engine.score(require_question(question), answer, kb=knowledge,
-                                       k=self.fit_k(k, knowledge), index=index or "flat", variants=("token", "sequence"),
+                                       k=self.fit_k(k, knowledge), index=index or ASK.index, variants=VARIANTS,
                                        memory=wanted, progress=_progress_adapter(progress))
         except Exception as err:  # the UI boundary
             return changed(ScoreView, status=_failure(err))
@@ -492,12 +491,12 @@ class DemoActions:
                          heat_seq=_plot_update(heat.get("sequence")),
                          gain=_plot_update(plots.retrieval_gain_figure(list(result.variants.values()))))
 
-    def score_json(self, question: str, answer: str, kb: str = "", k: int = 5, index: str = "flat",
-                   variant: str = "both", retriever: str = "", memory: bool | str | None = None) -> dict:
+    def score_json(self, question: str, answer: str, kb: str = "", k: int = ASK.k, index: str = ASK.index,
+                   variant: str = ASK.variant, retriever: str = "", memory: bool | str | None = None) -> dict:
         """The API: log p(answer|question) with its provenance, the AskResult as JSON; `memory` as for `ask_json`."""
         return _api_json("/score_json", lambda: self.engine.score(
             require_question(question), require_answer(answer), kb=self.known_kb(kb) if kb else self.engine.default_kb,
-            k=parse_k(k), index=index or "flat", variants=parse_variants(variant), retriever=parse_retriever(retriever),
+            k=parse_k(k), index=index or ASK.index, variants=parse_variants(variant), retriever=parse_retriever(retriever),
             memory=parse_memory(memory)))
 
     # ---- Index variants -----------------------------------------------------------------------

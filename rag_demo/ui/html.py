@@ -13,12 +13,12 @@ import math
 from collections.abc import Collection, Sequence
 
 from .. import plots
+from ..config import RETRIEVER_NAMES
 from ..retrieval.corpus import KnowledgeBase
 from ..evaluate import contains_answer, exact_match
 from ..progress import counted
 from ..results import AskResult, ClosedBookResult, IndexReport, RetrievedPassage, RetrieverComparison, RetrieverRanking, VariantResult
 
-RETRIEVER_NAMES = {"dense": "Dense (the paper)", "bm25": "BM25", "hybrid": "Dense + BM25"}
 PARAMETRIC_P = 0.5  # closed-book p at or above which a token is marked as coming from parametric memory
 TIMING_ORDER = ("encode", "search", "generate", "total")
 

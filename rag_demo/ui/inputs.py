@@ -40,19 +40,6 @@ class UploadLimits:
         )
 
 
-def parse_variants(choice: str) -> tuple[str, ...]:
-    """'token' | 'sequence' | 'both' -> the engine's variants tuple.
-
-    >>> parse_variants("both")
-    ('token', 'sequence')
-    """
-    if choice == "both":
-        return ("token", "sequence")
-    if choice in ("token", "sequence"):
-        return (choice,)
-    raise InputError(f"unknown variant {choice!r}; use token, sequence or both")
-
-
 def parse_retriever(choice: object) -> str | None:
     """A retriever choice from the page or the API; empty means the engine's default (the engine checks the rest)."""
     return choice or None

@@ -15,8 +15,8 @@ from typing import Any
 
 import gradio as gr
 
-from ..serving.background import Engine, engine_ready
-from ..config import INDEX_KINDS, LIMITS
+from ..serving.interface import Engine, engine_ready
+from ..config import ASK, DECODING_DEFAULTS, DECODINGS, INDEX_KINDS, LIMITS, RETRIEVER_NAMES, VARIANTS
 from ..retrieval.corpus import SOURCE_SUFFIXES
 from .actions import (
     AskView,
@@ -31,15 +31,16 @@ from .actions import (
     ScoreView,
     SwapView,
 )
-from .html import RETRIEVER_NAMES, esc, format_status
+from ..options import BOTH
+from .html import esc, format_status
 from .inputs import SessionFiles, UploadLimits
 from .learn import format_glossary_html, format_learn_html
 
 ASSETS = Path(__file__).resolve().parents[2] / "assets"
-VARIANT_CHOICES = [("Token", "token"), ("Sequence", "sequence"), ("Both", "both")]
+VARIANT_CHOICES = [*((variant.title(), variant) for variant in VARIANTS), ("Both", BOTH)]
 INDEX_LABELS = {"flat": "Flat (exact)", "hnsw": "HNSW (graph)", "ivfpq": "IVF-PQ (compressed)"}
 INDEX_CHOICES = [(INDEX_LABELS.get(kind, kind), kind) for kind in INDEX_KINDS]
-DECODING_CHOICES = [("thorough", "thorough"), ("fast", "fast")]
+DECODING_CHOICES = [(decoding, decoding) for decoding in DECODINGS]
 RETRIEVER_CHOICES = [(label, name) for name, label in RETRIEVER_NAMES.items()]
 ENGINE_GROUP = "engine"  # concurrency id shared by every event that calls the engine
 STATE_TTL_S = 2 * 3600  # a visitor's knowledge base and last answer are dropped 2 h after their last change
@@ -107,10 +108,10 @@ def build_demo(engine: Engine, *, limits: UploadLimits = UploadLimits(), files: 
                           placeholder="Ask a factual question, or click an example below")
 
     def index_dropdown(elem_id: str) -> gr.Dropdown:
-        return gr.Dropdown(INDEX_CHOICES, value="flat", label="Index variant", elem_id=elem_id, min_width=150)
+        return gr.Dropdown(INDEX_CHOICES, value=ASK.index, label="Index variant", elem_id=elem_id, min_width=150)
 
     def k_slider(elem_id: str) -> gr.Slider:
-        return gr.Slider(1, LIMITS.max_k, value=5, step=1, label="k passages", elem_id=elem_id, min_width=150,
+        return gr.Slider(1, LIMITS.max_k, value=ASK.k, step=1, label="k passages", elem_id=elem_id, min_width=150,
                          info="more passages: slower answers")
 
     with gr.Blocks(title="RAG provenance explorer", delete_cache=(3600, 3600)) as demo:
@@ -135,7 +136,7 @@ def build_demo(engine: Engine, *, limits: UploadLimits = UploadLimits(), files: 
                     with gr.Column(scale=1, min_width=330, elem_classes=["rag-sidebar"]):
                         question = question_box("question")
                         ask_btn = gr.Button("Ask", variant="primary", elem_id="ask-btn", size="md")
-                        variant = gr.Radio(VARIANT_CHOICES, value="both", label="RAG variant", elem_id="variant")
+                        variant = gr.Radio(VARIANT_CHOICES, value=ASK.variant, label="RAG variant", elem_id="variant")
                         with gr.Row():
                             kb = kb_dropdown("kb", default)
                             index = index_dropdown("index")
@@ -146,7 +147,7 @@ def build_demo(engine: Engine, *, limits: UploadLimits = UploadLimits(), files: 
                             k = k_slider("k")
                             beams = gr.Slider(1, LIMITS.max_beams, value=1, step=1, label="Beams", elem_id="beams",
                                               min_width=140)
-                        decoding = gr.Radio(DECODING_CHOICES, value="thorough", label="RAG-Sequence decoding",
+                        decoding = gr.Radio(DECODING_CHOICES, value=DECODING_DEFAULTS.sequence_decoding, label="RAG-Sequence decoding",
                                             elem_id="seq-decoding")
                         retriever = gr.Radio(label="Retriever", elem_id="retriever",
                                              **{"choices": RETRIEVER_CHOICES, **actions.retriever_options()})
@@ -360,7 +361,7 @@ def build_demo(engine: Engine, *, limits: UploadLimits = UploadLimits(), files: 
         idx_btn.click(actions.index_reports, inputs=[idx_kb, mine], outputs=list(index_view), api_name="index_reports",
                       **engine_events)
 
-        def ask_json(question: str, variant: str = "both", k: int = 5, index: str = "flat", kb: str = "",
+        def ask_json(question: str, variant: str = ASK.variant, k: int = ASK.k, index: str = ASK.index, kb: str = "",
                      retriever: str = "", extractive: bool = False, memory: bool | None = None) -> dict:
             """Ask a question; returns the full AskResult as JSON. variant: token, sequence or both;
             retriever: dense, bm25, hybrid, or empty for the engine's default; extractive: answers copy a passage span;
@@ -370,7 +371,7 @@ def build_demo(engine: Engine, *, limits: UploadLimits = UploadLimits(), files: 
 
         gr.api(ask_json, api_name="ask_json", **engine_events)
 
-        def score_json(question: str, answer: str, kb: str = "", k: int = 5, index: str = "flat", variant: str = "both",
+        def score_json(question: str, answer: str, kb: str = "", k: int = ASK.k, index: str = ASK.index, variant: str = ASK.variant,
                        retriever: str = "", memory: bool | None = None) -> dict:
             """log p(answer | question) under each variant with per-token provenance; returns the AskResult as JSON.
             memory: as for ask_json."""
@@ -378,7 +379,7 @@ def build_demo(engine: Engine, *, limits: UploadLimits = UploadLimits(), files: 
 
         gr.api(score_json, api_name="score_json", **engine_events)
 
-        def compare_json(question: str, kb: str = "", k: int = 5) -> dict:
+        def compare_json(question: str, kb: str = "", k: int = ASK.k) -> dict:
             """The top k passages of each retriever (dense, bm25, and hybrid when offered) for one question, by exact
             search; returns the RetrieverComparison as JSON, with the gold passage's rank where the KB knows it."""
             return actions.compare_json(question, kb, k)

@@ -1,0 +1,97 @@
+"""The engine interface, declared once (`rag_demo.serving.interface`): RagEngine implements it with
+the same parameters and defaults; the background engine and the engine process forward exactly it,
+and a misspelt keyword is refused in the caller's process before any thread or pipe sees it."""
+
+from __future__ import annotations
+
+import inspect
+import os
+
+import pytest
+
+from rag_demo.engine import RagEngine
+from rag_demo.errors import InputError
+from rag_demo.serving.background import BackgroundEngine
+from rag_demo.serving.interface import ENGINE_CALLS, ENGINE_FIELDS, Engine, call_signature, check_call
+from rag_demo.serving.process import EngineProcess
+from tests import process_engines
+
+
+def test_the_declaration_lists_what_the_page_and_cli_call():
+    assert set(ENGINE_FIELDS) == {"kb_names", "default_kb", "lexical_weight", "retrievers"}
+    assert set(ENGINE_CALLS) == {"ask", "score", "compare_retrievers", "index_reports", "build_kb",
+                                 "example_questions", "memory_logit", "release_kb"}
+
+
+@pytest.mark.parametrize("name", ENGINE_CALLS)
+def test_rag_engine_takes_each_declared_parameter_with_the_same_default(name):
+    declared = call_signature(name).parameters
+    implemented = inspect.signature(getattr(RagEngine, name)).parameters
+    for parameter in declared.values():
+        assert parameter.name in implemented, f"RagEngine.{name} lacks {parameter.name}"
+        mine = implemented[parameter.name]
+        assert (mine.kind, mine.default) == (parameter.kind, parameter.default), f"RagEngine.{name}({parameter.name})"
+    extra = [p for p in implemented.values() if p.name not in declared]
+    assert all(p.default is not inspect.Parameter.empty for p in extra), f"RagEngine.{name} requires more than declared"
+
+
+@pytest.mark.parametrize("name", ENGINE_FIELDS)
+def test_rag_engine_offers_each_declared_field(name):
+    assert isinstance(getattr(RagEngine, name), property)
+
+
+@pytest.mark.parametrize("forwarder", [BackgroundEngine, EngineProcess])
+def test_the_forwarders_offer_the_declared_calls_with_the_declared_signatures(forwarder):
+    for name in ENGINE_CALLS:
+        assert inspect.signature(getattr(forwarder, name)) == call_signature(name)
+        assert getattr(forwarder, name).__doc__ == getattr(Engine, name).__doc__
+    for name in ENGINE_FIELDS:
+        assert isinstance(getattr(forwarder, name), property)
+
+
+def test_a_call_is_checked_against_the_declaration():
+    check_call("ask", ("who wrote hamlet?",), {"k": 3, "variants": "both", "memory": False})
+    check_call("build_kb", ("mine", []), {})
+    with pytest.raises(InputError, match=r"engine.ask\(\) got an unexpected keyword argument 'kk'; it takes question, kb, k"):
+        check_call("ask", ("who?",), {"kk": 3})
+    with pytest.raises(InputError, match=r"engine.score\(\) missing a required argument: 'answer'"):
+        check_call("score", ("who?",), {})
+    with pytest.raises(InputError, match="the engine has no call 'retrieve'"):
+        check_call("retrieve", ("who?",), {})
+
+
+def test_a_background_engine_refuses_a_misspelt_keyword_before_the_engine_sees_it():
+    seen = []
+
+    class Recording(process_engines.FakeEngine):
+        def ask(self, question, **options):
+            seen.append(options)
+            return super().ask(question, **options)
+
+    engine = BackgroundEngine(lambda progress: Recording()).start()
+    assert engine.wait(10)
+    assert engine.ask("who?", k=3).k == 3
+    with pytest.raises(InputError, match="unexpected keyword argument 'num_beam'"):
+        engine.ask("who?", num_beam=2)
+    assert seen == [{"k": 3}]
+
+
+def test_the_engine_process_refuses_a_misspelt_keyword_in_the_callers_process():
+    """Checked before the pipe: a process never started refuses it the same way, and a live one is
+    never sent the call (its answer would otherwise be the child's pickled TypeError)."""
+    unstarted = EngineProcess(process_engines.fake_engine)
+    with pytest.raises(InputError, match="unexpected keyword argument 'kk'"):
+        unstarted.ask("who?", kk=3)
+    live = EngineProcess(process_engines.fake_engine).start()
+    try:
+        assert live.wait(60)
+        sent = []
+        original = live._connection.send
+        live._connection.send = lambda message: (sent.append(message), original(message))[1]
+        with pytest.raises(InputError, match="unexpected keyword argument 'memmory'"):
+            live.ask("who?", memmory=True)
+        assert sent == []
+        answer = live.ask("who?", memory=True)
+        assert answer.memory is True and answer.pid != os.getpid() and len(sent) == 1
+    finally:
+        live.stop()
