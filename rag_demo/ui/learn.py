@@ -194,8 +194,8 @@ def _learn_token_step(result: AskResult, prior: Sequence[float], position: int |
     marginal = sum(joint)
     rows = "".join(
         f"<tr><td>{cell}</td><td>{a:.4f}</td>"
-        f"<td>{fmt_prob(b)}</td><td>{fmt_prob(j)}</td><td><b>{(j / marginal if marginal else 0):.3f}</b></td></tr>"
-        for cell, a, b, j in zip(_source_cells(result), prior, doc_p, joint)
+        f"<td>{fmt_prob(b)}</td><td>{fmt_prob(j)}</td><td><b>{posterior:.3f}</b></td></tr>"
+        for cell, a, b, j, posterior in zip(_source_cells(result), prior, doc_p, joint, engine_posterior(result, variant, t))
     )
     mixture = "the passages and ∅ memory" if memory else "the passages"
     memory_term = " + p(∅|x) · p(yᵢ | x, y&lt;i) closed-book" if memory else ""
@@ -231,10 +231,11 @@ def _learn_sequence_step(result: AskResult, prior: Sequence[float]) -> str:
         seq_lp.append(sum(variant.closed_book_token_logprobs))
     joint = [a * math.exp(b) for a, b in zip(prior, seq_lp)]
     total = sum(joint)
+    after = engine_posterior(result, variant, len(variant.tokens) - 1)  # the running posterior after the whole answer
     rows = "".join(
         f"<tr><td>{cell}</td><td>{a:.4f}</td>"
-        f"<td>{fmt_prob(math.exp(b))}</td><td>{fmt_prob(j)}</td><td><b>{(j / total if total else 0):.3f}</b></td></tr>"
-        for cell, a, b, j in zip(_source_cells(result), prior, seq_lp, joint)
+        f"<td>{fmt_prob(math.exp(b))}</td><td>{fmt_prob(j)}</td><td><b>{posterior:.3f}</b></td></tr>"
+        for cell, a, b, j, posterior in zip(_source_cells(result), prior, seq_lp, joint, after)
     )
     memory_term = " + p(∅|x) · Π<sub>i</sub> p(yᵢ | x, y&lt;i) closed-book" if memory else ""
     note = ""
@@ -253,6 +254,13 @@ def _learn_sequence_step(result: AskResult, prior: Sequence[float]) -> str:
         f"<p>The sum, <b>{fmt_prob(total)}</b>, is p(y|x); the engine reports {fmt_prob(math.exp(variant.logprob))}."
         f"{note} The last column is the running-posterior heatmap's last column, after the whole answer.</p>"
     )
+
+
+def engine_posterior(result: AskResult, variant: VariantResult, t: int) -> list[float]:
+    """Token t's column of the variant's heatmap, as the engine gave it: each passage's posterior, then
+    ∅ memory's when it was a source. The worked columns beside it are the arithmetic that yields it;
+    the last column is read, not recomputed, so that the page shows one posterior everywhere."""
+    return list(variant.posteriors[t]) + ([variant.memory_posteriors[t]] if _with_memory(result) else [])
 
 
 def _passage_cell(p: RetrievedPassage) -> str:
