@@ -25,7 +25,7 @@ from ..config import DEFAULT_GENERATOR, GeneratorConfig
 from ..retrieval.corpus import Passage
 from .decode_state import DecodeState, Target, copy_cache, index_rows, rebinding_layers, row_bytes
 from ..errors import ModelLoadError
-from .kernels import PACKED_ATTENTION, packed_rows_mask, register_packed_attention, use_few_rows_head
+from .kernels import PACKED_ATTENTION, attention_windows, pack_rows, register_packed_attention, rows_fit_windows, use_few_rows_head
 from .saved_states import FewShotBlocks, SavedStates
 
 log = logging.getLogger(__name__)
@@ -323,9 +323,7 @@ class CausalGenerator(Generator):
     def _can_pack(self, rows: list[list[int]], prefix_cache, shared: int) -> bool:
         """Packing needs plain dynamic cache layers, an attention that takes a 4-D mask, and rows no
         longer than any sliding window (the packed mask has no window)."""
-        if not self._packable_layers:
-            return False
-        if any(len(r) > window for r in rows for window in self._packable_layers):
+        if not rows_fit_windows(self._packable_layers, max(map(len, rows))):
             return False
         return prefix_cache is None or all(layer.keys.shape[-2] == shared for layer in prefix_cache.layers)
 
@@ -354,7 +352,7 @@ class CausalGenerator(Generator):
         for row, n in zip(rows, lengths):
             packed[row] = packed.get(row, 0) + max(n - 1, 0)
         longest = state.attention_mask.shape[1] + max(packed.values(), default=0)
-        if all(longest <= window for window in self._packable_layers):
+        if rows_fit_windows(self._packable_layers, longest):
             return True
         # A window cuts keys: a mask per layer type can apply it as the plain path does, when the
         # sliding layers hold what that mask assumes (their last window - 1 positions)
@@ -460,7 +458,7 @@ class CausalGenerator(Generator):
         layers = DynamicCache(config=self.model.config).layers
         if not layers or not all(type(layer) in rebinding_layers() for layer in layers):
             return ()
-        return tuple(float(getattr(layer, "sliding_window", None) or float("inf")) for layer in layers)
+        return attention_windows(self.model.config)
 
     def _prefill_padded(self, rests: list[list[int]], prefix_cache, shared: int) -> tuple[torch.Tensor, object]:
         """The rests as one left-padded batch after R copies of the prefix cache. Returns (R, V) logits, cache."""
@@ -501,19 +499,14 @@ class CausalGenerator(Generator):
         pieces: list[list[tuple[torch.Tensor, torch.Tensor]]] = [[] for _ in rests]  # per row, per layer (keys, values)
         dtype = next(self.model.parameters()).dtype
         for chunk in chunks:
-            lengths = [len(rests[i]) for i in chunk]
-            total = sum(lengths)
-            ids = torch.tensor([[t for i in chunk for t in rests[i]]], dtype=torch.long, device=self.device)  # (1, N)
-            positions = torch.cat([torch.arange(shared, shared + n) for n in lengths])[None].to(self.device)  # (1, N)
-            ends = torch.tensor(lengths).cumsum(0)
-            mask = packed_rows_mask(shared, lengths, dtype)  # (1, 1, N, S + N)
+            pack = pack_rows([rests[i] for i in chunk], shared=shared, dtype=dtype, device=self.device)
+            lengths, ends = pack.lengths, pack.ends
             cache = DynamicCache()  # plain layers keep every packed position (no sliding-window crop)
             if prefix_cache is not None:
                 for index, layer in enumerate(prefix_cache.layers):
                     cache.update(layer.keys, layer.values, index)
-            packed = {"packed_rows": (shared, tuple(lengths))} if self.model.config._attn_implementation == PACKED_ATTENTION else {}
-            out = self.model(input_ids=ids, attention_mask=mask.to(self.device), position_ids=positions,
-                             cache=cache, use_cache=True, logits_to_keep=(ends - 1).to(self.device), **packed)
+            out = self.model(input_ids=pack.ids, cache=cache, use_cache=True, logits_to_keep=(ends - 1).to(self.device),
+                             **pack.model_kwargs(self.model.config))
             for j, i in enumerate(chunk):
                 logits[i] = out.logits[0, j]
                 start, end = shared + int(ends[j]) - lengths[j], shared + int(ends[j])

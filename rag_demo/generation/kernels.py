@@ -16,6 +16,9 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -108,6 +111,53 @@ def packed_rows_mask(shared: int, lengths: list[int], dtype: torch.dtype) -> tor
         end += n
         allowed[end - n:end, shared + end - n:shared + end] = torch.ones(n, n, dtype=torch.bool).tril()
     return torch.zeros(allowed.shape, dtype=dtype).masked_fill(~allowed, torch.finfo(dtype).min)[None, None]
+
+
+def attention_windows(model_config) -> tuple[float, ...]:
+    """Each layer's attention window as its cache keeps it (inf: full attention), from the model's config."""
+    from transformers import DynamicCache
+
+    return tuple(float(getattr(layer, "sliding_window", None) or math.inf)
+                 for layer in DynamicCache(config=model_config).layers)
+
+
+def rows_fit_windows(windows: Sequence[float], longest: int) -> bool:
+    """Rows may run packed end to end: the packed mask applies no attention window, so each row, with
+    everything before it (the shared prefix, a cache), must fit every layer's window. No windows
+    known (`windows` empty) means no packing.
+
+    >>> rows_fit_windows((math.inf, 512.0), 512), rows_fit_windows((math.inf, 512.0), 513), rows_fit_windows((), 3)
+    (True, False, False)
+    """
+    return bool(windows) and all(longest <= window for window in windows)
+
+
+@dataclass(frozen=True)
+class PackedRows:
+    """Rows of token ids laid end to end after a shared prefix of `shared` positions, as one forward takes them."""
+
+    ids: torch.Tensor  # (1, N) the rows' tokens
+    positions: torch.Tensor  # (1, N) each row's positions, from `shared` on
+    mask: torch.Tensor  # (1, 1, N, shared + N) additive: each row sees the prefix and causally itself
+    ends: torch.Tensor  # (R,) where each row ends in the pack (cumulative lengths), on the CPU
+    lengths: tuple[int, ...]
+    shared: int
+
+    def model_kwargs(self, model_config) -> dict:
+        """The forward's packing arguments: the mask, and the row layout for `packed_rows_attention` when the
+        model attends through it (plain SDPA and eager read the mask alone)."""
+        packed = {"packed_rows": (self.shared, self.lengths)} if model_config._attn_implementation == PACKED_ATTENTION else {}
+        return {"attention_mask": self.mask, "position_ids": self.positions, **packed}
+
+
+def pack_rows(rows: Sequence[Sequence[int]], *, shared: int, dtype: torch.dtype, device: torch.device) -> PackedRows:
+    """`rows` (token ids, the shared prefix left out) packed for one forward after a prefix of `shared` positions."""
+    lengths = tuple(len(row) for row in rows)
+    ids = torch.tensor([[token for row in rows for token in row]], dtype=torch.long, device=device)  # (1, N)
+    positions = torch.cat([torch.arange(shared, shared + n) for n in lengths])[None].to(device)  # (1, N)
+    mask = packed_rows_mask(shared, list(lengths), dtype).to(device)
+    return PackedRows(ids=ids, positions=positions, mask=mask, ends=torch.tensor(lengths).cumsum(0), lengths=lengths,
+                      shared=shared)
 
 
 def _prefix_causal_mask(shared: int, n: int, device: torch.device) -> torch.Tensor:

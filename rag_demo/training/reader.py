@@ -25,7 +25,7 @@ import torch
 
 from ..config import ReaderTuningConfig
 from ..generation.adapters import AdapterShape, adapter_parameters, adapter_switch, add_adapters, block_number, first_block_for_share
-from ..generation.kernels import PACKED_ATTENTION, packed_rows_mask
+from ..generation.kernels import PACKED_ATTENTION, attention_windows, pack_rows, rows_fit_windows
 from ..precision import build_autocast
 
 log = logging.getLogger(__name__)
@@ -180,15 +180,10 @@ def _answer_token_logprobs(model: torch.nn.Module, shared_ids: Sequence[int], ba
 
 def _packable(model: torch.nn.Module, shared: int, rows: Sequence[Sequence[int]]) -> bool:
     """The rows can go through the model as one packed sequence: it attends through
-    `kernels.packed_rows_attention`, and no row reaches past a sliding window, which that attention
-    does not apply (the padded path does, through transformers' masks)."""
-    config = model.config
-    if getattr(config, "_attn_implementation", None) != PACKED_ATTENTION:
+    `kernels.packed_rows_attention` and every row fits each attention window (`kernels.rows_fit_windows`)."""
+    if getattr(model.config, "_attn_implementation", None) != PACKED_ATTENTION:
         return False
-    window = getattr(config, "sliding_window", None)
-    types = getattr(config, "layer_types", None) or ()
-    windowed = bool(window) and ("sliding_attention" in types if types else True)
-    return not windowed or shared + max(map(len, rows)) <= int(window)
+    return rows_fit_windows(attention_windows(model.config), shared + max(map(len, rows)))
 
 
 def _packed_answer_token_logprobs(model: torch.nn.Module, shared_ids: Sequence[int], batch: Sequence[ReadingExample],
@@ -197,22 +192,18 @@ def _packed_answer_token_logprobs(model: torch.nn.Module, shared_ids: Sequence[i
     attends to the shared block and causally to itself, so no padding goes through the layers (the
     length-sorted batches of the default recipe padded 12% of their tokens)."""
     device = next(model.parameters()).device
-    shared = len(shared_ids)
-    lengths = [len(ids) for ids in rows]
+    pack = pack_rows(rows, shared=len(shared_ids), dtype=next(model.parameters()).dtype, device=device)
+    lengths = pack.lengths
     width = max(lengths)
-    ends = np.cumsum(lengths).tolist()
-    tokens = torch.tensor([[token for ids in rows for token in ids]], dtype=torch.long, device=device)  # (1, N)
-    positions = torch.cat([torch.arange(shared, shared + n) for n in lengths])[None].to(device)  # (1, N)
+    ends = pack.ends.tolist()
     labels = torch.full((len(rows), width), -100, dtype=torch.long)  # (B, T): next token to predict
     packed_at = torch.zeros((len(rows), width), dtype=torch.long)  # (B, T): that position's place in the pack
     for row, (example, n, end) in enumerate(zip(batch, lengths, ends)):
         answer = len(example.answer_ids)
         labels[row, n - answer - 1:n - 1] = torch.tensor(example.answer_ids)
         packed_at[row, :n] = torch.arange(end - n, end)
-    mask = packed_rows_mask(shared, lengths, next(model.parameters()).dtype)  # (1, 1, N, S + N); what plain SDPA would need
-    hidden = model.base_model(input_ids=tokens, attention_mask=mask.to(device), position_ids=positions,
-                              cache=_shared_block_cache(model, shared_ids, 1, bottom), use_cache=True,
-                              packed_rows=(shared, tuple(lengths))).last_hidden_state[0]  # (N, H)
+    hidden = model.base_model(input_ids=pack.ids, cache=_shared_block_cache(model, shared_ids, 1, bottom), use_cache=True,
+                              **pack.model_kwargs(model.config)).last_hidden_state[0]  # (N, H)
     labels, packed_at = labels.to(device), packed_at.to(device)
     scored = labels != -100
     picked = torch.zeros(labels.shape, dtype=torch.float32, device=device)
