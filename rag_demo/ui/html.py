@@ -142,6 +142,11 @@ def _source(j: int, passages: Sequence[RetrievedPassage]) -> tuple[str, str, str
     return None
 
 
+def _source_mark(j: int, passages: Sequence[RetrievedPassage]) -> str:
+    """Column j of a posterior row as the cards mark it beside the colour: the passage's rank, or ∅."""
+    return str(passages[j].rank) if j < len(passages) else "∅"
+
+
 def format_token_spans(variant: VariantResult, passages: Sequence[RetrievedPassage], *, max_tip_rows: int = 6) -> str:
     """The answer's tokens, each tinted by the source that dominates its posterior, with a hover tooltip.
 
@@ -201,9 +206,12 @@ def format_token_spans(variant: VariantResult, passages: Sequence[RetrievedPassa
             + (f' · <b>{fmt_prob(p_closed)}</b> closed-book · gain {fmt_signed(gain)} nats' if closed_known else "")
             + f'</span><span class="rag-tip-kind">{esc(about)}</span>{"".join(rows)}{more}</span>'
         )
+        # the leading source's number beside its colour, for readers who cannot tell the colours apart
+        mark = (f'<span class="rag-tok-src" aria-hidden="true">{_source_mark(best, passages)}</span>'
+                if leader is not None else "")
         spans.append(
-            f'<span class="{" ".join(classes)}" tabindex="0" aria-label="{esc(label)}"{style}>'
-            f'<span class="rag-tok-text">{_token_text(token)}</span>{tip}</span>'
+            f'<span class="{" ".join(classes)}" tabindex="0" role="img" aria-roledescription="answer token" '
+            f'aria-label="{esc(label)}"{style}><span class="rag-tok-text">{_token_text(token)}</span>{mark}{tip}</span>'
         )
     return "".join(spans)
 
@@ -215,7 +223,8 @@ def format_closed_book_spans(closed: ClosedBookResult) -> str:
         p = math.exp(lp)
         classes = "rag-tok rag-closed" + (" rag-special" if _is_special(token) or _ends_answer(closed.tokens, t) else "")
         spans.append(
-            f'<span class="{classes}" tabindex="0" aria-label="{esc(plots.token_label(token))}: p {fmt_prob(p)}"'
+            f'<span class="{classes}" tabindex="0" role="img" aria-roledescription="answer token" '
+            f'aria-label="{esc(plots.token_label(token))}: closed-book p {fmt_prob(p)}"'
             f' style="background:rgba(107,114,128,{0.1 + 0.45 * p:.3f})"><span class="rag-tok-text">{_token_text(token)}'
             f'</span><span class="rag-tip" role="tooltip"><span class="rag-tip-head">“{esc(plots.token_label(token))}”</span>'
             f'<span class="rag-tip-probs">closed-book p = {fmt_prob(p)} (no passages)</span></span></span>'
@@ -314,6 +323,57 @@ def format_memory_line(result: AskResult) -> str:
     return f'<div class="rag-memory-line{lead}" title="{esc(MEMORY_MEANS)}">{MEMORY_SWATCH}{esc(sentence)}</div>'
 
 
+LINE_BREAK_NOTE = ("↵ is a line break the generator wrote. At the end of an answer (often “↵↵”, a blank line) it is "
+                   "how the generator stops: the stop is a token too, and its probability is part of p(y|x).")
+
+
+def line_break_note(token_lists: Sequence[Sequence[str]]) -> str:
+    """A note on “↵” when some shown token holds a line break; "" otherwise."""
+    if not any("\n" in token for tokens in token_lists for token in tokens):
+        return ""
+    return f'<div class="rag-legend rag-line-break-note">{esc(LINE_BREAK_NOTE)}</div>'
+
+
+def _switches_in_words(variant: VariantResult, passages: Sequence[RetrievedPassage]) -> str:
+    """Where a variant's leading source changes, in words: 'from passage #1 to passage #3 at “Kem”'."""
+    return "; ".join(
+        f"from {plots.source_name(before, passages)} to {plots.source_name(after, passages)} at "
+        f"“{plots.token_label(variant.tokens[t])}” (token {t + 1})"
+        for t, before, after in plots.source_switches(variant))
+
+
+def variants_disagree(result: AskResult) -> bool:
+    """Whether RAG-Token and RAG-Sequence gave different answers (after SQuAD normalization)."""
+    token, sequence = result.variants.get("token"), result.variants.get("sequence")
+    return token is not None and sequence is not None and not exact_match(token.answer, sequence.answer)
+
+
+def disagreement_sentence(result: AskResult) -> str:
+    """When the two variants answer differently: both answers and, for each, where its posterior switches
+    source (plain text); "" when they agree or only one was asked."""
+    if not variants_disagree(result):
+        return ""
+    sentences = [f"RAG-Token and RAG-Sequence disagree: RAG-Token says “{result.variants['token'].answer}”, "
+                 f"RAG-Sequence “{result.variants['sequence'].answer}”."]
+    for variant in (result.variants["token"], result.variants["sequence"]):
+        name = plots.VARIANT_NAMES[variant.variant]
+        leaders = plots.leading_sources(variant)
+        switches = _switches_in_words(variant, result.passages)
+        if switches:
+            sentences.append(f"{name}'s posterior switches source {switches}.")
+        elif leaders:
+            sentences.append(f"{name}'s posterior stays on {plots.source_name(leaders[0], result.passages)} "
+                             "for every token.")
+    sentences.append("RAG-Token may take each token from another passage; RAG-Sequence weighs whole answers, "
+                     "one passage at a time.")
+    return " ".join(sentences)
+
+
+def format_disagreement(result: AskResult) -> str:
+    sentence = disagreement_sentence(result)
+    return f'<div class="rag-disagree" role="note">{esc(sentence)}</div>' if sentence else ""
+
+
 def format_answer_html(result: AskResult, *, closed_book: bool = True, legend: bool = True, question: bool = True) -> str:
     """Answer cards (one per variant, plus closed-book), p(∅|x) when memory is a source, the index's
     recall, notices and timings."""
@@ -324,14 +384,19 @@ def format_answer_html(result: AskResult, *, closed_book: bool = True, legend: b
     legend_html = (
         f'<div class="rag-legend">Token colour = the passage{memory} that dominates its posterior (stronger = surer); '
         f'dotted underline = the closed-book model alone gives it p ≥ {PARAMETRIC_P:g} (parametric memory). '
+        "The small number beside a token is that passage's rank (∅: memory). "
         "Hover or focus a token for its posterior and closed-book probability.</div>"
         if legend else ""
     )
+    shown = [v.tokens for v in result.variants.values()]
+    if closed_book and result.closed_book is not None:
+        shown.append(result.closed_book.tokens)
     head = (f'<div class="rag-question">Q: {esc(result.question)} <span class="rag-kb">knowledge base '
             f'<b>{esc(result.kb)}</b></span> {format_index_badge(result)}</div>' if question else "")
     return (
         f'<div class="rag-answer-block">{head}{format_notices(result.notices)}{format_memory_line(result)}'
-        f'<div class="rag-cards">{"".join(cards)}</div>{legend_html}{format_timings(result.timings_ms)}</div>'
+        f'<div class="rag-cards">{"".join(cards)}</div>{format_disagreement(result)}{legend_html}'
+        f'{line_break_note(shown)}{format_timings(result.timings_ms)}</div>'
     )
 
 
@@ -554,23 +619,39 @@ def format_score_html(result: AskResult) -> str:
         f'<div class="rag-answer-block"><div class="rag-question">Q: {esc(result.question)} '
         f'<span class="rag-kb">knowledge base <b>{esc(result.kb)}</b></span> {format_index_badge(result)}</div>'
         f'{format_notices(result.notices)}{format_memory_line(result)}<div class="rag-cards">{"".join(cards)}</div>'
-        f'{format_timings(result.timings_ms)}</div>'
+        f'{line_break_note([v.tokens for v in result.variants.values()])}{format_timings(result.timings_ms)}</div>'
     )
 
 
-def format_index_table(reports: Sequence[IndexReport], kb_name: str) -> str:
+BUILT_EARLIER = "*"
+BUILT_EARLIER_NOTE = (f"{BUILT_EARLIER} built before this click (when the server started, or at an earlier comparison): "
+                      "the time is that build's, not measured now.")
+
+
+def format_index_table(reports: Sequence[IndexReport], kb_name: str, *, click_seconds: float | None = None) -> str:
+    """The index variants side by side. `click_seconds`, how long the click that asked took: a build time
+    longer than that cannot have been measured in it, and is marked so."""
     if not reports:
         return '<div class="rag-empty">No index reports.</div>'
+
+    def built(r: IndexReport) -> str:
+        earlier = click_seconds is not None and r.build_seconds > click_seconds
+        mark = f'<span title="{esc(BUILT_EARLIER_NOTE)}">{BUILT_EARLIER}</span>' if earlier else ""
+        return f"{r.build_seconds:,.2f}{mark}"
+
     rows = "".join(
-        f"<tr><td><b>{esc(r.kind)}</b></td><td>{r.build_seconds:,.2f}</td><td>{r.bytes / 1e6:,.1f}</td>"
+        f"<tr><td><b>{esc(r.kind)}</b></td><td>{built(r)}</td><td>{r.bytes / 1e6:,.1f}</td>"
         f"<td>{r.recall_at_k:.3f}</td><td>{r.query_ms:,.3f}</td><td>{r.num_vectors:,}</td></tr>"
         for r in reports
     )
     k = reports[0].recall_k
+    marked = click_seconds is not None and any(r.build_seconds > click_seconds for r in reports)
+    note = (f'<p class="rag-legend rag-built-earlier">{esc(BUILT_EARLIER_NOTE)} This comparison took '
+            f"{click_seconds:.2f} s.</p>" if marked else "")
     return (
-        f'<table class="rag-table"><caption>Index variants on <b>{esc(kb_name)}</b></caption>'
+        f'<div class="rag-table-scroll"><table class="rag-table"><caption>Index variants on <b>{esc(kb_name)}</b></caption>'
         f"<thead><tr><th>index</th><th>build (s)</th><th>memory (MB)</th><th>recall@{k} vs flat</th>"
-        f"<th>query (ms)</th><th>vectors</th></tr></thead><tbody>{rows}</tbody></table>"
+        f"<th>query (ms)</th><th>vectors</th></tr></thead><tbody>{rows}</tbody></table></div>{note}"
     )
 
 
