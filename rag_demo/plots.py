@@ -33,6 +33,28 @@ def passage_color(rank: int) -> str:
     return PALETTE[(rank - 1) % len(PALETTE)]
 
 
+def _luminance(hex_color: str) -> float:
+    """WCAG's relative luminance of '#rrggbb'."""
+    def channel(value: int) -> float:
+        c = value / 255
+        return c / 12.92 if c <= 0.03928 else ((c + 0.055) / 1.055) ** 2.4
+
+    r, g, b = (channel(int(hex_color[i : i + 2], 16)) for i in (1, 3, 5))
+    return 0.2126 * r + 0.7152 * g + 0.0722 * b
+
+
+def text_color_on(hex_color: str) -> str:
+    """White or near-black, whichever reads better on `hex_color` (WCAG contrast).
+
+    >>> text_color_on("#4e79a7"), text_color_on("#edc948")
+    ('#ffffff', '#111827')
+    """
+    background = _luminance(hex_color)
+    on_white = 1.05 / (background + 0.05)
+    on_black = (background + 0.05) / (_luminance("#111827") + 0.05)
+    return "#ffffff" if on_white >= on_black else "#111827"
+
+
 def rgba(hex_color: str, alpha: float) -> str:
     """'#rrggbb' plus an opacity -> a CSS rgba() string.
 
@@ -155,8 +177,9 @@ def describe_gain(variants: Sequence[VariantResult]) -> str:
         if not gains:
             continue
         best = max(range(len(gains)), key=gains.__getitem__)
+        signed = f"{gains[best]:+.1f}".replace("-", "−")
         parts.append(f"{VARIANT_NAMES.get(v.variant, v.variant)} gains most on “{token_label(v.tokens[best])}”, "
-                     f"{gains[best]:+.1f} nats".replace("-", "−"))
+                     f"{signed} nats")
     if not parts:
         return "Line chart of the retrieval gain per answer token: no tokens."
     return f"Line chart of the retrieval gain per answer token: {'; '.join(parts)}."

@@ -426,7 +426,7 @@ def format_memory_card(memory_prob: float, memory_logit: float | None, *, leads:
     lead = (' <span class="rag-memory-lead">the largest source</span>' if leads else "")
     return (
         f'<div class="rag-passage rag-passage-memory" style="border-left-color:{plots.MEMORY_COLOR}">'
-        f'<div class="rag-passage-head"><span class="rag-rank" style="background:{plots.MEMORY_COLOR}">∅</span>'
+        f'<div class="rag-passage-head"><span class="rag-rank" style="background:{plots.MEMORY_COLOR};color:{plots.text_color_on(plots.MEMORY_COLOR)}">∅</span>'
         f'<span class="rag-passage-title">memory</span>{lead}'
         f'<span class="rag-passage-nums">{logit}p(∅|x) <b>{memory_prob:.3f}</b></span></div>'
         f'<div class="rag-pbar"><span style="width:{100 * memory_prob:.1f}%;background:{plots.MEMORY_COLOR}"></span></div>'
@@ -454,7 +454,7 @@ def format_passages_html(passages: Sequence[RetrievedPassage], *, max_chars: int
         gold = p.id in gold_ids
         cards.append(
             f'<div class="rag-passage{" rag-passage-gold" if gold else ""}" style="border-left-color:{color}">'
-            f'<div class="rag-passage-head"><span class="rag-rank" style="background:{color}">#{p.rank}</span>'
+            f'<div class="rag-passage-head"><span class="rag-rank" style="background:{color};color:{plots.text_color_on(color)}">#{p.rank}</span>'
             f'<span class="rag-passage-title">{esc(p.title) if p.title.strip() else _untitled(p.id)}</span>'
             f'{GOLD_MARK if gold else ""}'
             f'<span class="rag-passage-nums">{_score_names(p, retriever)} · p(z|x) <b>{p.prob:.3f}</b>{reader}</span></div>'
