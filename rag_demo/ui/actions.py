@@ -588,7 +588,7 @@ class DemoActions:
 
         swap = link.tab == "swap"
         return LinkView(
-            tabs=gr.Tabs(selected=link.tab) if link.tab else gr.skip(),
+            tabs=gr.update(selected=link.tab) if link.tab else gr.skip(),
             status=format_status(_sentence("; ".join(link.notices)), "info") if link.notices else gr.skip(),
             question=link.question if link.question and not swap else gr.skip(),
             variant=keep(None if swap else link.variant), kb=keep(link.kb), k=keep(None if swap else link.k),
