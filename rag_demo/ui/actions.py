@@ -1,10 +1,9 @@
 """One method per page event: parse the inputs, make one engine call, format, return.
 
-Each event's outputs are a named tuple (`AskView`, `SwapView`, ...). An action returns one filled
-with values; the page builds the same tuple of its components as the event's outputs, so a value
-can only land in the component of its name. Leaving an output out, or naming one the view lacks, is
-a TypeError instead of a silent shift of every output after it. An error becomes a message in the
-event's status box and leaves the other outputs as they were (`changed`).
+Each event's outputs are a named tuple (rag_demo.ui.views), so a value can only land in the
+component of its name: leaving an output out, or naming one the view lacks, is a TypeError instead
+of a silent shift of every output after it. An error becomes a message in the event's status box
+and leaves the other outputs as they were (`changed`).
 """
 
 from __future__ import annotations
@@ -13,7 +12,7 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import replace
-from typing import Any, NamedTuple, TypeVar
+from typing import Any
 
 import gradio as gr
 
@@ -60,6 +59,24 @@ from .inputs import (
     require_question,
 )
 from .learn import format_learn_html, learn_token_choices
+from .sentences import as_sentence
+from .views import (
+    AskView,
+    CompareView,
+    ExportView,
+    Held,
+    IndexView,
+    LearnView,
+    LinkView,
+    MineAnswerView,
+    MineView,
+    PassageView,
+    PollView,
+    ScoreView,
+    SwapView,
+    changed,
+    unwrap,
+)
 
 log = logging.getLogger(__name__)
 
@@ -67,157 +84,6 @@ PRIVATE_KB = "__mine__"  # the dropdown value that means "this visitor's own kno
 PRIVATE_LABEL = "my knowledge (this session)"
 PRIVATE_NAME = "my knowledge"  # as the dropdown calls it
 KB_MENUS = ("kb", "swap_left", "swap_right", "score_kb", "idx_kb")  # the knowledge-base dropdowns of every tab
-
-
-class Held:
-    """A `gr.State` payload. Gradio hashes state values to notice changes, and frozen results whose
-    fields are dicts or arrays cannot be hashed; a holder hashes by identity, and every new answer
-    or knowledge base is a new holder."""
-
-    __slots__ = ("value",)
-
-    def __init__(self, value: Any):
-        self.value = value
-
-    def __repr__(self) -> str:
-        return f"Held({type(self.value).__name__})"
-
-
-def unwrap(value: Any) -> Any:
-    """The value inside a `Held` (plain values pass through, so tests may pass them directly)."""
-    return value.value if isinstance(value, Held) else value
-
-
-# ---- each event's outputs, by name ----------------------------------------------------------------
-
-
-class AskView(NamedTuple):
-    status: Any
-    answer: Any
-    passages: Any
-    doc_prob: Any  # the p(z|x) bars
-    heat_token: Any
-    heat_seq: Any
-    gain: Any
-    last: Any  # Held(AskResult): the answer the Learn and Score tabs work with
-
-
-class ExportView(NamedTuple):
-    """The Ask tab's downloads: the answer's JSON and each heatmap's CSV."""
-
-    answer_json: Any
-    token_csv: Any
-    sequence_csv: Any
-
-
-class LinkView(NamedTuple):
-    """What a link (`?q=...`) sets when the page opens; `link` keeps it for the asks that follow."""
-
-    tabs: Any
-    status: Any  # the Ask tab's message box: what of the link was ignored
-    question: Any
-    variant: Any
-    kb: Any
-    k: Any
-    index: Any
-    retriever: Any
-    memory: Any
-    swap_question: Any
-    swap_left: Any
-    swap_right: Any
-    swap_variant: Any
-    swap_k: Any
-    link: Any  # gr.State: the PageLink
-
-
-class CompareView(NamedTuple):
-    status: Any
-    comparison: Any
-
-
-class SwapView(NamedTuple):
-    status: Any
-    summary: Any
-    left: Any
-    right: Any
-
-
-class MineView(NamedTuple):
-    """After building or editing a visitor's own knowledge base: the tab itself, and every tab's
-    knowledge-base dropdown (`KB_MENUS`), which now offers it."""
-
-    status: Any
-    mine: Any  # Held(KnowledgeBase)
-    picker: Any
-    edit_title: Any
-    edit_text: Any
-    preview: Any
-    kb: Any
-    swap_left: Any
-    swap_right: Any
-    score_kb: Any
-    idx_kb: Any
-
-
-class MineAnswerView(NamedTuple):
-    status: Any
-    answer: Any
-    passages: Any
-
-
-class PassageView(NamedTuple):
-    title: Any
-    text: Any
-
-
-class ScoreView(NamedTuple):
-    status: Any
-    cards: Any
-    heat_token: Any
-    heat_seq: Any
-    gain: Any
-
-
-class IndexView(NamedTuple):
-    status: Any
-    table: Any
-    figure: Any
-
-
-class LearnView(NamedTuple):
-    token_picker: Any
-    walkthrough: Any
-
-
-class PollView(NamedTuple):
-    """While the engine starts: the banner and the timer. Once it is ready: the choices the page
-    could not know when it was built."""
-
-    banner: Any
-    timer: Any
-    announced: Any  # gr.State: how many engines the page was told of (0: none yet)
-    kb: Any
-    swap_left: Any
-    swap_right: Any
-    score_kb: Any
-    idx_kb: Any
-    examples: Any
-    swap_examples: Any
-    retriever: Any
-    memory: Any  # the memory switch: its help says whether this engine has a logit for it
-
-
-View = TypeVar("View", bound=tuple)
-
-
-def changed(view: type[View], **values: Any) -> View:
-    """A `view` that sets only these outputs; the page keeps what the others show.
-
-    >>> changed(CompareView, status="oops")
-    CompareView(status='oops', comparison={'__type__': 'update'})
-    """
-    unchanged = {name: gr.skip() for name in view._fields if name not in values}
-    return view(**unchanged, **values)
 
 
 def _failure(err: Exception) -> str:
@@ -237,15 +103,6 @@ def _plot_update(figure: Any, description: str = "") -> dict:
     if description:
         return gr.update(value=figure, visible=figure is not None, label=description)
     return gr.update(value=figure, visible=figure is not None)
-
-
-def _sentence(text: str) -> str:
-    """`text` with a capital first letter and a full stop.
-
-    >>> _sentence("the link's k is ignored")
-    "The link's k is ignored."
-    """
-    return text[:1].upper() + text[1:] + ("" if text.endswith(".") else ".")
 
 
 def noted_language(result: AskResult) -> AskResult:
@@ -589,7 +446,7 @@ class DemoActions:
         swap = link.tab == "swap"
         return LinkView(
             tabs=gr.update(selected=link.tab) if link.tab else gr.skip(),
-            status=format_status(_sentence("; ".join(link.notices)), "info") if link.notices else gr.skip(),
+            status=format_status(as_sentence("; ".join(link.notices)), "info") if link.notices else gr.skip(),
             question=link.question if link.question and not swap else gr.skip(),
             variant=keep(None if swap else link.variant), kb=keep(link.kb), k=keep(None if swap else link.k),
             index=keep(link.index), retriever=keep(link.retriever),

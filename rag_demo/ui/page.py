@@ -18,10 +18,10 @@ import gradio as gr
 from ..background import Engine, engine_ready
 from ..config import INDEX_KINDS, LIMITS
 from ..corpus import SOURCE_SUFFIXES
-from .actions import (
+from .actions import DemoActions
+from .views import (
     AskView,
     CompareView,
-    DemoActions,
     ExportView,
     IndexView,
     LearnView,
