@@ -502,7 +502,7 @@ def open_page(browser, url: str, viewport: dict = VIEWPORT, **context_options):
     page = context.new_page()
     page.set_default_timeout(TIMEOUT_MS)
     page.goto(url)
-    page.locator("#ask-btn").wait_for()
+    page.locator("#ask-btn").wait_for(state="attached")  # a link may open another tab than Ask
     return context, page
 
 
