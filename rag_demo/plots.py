@@ -21,7 +21,7 @@ VARIANT_COLORS = {"token": "#4338ca", "sequence": "#0f766e"}
 MEMORY_COLOR = "#6b7280"
 MEMORY_NAME = "∅ memory"
 MEMORY_WHAT = "no passage: the generator's own memory"
-FONT = dict(family="ui-sans-serif, system-ui, sans-serif", size=13, color="#1f2937")
+FONT = dict(family="ui-sans-serif, system-ui, sans-serif", size=14, color="#1f2937")  # 14 px: legible projected
 
 
 def passage_color(rank: int) -> str:
@@ -31,6 +31,28 @@ def passage_color(rank: int) -> str:
     ('#4e79a7', '#4e79a7')
     """
     return PALETTE[(rank - 1) % len(PALETTE)]
+
+
+def _luminance(hex_color: str) -> float:
+    """WCAG's relative luminance of '#rrggbb'."""
+    def channel(value: int) -> float:
+        c = value / 255
+        return c / 12.92 if c <= 0.03928 else ((c + 0.055) / 1.055) ** 2.4
+
+    r, g, b = (channel(int(hex_color[i : i + 2], 16)) for i in (1, 3, 5))
+    return 0.2126 * r + 0.7152 * g + 0.0722 * b
+
+
+def text_color_on(hex_color: str) -> str:
+    """White or near-black, whichever reads better on `hex_color` (WCAG contrast).
+
+    >>> text_color_on("#4e79a7"), text_color_on("#edc948")
+    ('#ffffff', '#111827')
+    """
+    background = _luminance(hex_color)
+    on_white = 1.05 / (background + 0.05)
+    on_black = (background + 0.05) / (_luminance("#111827") + 0.05)
+    return "#ffffff" if on_white >= on_black else "#111827"
 
 
 def rgba(hex_color: str, alpha: float) -> str:
@@ -88,6 +110,87 @@ def source_posteriors(variant: VariantResult) -> list[tuple[float, ...]]:
     if not variant.memory_posteriors:
         return [tuple(row) for row in variant.posteriors]
     return [(*row, memory) for row, memory in zip(variant.posteriors, variant.memory_posteriors)]
+
+
+def leading_sources(variant: VariantResult) -> list[int]:
+    """(T,) for each token the column of `source_posteriors` with the largest posterior (K: ∅ memory).
+
+    >>> v = VariantResult("token", "ab", ("a", "b"), (1, 2), -1.0, (-0.5, -0.5), ((0, 0), (0, 0)),
+    ...                   ((0.7, 0.3), (0.2, 0.8)), (-1.0, -1.0))
+    >>> leading_sources(v)
+    [0, 1]
+    """
+    return [max(range(len(row)), key=row.__getitem__) for row in source_posteriors(variant) if row]
+
+
+def source_switches(variant: VariantResult) -> list[tuple[int, int, int]]:
+    """(token position, column before, column after) wherever the leading source changes from one token
+    to the next: where RAG-Token takes the next words from another passage (Figure 2's jumps).
+
+    >>> v = VariantResult("token", "abc", ("a", "b", "c"), (1, 2, 3), -1.0, (-0.3,) * 3, ((0, 0),) * 3,
+    ...                   ((0.9, 0.1), (0.9, 0.1), (0.4, 0.6)), (-1.0,) * 3)
+    >>> source_switches(v)
+    [(2, 0, 1)]
+    """
+    leaders = leading_sources(variant)
+    return [(t, leaders[t - 1], leaders[t]) for t in range(1, len(leaders)) if leaders[t] != leaders[t - 1]]
+
+
+def source_name(column: int, passages: Sequence[RetrievedPassage]) -> str:
+    """A column of `source_posteriors` in words: 'passage #3' or '∅ memory' (plain text)."""
+    return f"passage #{passages[column].rank}" if column < len(passages) else MEMORY_NAME
+
+
+def _counts_in_words(leaders: Sequence[int], passages: Sequence[RetrievedPassage]) -> str:
+    counts: dict[int, int] = {}
+    for column in leaders:
+        counts[column] = counts.get(column, 0) + 1
+    ordered = sorted(counts.items(), key=lambda item: -item[1])
+    return ", ".join(f"{source_name(c, passages)} on {n} token{'s' if n != 1 else ''}" for c, n in ordered)
+
+
+def describe_doc_prob(result: AskResult) -> str:
+    """The p(z|x) bar chart in one sentence, for a screen reader (plain text)."""
+    if not result.passages:
+        return "Bar chart of p(z|x): no passages."
+    top = max(result.passages, key=lambda p: p.prob)
+    memory = f"; ∅ memory has {result.memory_prob:.2f}" if result.memory_prob is not None else ""
+    return (f"Bar chart of p(z|x) over the top {len(result.passages)} passages: passage #{top.rank}, "
+            f"{shorten(passage_name(top.title, top.text), 40)}, has the most, {top.prob:.2f}{memory}.")
+
+
+def describe_heatmap(variant: VariantResult, passages: Sequence[RetrievedPassage]) -> str:
+    """A posterior heatmap in one sentence: which source leads on how many tokens (plain text)."""
+    name = VARIANT_NAMES.get(variant.variant, variant.variant)
+    leaders = leading_sources(variant)
+    if not leaders:
+        return f"Heatmap of {name}'s posterior: the answer has no tokens."
+    return (f"Heatmap of {name}'s posterior over the sources for each of its {len(leaders)} answer tokens: "
+            f"{_counts_in_words(leaders, passages)} lead.")
+
+
+def describe_gain(variants: Sequence[VariantResult]) -> str:
+    """The retrieval-gain chart in one sentence: each variant's largest gain and its token (plain text)."""
+    parts = []
+    for v in variants:
+        gains = token_gains(v)
+        if not gains:
+            continue
+        best = max(range(len(gains)), key=gains.__getitem__)
+        signed = f"{gains[best]:+.1f}".replace("-", "−")
+        parts.append(f"{VARIANT_NAMES.get(v.variant, v.variant)} gains most on “{token_label(v.tokens[best])}”, "
+                     f"{signed} nats")
+    if not parts:
+        return "Line chart of the retrieval gain per answer token: no tokens."
+    return f"Line chart of the retrieval gain per answer token: {'; '.join(parts)}."
+
+
+def describe_index_reports(reports: Sequence[IndexReport]) -> str:
+    """The index comparison's three panels in one sentence (plain text)."""
+    if not reports:
+        return "Bar charts of the index variants: none measured."
+    parts = ", ".join(f"{r.kind} recall {r.recall_at_k:.2f} at {r.query_ms:.3g} ms" for r in reports)
+    return f"Bar charts of recall against flat, query latency and memory for {len(reports)} index variants: {parts}."
 
 
 def memory_leads(result: AskResult) -> bool:
@@ -209,7 +312,7 @@ def posterior_heatmap(variant: VariantResult, passages: Sequence[RetrievedPassag
             colorscale="Blues",
             colorbar=dict(title=dict(text="posterior", side="right"), thickness=12, len=0.9),
             texttemplate="%{z:.2f}" if num_tokens <= 10 and len(rows) <= 11 else None,  # legible cells only
-            textfont=dict(size=10),
+            textfont=dict(size=14),
             customdata=custom,
             hovertemplate="token “%{customdata[0]}”<br>%{customdata[1]}<br>posterior = %{z:.3f}"
             "<br>p(token | x, z, prefix) = %{customdata[2]:.3f}<extra></extra>",
@@ -228,47 +331,79 @@ def posterior_heatmap(variant: VariantResult, passages: Sequence[RetrievedPassag
     return fig
 
 
+def token_gains(variant: VariantResult) -> list[float]:
+    """(T,) each token's retrieval gain: log p(y_i | x, sources, y<i) − log p(y_i | x, y<i) closed-book.
+
+    >>> v = VariantResult("token", "a", ("a",), (1,), -0.5, (-0.5,), ((-0.5,),), ((1.0,),), (-2.0,))
+    >>> token_gains(v)
+    [1.5]
+    """
+    return [a - b for a, b in zip(variant.token_logprobs, variant.closed_book_token_logprobs)]
+
+
+def same_tokens(variants: Sequence[VariantResult]) -> bool:
+    """Whether every variant wrote the same tokens, so that one token axis labels them all."""
+    return all(v.tokens == variants[0].tokens for v in variants[1:])
+
+
+def _gain_trace(v: VariantResult, **axes):
+    import plotly.graph_objects as go
+
+    labels = [html.escape(token_label(t)) for t in v.tokens]
+    gains = token_gains(v)
+    return go.Scatter(
+        x=list(range(1, len(gains) + 1)),
+        y=gains,
+        mode="lines+markers",
+        name=VARIANT_NAMES.get(v.variant, v.variant),
+        # dashed and hollow for RAG-Sequence: when both variants give the same answer the lines coincide
+        line=dict(color=VARIANT_COLORS.get(v.variant, "#444"), width=2, dash="dash" if v.variant == "sequence" else "solid"),
+        marker=dict(size=8 if v.variant == "sequence" else 10,
+                    symbol="circle-open" if v.variant == "sequence" else "circle"),
+        customdata=[[lab, math.exp(a), math.exp(b)] for lab, a, b in
+                    zip(labels, v.token_logprobs, v.closed_book_token_logprobs)],
+        hovertemplate="“%{customdata[0]}”: %{y:+.2f} nats<br>with passages p = %{customdata[1]:.3f}"
+        "<br>closed-book p = %{customdata[2]:.3f}<extra>%{fullData.name}</extra>",
+        **axes,
+    )
+
+
 def retrieval_gain_figure(variants: Sequence[VariantResult], *, height: int = 280):
     """Per token, log p(y_i|x,y<i) minus the closed-book log p(y_i|x,y<i): how much the passages helped.
 
-    Positive: the retrieved passages made the token more likely than the generator alone did.
+    Positive: the retrieved passages made the token more likely than the generator alone did. When the
+    variants wrote different tokens, each gets a panel of its own with its own tokens on the axis: the
+    i-th token of one answer has nothing to do with the i-th of another ("Kem" against "Shakespeare").
     """
     import plotly.graph_objects as go
+    from plotly.subplots import make_subplots
 
-    fig = go.Figure()
-    longest: VariantResult | None = None
-    for v in variants:
-        gains = [a - b for a, b in zip(v.token_logprobs, v.closed_book_token_logprobs)]
-        labels = [html.escape(token_label(t)) for t in v.tokens]
-        fig.add_trace(
-            go.Scatter(
-                x=list(range(1, len(gains) + 1)),
-                y=gains,
-                mode="lines+markers",
-                name=VARIANT_NAMES.get(v.variant, v.variant),
-                # dashed and hollow for RAG-Sequence: when both variants give the same answer the lines coincide
-                line=dict(color=VARIANT_COLORS.get(v.variant, "#444"), width=2,
-                          dash="dash" if v.variant == "sequence" else "solid"),
-                marker=dict(size=8 if v.variant == "sequence" else 10,
-                            symbol="circle-open" if v.variant == "sequence" else "circle"),
-                customdata=[[lab, math.exp(a), math.exp(b)] for lab, a, b in
-                            zip(labels, v.token_logprobs, v.closed_book_token_logprobs)],
-                hovertemplate="“%{customdata[0]}”: %{y:+.2f} nats<br>with passages p = %{customdata[1]:.3f}"
-                "<br>closed-book p = %{customdata[2]:.3f}<extra>%{fullData.name}</extra>",
-            )
-        )
-        if longest is None or len(v.tokens) > len(longest.tokens):
-            longest = v
+    variants = list(variants)
+    title = "Retrieval gain per token: log p(yᵢ | x, passages) − log p(yᵢ | x) closed-book"
+    if len(variants) < 2 or same_tokens(variants):
+        fig = go.Figure([_gain_trace(v) for v in variants])
+        panels = variants[:1]
+    else:
+        names = [f"{VARIANT_NAMES.get(v.variant, v.variant)}: “{html.escape(shorten(v.answer, 40))}”" for v in variants]
+        fig = make_subplots(rows=len(variants), cols=1, shared_yaxes=True, vertical_spacing=0.32 / len(variants),
+                            subplot_titles=names)
+        for row, v in enumerate(variants, start=1):
+            fig.add_trace(_gain_trace(v), row=row, col=1)
+        panels = variants
+        height = max(height, 60 + 190 * len(variants))
+    for row, v in enumerate(panels, start=1):
+        ticks = list(range(1, len(v.tokens) + 1))
+        fig.update_xaxes(tickvals=ticks, ticktext=[html.escape(token_label(t)) for t in v.tokens],
+                         title_text="answer token" if row == len(panels) else None,
+                         gridcolor="rgba(128,128,128,0.2)", row=row if len(panels) > 1 else None,
+                         col=1 if len(panels) > 1 else None)
+        fig.update_yaxes(title_text="Δ log p (nats)", zeroline=False, gridcolor="rgba(128,128,128,0.2)",
+                         row=row if len(panels) > 1 else None, col=1 if len(panels) > 1 else None)
     fig.add_hline(y=0, line=dict(color="rgba(128,128,128,0.7)", dash="dot"))
-    if longest is not None:
-        ticks = list(range(1, len(longest.tokens) + 1))
-        same = all(v.tokens == longest.tokens[: len(v.tokens)] for v in variants)
-        text = [html.escape(token_label(t)) for t in longest.tokens] if same else [str(i) for i in ticks]
-        fig.update_xaxes(tickvals=ticks, ticktext=text)
-    fig.update_xaxes(title_text="answer token", gridcolor="rgba(128,128,128,0.2)")
-    fig.update_yaxes(title_text="Δ log p (nats)", zeroline=False, gridcolor="rgba(128,128,128,0.2)")
-    _layout(fig, title="Retrieval gain per token: log p(yᵢ | x, passages) − log p(yᵢ | x) closed-book", height=height)
+    _layout(fig, title=title, height=height)
     fig.update_layout(legend=dict(orientation="h", yanchor="bottom", y=1.0, xanchor="right", x=1.0))
+    if len(panels) > 1:  # each panel names its variant and answer; the legend would repeat them
+        fig.update_layout(showlegend=False, margin=dict(l=10, r=10, t=72, b=10))
     return fig
 
 

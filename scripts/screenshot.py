@@ -7,7 +7,10 @@ Starts `app.create_demo()` on 127.0.0.1 (a first start answers within minutes an
 in about 15), waits until the complete engine serves (the banner goes), clicks an example question in the Ask tab (variant "both"),
 asks it once more so the timings shown are a warm engine's, then clicks the Swap tab's first example
 (a question whose answer the counterfactual twin swapped; the same question where it has none), and saves full-page PNGs 1280 px wide (reduced to a 256-colour palette if one is over
-380 KB). Never runs `playwright install`: it drives /usr/bin/chromium (`apt-get install chromium`).
+380 KB). Then it opens a link to the Ask tab's second example (one where RAG-Token and RAG-Sequence
+disagree, when the examples hold one) at each of `--widths` and saves docs/screenshot-<width>.png:
+the page as a projector (1280), a tablet (800) and a phone (420) show it.
+Never runs `playwright install`: it drives /usr/bin/chromium (`apt-get install chromium`).
 """
 
 from __future__ import annotations
@@ -59,7 +62,28 @@ def take(page, path: Path) -> None:
     log.info("saved %s (%d KB)", path, shrink_png(path) // 1024)
 
 
-def run(out: Path, question: str, ready_timeout_s: float) -> list[Path]:
+def linked_shots(browser, url: str, question: str, out: Path, widths: list[int]) -> list[Path]:
+    """The Ask tab opened by a link to `question` at each width, full page."""
+    from urllib.parse import urlencode
+
+    from playwright.sync_api import expect
+
+    saved = []
+    for width in widths:
+        page = browser.new_page(viewport={"width": width, "height": 900})
+        page.set_default_timeout(120_000)
+        page.goto(f"{url}?{urlencode({'q': question})}")
+        expect(page.locator("#answer .rag-card-token .rag-tok").first).to_be_visible()
+        for plot in ("doc-prob", "heat-token", "heat-seq", "gain"):
+            expect(page.locator(f"#{plot} .main-svg").first).to_be_visible()
+        page.evaluate("() => window.scrollTo(0, 0)")
+        saved.append(out / f"screenshot-{width}.png")
+        take(page, saved[-1])
+        page.close()
+    return saved
+
+
+def run(out: Path, question: str, ready_timeout_s: float, widths: list[int] = ()) -> list[Path]:
     from playwright.sync_api import expect, sync_playwright
 
     import app
@@ -109,6 +133,11 @@ def run(out: Path, question: str, ready_timeout_s: float) -> list[Path]:
         expect(page.locator("#swap-summary")).to_contain_text("→")
         saved.append(out / "screenshot-swap.png")
         take(page, saved[-1])
+        # the engine's own list: the page's example buttons cut long questions short with "..."
+        examples = engine.example_questions(None, 8)
+        linked = examples[1] if len(examples) > 1 else asked
+        log.info("linking to %r at widths %s", linked, widths)
+        saved += linked_shots(browser, url, linked, out, list(widths))
         browser.close()
     finally:
         playwright.stop()
@@ -121,12 +150,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=ROOT / "docs", help="folder for the PNGs (default: docs/)")
     parser.add_argument("--question", default=DEFAULT_QUESTION, help="the example to click (else the first example)")
     parser.add_argument("--ready-timeout", type=float, default=3600, help="seconds to wait for the engine")
+    parser.add_argument("--widths", type=int, nargs="*", default=[1280, 800, 420],
+                        help="screen widths of the linked Ask tab's screenshots (none: skip them)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if not Path(CHROMIUM).exists():
         log.error("%s is missing; install it with `apt-get install -y chromium`", CHROMIUM)
         return 2
-    run(args.out, args.question, args.ready_timeout)
+    run(args.out, args.question, args.ready_timeout, args.widths)
     return 0
 
 

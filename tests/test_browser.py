@@ -18,7 +18,7 @@ from rag_demo.serving.background import BackgroundEngine
 from rag_demo.config import LIMITS
 from rag_demo.ui import build_demo, launch_options
 from rag_demo.ui.actions import PRIVATE_LABEL
-from rag_demo.ui.html import esc, fmt_log, fmt_prob, swap_verdict
+from rag_demo.ui.html import MEMORY_UNAVAILABLE, esc, fmt_log, fmt_prob, swap_verdict
 from rag_demo.ui.learn import GLOSSARY
 from tests.ui_engine import KB_NAMES, QUESTIONS
 
@@ -251,16 +251,21 @@ def test_narrow_screen_brings_the_answer_into_view_and_stacks_the_heatmaps(brows
 def test_overlong_question_is_cut_with_a_notice(page):
     long_question = QUESTIONS[1] + " and" * 700  # 2,800+ characters
     field(page, "question").fill(long_question)
-    assert len(field(page, "question").input_value()) > LIMITS.max_question_chars  # the box lets the engine see it
+    assert field(page, "question").input_value() == long_question  # the box keeps the whole paste
+    # said as soon as it is pasted, not only after the ask
+    expect(page.locator("#ask-status")).to_contain_text(
+        f"This question has {len(long_question):,} characters: only the first {LIMITS.max_question_chars:,} are read")
     page.locator("#ask-btn").click()
     expect(page.locator("#answer")).to_contain_text(f"cut to its first {LIMITS.max_question_chars} characters")
     assert field(page, "question").input_value().startswith(QUESTIONS[1])  # what the visitor typed stays
 
 
-def test_empty_question_shows_message(page):
+def test_empty_question_shows_one_message(page):
     page.locator("#ask-btn").click()
     expect(page.locator("#ask-status")).to_contain_text("Type a question")
     assert page.locator("text=Traceback").count() == 0
+    # the opening hint was in the same box: the error replaced it, so one message shows, not two
+    assert page.locator(".rag-status:visible").count() == 1
 
 
 def test_swap_the_index_changes_the_answer(page, ui_engine):
@@ -487,3 +492,220 @@ def test_first_start_shows_progress_then_the_page_works(browser, ui_engine):
         release.set()
         context.close()
         demo.close()
+
+
+# ---- links, downloads, the gain chart of differing answers, readability -------------------------------
+
+def open_page(browser, url: str, viewport: dict = VIEWPORT, **context_options):
+    """A new page at `url` and its context; close the context when done."""
+    context = browser.new_context(viewport=viewport, **context_options)
+    page = context.new_page()
+    page.set_default_timeout(TIMEOUT_MS)
+    page.goto(url)
+    page.locator("#ask-btn").wait_for(state="attached")  # a link may open another tab than Ask
+    return context, page
+
+
+def differing_question(engine) -> str:
+    """A question of the test engine whose RAG-Token and RAG-Sequence answers differ on the first KB."""
+    for question in QUESTIONS:
+        result = page_ask(engine, question, KB_NAMES[0])
+        if result.variants["token"].answer != result.variants["sequence"].answer:
+            return question
+    pytest.fail("the tiny engine's variants agree on every question: pick another seed")
+
+
+def test_a_link_asks_on_load_and_copy_link_makes_one(browser, server, ui_engine):
+    from urllib.parse import urlencode
+
+    question, kb = QUESTIONS[1], KB_NAMES[1]
+    query = urlencode({"q": question, "kb": kb, "variant": "token", "k": 3, "tab": "learn"})
+    context, page = open_page(browser, f"{server}?{query}")
+    try:
+        # the Learn tab is open, and works through the answer the link asked for
+        expect(page.get_by_role("tab", name="Learn")).to_have_attribute("aria-selected", "true")
+        expect(page.locator("#learn-out")).to_contain_text("RAG-Token: each token")
+        open_tab(page, "Ask")
+        expect(page.locator("#answer .rag-card-token .rag-tok").first).to_be_visible()
+        assert page.locator("#answer .rag-card-sequence").count() == 0  # ?variant=token
+        expect(page.locator("#answer .rag-question")).to_contain_text(question)
+        expect(page.locator("#answer .rag-kb")).to_contain_text(kb)
+        result = ui_engine.ask(question, kb=kb, k=3, variants=("token",), closed_book=True)
+        assert token_texts(page, "#answer .rag-card-token") == shown(result.variants["token"].tokens)
+        assert page.locator("#passages .rag-passage-title").all_text_contents() == [p.title for p in result.passages]
+
+        page.locator("#share-btn").click()
+        link = field(page, "share-link")
+        expect(link).to_have_value(re.compile(r"^http://127\.0\.0\.1:\d+/\?tab=ask&q="))
+        copied = link.input_value()
+        assert page.url == copied  # the address bar holds it too
+    finally:
+        context.close()
+
+    # the copied link opens the same question and options in a new visitor's page
+    context, page = open_page(browser, copied)
+    try:
+        expect(page.locator("#answer .rag-card-token .rag-tok").first).to_be_visible()
+        expect(page.locator("#answer .rag-kb")).to_contain_text(kb)
+        assert token_texts(page, "#answer .rag-card-token") == shown(result.variants["token"].tokens)
+        assert page.locator("#answer .rag-card-sequence").count() == 0
+    finally:
+        context.close()
+
+    # a link to the Swap tab with its two knowledge bases, in the other order than the page's
+    query = urlencode({"q": QUESTIONS[0], "tab": "swap", "left": KB_NAMES[1], "right": KB_NAMES[0], "variant": "bogus"})
+    context, page = open_page(browser, f"{server}?{query}")
+    try:
+        expect(page.locator("#swap-left-out .rag-card-token .rag-tok").first).to_be_visible()
+        expect(page.locator("#swap-left-out .rag-swap-head")).to_contain_text(KB_NAMES[1])
+        expect(page.locator("#swap-right-out .rag-swap-head")).to_contain_text(KB_NAMES[0])
+        left = ui_engine.ask(QUESTIONS[0], kb=KB_NAMES[1], k=5, variants=("token",), closed_book=False)
+        assert token_texts(page, "#swap-left-out .rag-card-token") == shown(left.variants["token"].tokens)
+        open_tab(page, "Ask")
+        expect(page.locator("#ask-status")).to_contain_text("variant 'bogus' is not one of")  # said, not an error
+    finally:
+        context.close()
+
+
+def test_the_answer_downloads_as_json_and_each_heatmap_as_csv(browser, server, ui_engine):
+    import csv
+    import io
+    import json
+
+    context, page = open_page(browser, server, accept_downloads=True)
+    try:
+        question = QUESTIONS[2]
+        field(page, "question").fill(question)
+        page.locator("#ask-btn").click()
+        expect(page.locator("#download-json")).to_be_visible()
+        with page.expect_download() as download:
+            page.locator("#download-json").click()
+        data = json.loads(Path(download.value.path()).read_text(encoding="utf-8"))
+        expected = page_ask(ui_engine, question, KB_NAMES[0]).to_json()
+        data.pop("timings_ms"), expected.pop("timings_ms")
+        # the page's answer says too that memory could not be a source (its switch is on, the engine has no logit)
+        assert data.pop("notices") == [*expected.pop("notices"), MEMORY_UNAVAILABLE]
+        assert_close(data, expected)  # what /ask_json and `ask --json` give
+
+        result = page_ask(ui_engine, question, KB_NAMES[0])
+        for button, name in (("download-token-csv", "token"), ("download-seq-csv", "sequence")):
+            with page.expect_download() as download:
+                page.locator(f"#{button}").click()
+            assert download.value.suggested_filename.endswith(".csv")
+            rows = list(csv.reader(io.StringIO(Path(download.value.path()).read_text(encoding="utf-8"))))
+            variant = result.variants[name]
+            assert len(rows[0]) == 3 + len(variant.tokens)
+            assert [row[0] for row in rows[1:]] == [f"#{p.rank}" for p in result.passages]
+            assert [float(row[2]) for row in rows[1:]] == pytest.approx([p.prob for p in result.passages], abs=1e-6)
+            matrix = [[float(x) for x in row[3:]] for row in rows[1:]]  # (K, T), as the heatmap draws it
+            assert [list(col) for col in zip(*matrix)] == [pytest.approx(r, abs=1e-6) for r in variant.posteriors]
+    finally:
+        context.close()
+
+
+def test_the_gain_chart_labels_each_variants_own_tokens_when_the_answers_differ(page, ui_engine):
+    question = differing_question(ui_engine)
+    result = page_ask(ui_engine, question, KB_NAMES[0])
+    token, sequence = result.variants["token"], result.variants["sequence"]
+    field(page, "question").fill(question)
+    page.locator("#ask-btn").click()
+    expect(page.locator("#gain .main-svg").first).to_be_visible()
+    axes = page.evaluate("() => { const p = document.querySelector('#gain .js-plotly-plot');"
+                         " return [p.layout.xaxis.ticktext, p.layout.xaxis2.ticktext,"
+                         " p.data.map((trace) => trace.customdata.map((row) => row[0]))]; }")
+    labels = [[esc(t.strip().replace("\n", "↵") or "␣") for t in v.tokens] for v in (token, sequence)]
+    assert axes[0] == labels[0] and axes[1] == labels[1]  # each panel's axis: its own answer's tokens
+    assert axes[2] == labels  # and each line's hover
+    # the page says so in words, with both answers
+    note = page.locator("#answer .rag-disagree")
+    expect(note).to_contain_text("RAG-Token and RAG-Sequence disagree")
+    expect(note).to_contain_text(f"RAG-Token says “{token.answer}”, RAG-Sequence “{sequence.answer}”")
+    # every chart is named by a sentence for a screen reader, not by its axes' numbers
+    for chart in ("gain", "heat-token", "heat-seq", "doc-prob"):
+        name = page.locator(f"#{chart}").get_attribute("aria-label") or ""
+        assert name.endswith(".") and len(name) < 300 and re.search(r"[a-z]{4,}", name), (chart, name)
+    expect(page.locator("#gain")).to_have_attribute("aria-label", re.compile("^Line chart of the retrieval gain"))
+    page.wait_for_timeout(500)
+    shot(page, "gain_differing", full_page=True)
+
+
+def test_the_learn_tab_tables_scroll_on_a_phone(browser, server):
+    context, page = open_page(browser, server, {"width": 420, "height": 900})
+    try:
+        field(page, "question").fill(QUESTIONS[1])
+        page.locator("#ask-btn").click()
+        expect(page.locator("#answer .rag-card-closed")).to_be_visible()
+        open_tab(page, "Learn")
+        boxes = page.locator("#learn-out .rag-table-scroll")
+        expect(boxes).to_have_count(3)
+        for i in range(3):
+            box = boxes.nth(i)
+            size = box.evaluate("(el) => ({client: el.clientWidth, scroll: el.scrollWidth,"
+                                " right: el.getBoundingClientRect().right})")
+            assert size["right"] <= 420  # the box fits the screen ...
+            if size["scroll"] > size["client"]:  # ... and the table scrolls inside it to its last column
+                box.evaluate("(el) => { el.scrollLeft = el.scrollWidth; }")
+                last = box.locator("thead th").last.bounding_box()
+                assert last["x"] + last["width"] <= 420 + 1
+        assert boxes.first.evaluate("(el) => el.scrollWidth > el.clientWidth")  # 420 px is too narrow for step 1
+        assert page.evaluate("() => document.documentElement.scrollWidth") <= 420  # the page itself never scrolls sideways
+        shot(page, "learn_narrow", full_page=True)
+    finally:
+        context.close()
+
+
+# Every visible text outside the charts: its font size and its contrast against the colour behind it
+# (WCAG's formula, semi-transparent layers blended), as a list of what falls short.
+READABILITY_JS = """() => {
+  const parse = (c) => { const m = c.match(/rgba?\\(([^)]+)\\)/); if (!m) return null;
+    const v = m[1].split(/[ ,\\/]+/).filter(Boolean).map(Number); return {r: v[0], g: v[1], b: v[2], a: v.length > 3 ? v[3] : 1}; };
+  const channel = (x) => { x /= 255; return x <= 0.03928 ? x / 12.92 : Math.pow((x + 0.055) / 1.055, 2.4); };
+  const lum = (c) => 0.2126 * channel(c.r) + 0.7152 * channel(c.g) + 0.0722 * channel(c.b);
+  const blend = (top, a, under) => ({r: top.r * a + under.r * (1 - a), g: top.g * a + under.g * (1 - a), b: top.b * a + under.b * (1 - a)});
+  const behind = (el) => { const layers = [];
+    for (let e = el; e; e = e.parentElement) { const c = parse(getComputedStyle(e).backgroundColor);
+      if (c && c.a > 0) { layers.push(c); if (c.a >= 1) break; } }
+    return layers.reverse().reduce((under, c) => blend(c, c.a, under), {r: 255, g: 255, b: 255}); };
+  const short = [];
+  const walker = document.createTreeWalker(document.body, NodeFilter.SHOW_TEXT);
+  for (let n = walker.nextNode(); n; n = walker.nextNode()) {
+    const el = n.parentElement;
+    if (!n.textContent.trim() || !el || el.closest('svg, .rag-tip, script, style, [aria-hidden=true]')) continue;
+    const box = el.getBoundingClientRect(); const cs = getComputedStyle(el);
+    if (box.width === 0 || box.height === 0 || cs.visibility === 'hidden') continue;
+    let opacity = 1; for (let e = el; e; e = e.parentElement) opacity *= parseFloat(getComputedStyle(e).opacity);
+    const fg = parse(cs.color); const bg = behind(el); const shown = blend(fg, fg.a * opacity, bg);
+    const [hi, lo] = [lum(shown), lum(bg)].sort((a, b) => b - a); const ratio = (hi + 0.05) / (lo + 0.05);
+    const size = parseFloat(cs.fontSize);
+    if (size < 13.95 || ratio < 4.5) short.push(`${size}px ${ratio.toFixed(2)}:1 ${(el.closest('[id]') || {}).id}: ${n.textContent.trim().slice(0, 40)}`);
+  }
+  return short;
+}"""
+
+
+@pytest.mark.parametrize("width", [1280, 800, 420])
+def test_every_text_is_14px_and_4_5_to_1_and_large_text_grows_it(browser, server, ui_engine, width):
+    context, page = open_page(browser, server, {"width": width, "height": 900})
+    try:
+        field(page, "question").fill(QUESTIONS[1])
+        page.locator("#ask-btn").click()
+        expect(page.locator("#answer .rag-card-closed")).to_be_visible()
+        expect(page.locator("#passages .rag-passage")).to_have_count(5)
+        expect(page.locator(".progress-bar")).to_have_count(0)
+        page.wait_for_timeout(500)  # the last answer's dimming fades out in 0.2 s
+        assert page.evaluate(READABILITY_JS) == []
+        for tab in ("Swap the index", "Your knowledge", "Score your answer", "Index variants", "Learn"):
+            open_tab(page, tab)
+            page.wait_for_timeout(200)
+            assert page.evaluate(READABILITY_JS) == [], tab
+        open_tab(page, "Ask")
+        # the radio groups are named by their labels; the answer's tokens have a role
+        expect(page.get_by_role("radiogroup", name="RAG variant")).to_be_visible()
+        expect(page.get_by_role("radiogroup", name="RAG-Sequence decoding")).to_be_visible()
+        assert page.locator("#answer .rag-tok[role=img][aria-label]").count() == page.locator("#answer .rag-tok").count()
+        before = page.locator("#answer .rag-legend").first.evaluate("(el) => parseFloat(getComputedStyle(el).fontSize)")
+        page.locator("#large-text input[type=checkbox]").check()
+        after = page.locator("#answer .rag-legend").first.evaluate("(el) => parseFloat(getComputedStyle(el).fontSize)")
+        assert after >= 1.2 * before
+    finally:
+        context.close()

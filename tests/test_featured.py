@@ -53,7 +53,11 @@ def test_an_unwritable_or_broken_cache_only_costs_a_check(ui_engine, tmp_path):
     blocked = tmp_path / "file"
     blocked.write_text("not a folder")
     order = order_examples(ui_engine, questions, cache_dir=blocked / "featured")
-    assert order[KB_NAMES[0]] == QUESTIONS[:4]  # none right: the stored order stays
+    # none right: the stored order stays, but for the two whose variants differ, just after the first
+    asked = {q: ui_engine.ask(q, kb=KB_NAMES[0], k=5, variants=VARIANTS, closed_book=False) for q in QUESTIONS[:4]}
+    differing = [q for q, r in asked.items() if r.variants["token"].answer != r.variants["sequence"].answer]
+    head = QUESTIONS[:1] + [q for q in differing[:2] if q != QUESTIONS[0]]
+    assert order[KB_NAMES[0]] == head + [q for q in QUESTIONS[:4] if q not in head]
     order_examples(ui_engine, questions, cache_dir=tmp_path)
     saved = next(tmp_path.glob("examples-*.json"))
     saved.write_text("{broken")
@@ -87,3 +91,28 @@ def test_other_generator_weights_check_the_examples_again(ui_engine, monkeypatch
     before = order_key(ui_engine, questions)
     monkeypatch.setattr(ui_engine.generator, "weights", "gemma3-270m-reader-000000000000")
     assert order_key(ui_engine, questions) != before
+
+
+def test_spare_questions_whose_variants_differ_join_the_examples_after_the_first(ui_engine, tmp_path, monkeypatch):
+    said = {QUESTIONS[0]: ("Right", "Right"), QUESTIONS[1]: ("Right", "Right"),  # the examples: all agree
+            QUESTIONS[2]: ("x", "x"), QUESTIONS[3]: ("Right", "Wrong"),  # spares: one agrees, three differ
+            QUESTIONS[4]: ("a", "b"), QUESTIONS[5]: ("Wrong", "Right")}
+    asked = []
+
+    def ask(question, **options):
+        asked.append(question)
+        return SimpleNamespace(variants={v: SimpleNamespace(answer=a) for v, a in zip(VARIANTS, said[question])})
+
+    monkeypatch.setattr(ui_engine, "ask", ask)
+    examples = {KB_NAMES[0]: [KBQuestion(q, "Right", "x", "Right", i, True) for i, q in enumerate(QUESTIONS[:2])]}
+    spares = {KB_NAMES[0]: [KBQuestion(q, "Right", "", "Right", -1) for q in QUESTIONS[2:]]}
+    order = order_examples(ui_engine, examples, cache_dir=tmp_path, spares=spares)
+    # spares are asked only until two differ with one variant right; those two follow the first example
+    assert asked == QUESTIONS[:6]
+    assert order == {KB_NAMES[0]: [QUESTIONS[0], QUESTIONS[3], QUESTIONS[5], QUESTIONS[1]]}
+    saved = json.loads(next(tmp_path.glob("examples-*.json")).read_text())
+    assert saved["differ"][KB_NAMES[0]] == [QUESTIONS[3], QUESTIONS[5], QUESTIONS[4]]
+    asked.clear()
+    assert order_examples(ui_engine, examples, cache_dir=tmp_path, spares=spares) == order and asked == []  # read back
+    # without spares nothing differs: the examples keep their right-first order
+    assert order_examples(ui_engine, examples, cache_dir=None) == {KB_NAMES[0]: QUESTIONS[:2]}

@@ -2,11 +2,14 @@
 
     html.py     results -> HTML (pure; every string from outside is escaped there)
     learn.py    the Learn tab's worked equations and the glossary
-    inputs.py   page and API inputs -> engine arguments; visitors' uploads -> passages
+    inputs.py   page and API inputs -> engine arguments; visitors' uploads -> passages; links' queries
+    exports.py  an answer's downloads (its JSON, each heatmap as CSV)
+    sentences.py  what the page says about an answer in words (plain text)
+    views.py    each event's outputs, by name
     actions.py  one method per page event, each output named
     page.py     the layout and its events
 
-Only actions.py and page.py import gradio, and importing this package imports neither: the two
+Only actions.py, views.py and page.py import gradio, and importing this package imports neither: the two
 names below load the page when first asked for.
 """
 

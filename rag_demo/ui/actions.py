@@ -1,10 +1,9 @@
 """One method per page event: parse the inputs, make one engine call, format, return.
 
-Each event's outputs are a named tuple (`AskView`, `SwapView`, ...). An action returns one filled
-with values; the page builds the same tuple of its components as the event's outputs, so a value
-can only land in the component of its name. Leaving an output out, or naming one the view lacks, is
-a TypeError instead of a silent shift of every output after it. An error becomes a message in the
-event's status box and leaves the other outputs as they were (`changed`).
+Each event's outputs are a named tuple (rag_demo.ui.views), so a value can only land in the
+component of its name: leaving an output out, or naming one the view lacks, is a TypeError instead
+of a silent shift of every output after it. An error becomes a message in the event's status box
+and leaves the other outputs as they were (`changed`).
 """
 
 from __future__ import annotations
@@ -13,13 +12,13 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import replace
-from typing import Any, NamedTuple, TypeVar
+from typing import Any
 
 import gradio as gr
 
 from .. import plots
 from ..serving.interface import Engine, EngineNotReady, engine_complete, engine_ready, engines_served
-from ..config import ASK, DECODING_DEFAULTS, RETRIEVER_NAMES, SWAP_PAIRS, VARIANTS
+from ..config import ASK, DECODING_DEFAULTS, INDEX_KINDS, RETRIEVER_NAMES, SWAP_PAIRS, VARIANTS
 from ..retrieval.corpus import KnowledgeBase, Passage
 from ..errors import InputError, RagDemoError
 from ..options import parse_variants
@@ -40,12 +39,18 @@ from .html import (
     memory_switch_info,
     passage_choices,
 )
+from .exports import write_exports
 from .inputs import (
+    LANGUAGE_NOTE,
+    PageLink,
     SessionFiles,
     UploadLimits,
+    link_query,
+    looks_english,
     memory_switch,
     parse_beams,
     parse_k,
+    parse_link,
     parse_memory,
     parse_retriever,
     passages_from_inputs,
@@ -53,6 +58,24 @@ from .inputs import (
     require_question,
 )
 from .learn import format_learn_html, learn_token_choices
+from .sentences import as_sentence
+from .views import (
+    AskView,
+    CompareView,
+    ExportView,
+    Held,
+    IndexView,
+    LearnView,
+    LinkView,
+    MineAnswerView,
+    MineView,
+    PassageView,
+    PollView,
+    ScoreView,
+    SwapView,
+    changed,
+    unwrap,
+)
 
 log = logging.getLogger(__name__)
 
@@ -60,129 +83,6 @@ PRIVATE_KB = "__mine__"  # the dropdown value that means "this visitor's own kno
 PRIVATE_LABEL = "my knowledge (this session)"
 PRIVATE_NAME = "my knowledge"  # as the dropdown calls it
 KB_MENUS = ("kb", "swap_left", "swap_right", "score_kb", "idx_kb")  # the knowledge-base dropdowns of every tab
-
-
-class Held:
-    """A `gr.State` payload. Gradio hashes state values to notice changes, and frozen results whose
-    fields are dicts or arrays cannot be hashed; a holder hashes by identity, and every new answer
-    or knowledge base is a new holder."""
-
-    __slots__ = ("value",)
-
-    def __init__(self, value: Any):
-        self.value = value
-
-    def __repr__(self) -> str:
-        return f"Held({type(self.value).__name__})"
-
-
-def unwrap(value: Any) -> Any:
-    """The value inside a `Held` (plain values pass through, so tests may pass them directly)."""
-    return value.value if isinstance(value, Held) else value
-
-
-# ---- each event's outputs, by name ----------------------------------------------------------------
-
-
-class AskView(NamedTuple):
-    status: Any
-    answer: Any
-    passages: Any
-    doc_prob: Any  # the p(z|x) bars
-    heat_token: Any
-    heat_seq: Any
-    gain: Any
-    last: Any  # Held(AskResult): the answer the Learn and Score tabs work with
-
-
-class CompareView(NamedTuple):
-    status: Any
-    comparison: Any
-
-
-class SwapView(NamedTuple):
-    status: Any
-    summary: Any
-    left: Any
-    right: Any
-
-
-class MineView(NamedTuple):
-    """After building or editing a visitor's own knowledge base: the tab itself, and every tab's
-    knowledge-base dropdown (`KB_MENUS`), which now offers it."""
-
-    status: Any
-    mine: Any  # Held(KnowledgeBase)
-    picker: Any
-    edit_title: Any
-    edit_text: Any
-    preview: Any
-    kb: Any
-    swap_left: Any
-    swap_right: Any
-    score_kb: Any
-    idx_kb: Any
-
-
-class MineAnswerView(NamedTuple):
-    status: Any
-    answer: Any
-    passages: Any
-
-
-class PassageView(NamedTuple):
-    title: Any
-    text: Any
-
-
-class ScoreView(NamedTuple):
-    status: Any
-    cards: Any
-    heat_token: Any
-    heat_seq: Any
-    gain: Any
-
-
-class IndexView(NamedTuple):
-    status: Any
-    table: Any
-    figure: Any
-
-
-class LearnView(NamedTuple):
-    token_picker: Any
-    walkthrough: Any
-
-
-class PollView(NamedTuple):
-    """While the engine starts: the banner and the timer. Once it is ready: the choices the page
-    could not know when it was built."""
-
-    banner: Any
-    timer: Any
-    announced: Any  # gr.State: how many engines the page was told of (0: none yet)
-    kb: Any
-    swap_left: Any
-    swap_right: Any
-    score_kb: Any
-    idx_kb: Any
-    examples: Any
-    swap_examples: Any
-    retriever: Any
-    memory: Any  # the memory switch: its help says whether this engine has a logit for it
-
-
-View = TypeVar("View", bound=tuple)
-
-
-def changed(view: type[View], **values: Any) -> View:
-    """A `view` that sets only these outputs; the page keeps what the others show.
-
-    >>> changed(CompareView, status="oops")
-    CompareView(status='oops', comparison={'__type__': 'update'})
-    """
-    unchanged = {name: gr.skip() for name in view._fields if name not in values}
-    return view(**unchanged, **values)
 
 
 def _failure(err: Exception) -> str:
@@ -196,8 +96,19 @@ def _failure(err: Exception) -> str:
                          "The server log has the details; try another question or setting.")
 
 
-def _plot_update(figure: Any) -> dict:
+def _plot_update(figure: Any, description: str = "") -> dict:
+    """A chart's new figure; `description`, one sentence, becomes its label: a screen reader's name for
+    the chart (the page's script copies it there, see page.ACCESSIBLE_NAMES_JS)."""
+    if description:
+        return gr.update(value=figure, visible=figure is not None, label=description)
     return gr.update(value=figure, visible=figure is not None)
+
+
+def noted_language(result: AskResult) -> AskResult:
+    """The result, with a notice when its question does not look English (the default models read English)."""
+    if looks_english(result.question):
+        return result
+    return replace(result, notices=(*result.notices, LANGUAGE_NOTE))
 
 
 def noted_memory(result: AskResult, wanted: bool | None) -> AskResult:
@@ -343,16 +254,18 @@ class DemoActions:
             )
         except Exception as err:  # the UI boundary: a message in the page, never a traceback
             return changed(AskView, status=_failure(err))
-        result = noted_memory(result, wanted)
+        result = noted_language(noted_memory(result, wanted))
         heat = {name: plots.posterior_heatmap(v, result.passages) for name, v in result.variants.items()}
+        words = {name: plots.describe_heatmap(v, result.passages) for name, v in result.variants.items()}
+        variants = list(result.variants.values())
         return AskView(
             status="",
             answer=format_answer_html(result),
             passages=format_result_passages(result),
-            doc_prob=_plot_update(plots.doc_prob_figure(result)),
-            heat_token=_plot_update(heat.get("token")),
-            heat_seq=_plot_update(heat.get("sequence")),
-            gain=_plot_update(plots.retrieval_gain_figure(list(result.variants.values()))),
+            doc_prob=_plot_update(plots.doc_prob_figure(result), plots.describe_doc_prob(result)),
+            heat_token=_plot_update(heat.get("token"), words.get("token", "")),
+            heat_seq=_plot_update(heat.get("sequence"), words.get("sequence", "")),
+            gain=_plot_update(plots.retrieval_gain_figure(variants), plots.describe_gain(variants)),
             last=Held(result),
         )
 
@@ -392,9 +305,9 @@ class DemoActions:
             sides = [self.resolve_kb(left, mine), self.resolve_kb(right, mine)]
             wanted = memory_switch(memory)
             report = _progress_adapter(progress)
-            a, b = (noted_memory(self.engine.ask(
+            a, b = (noted_language(noted_memory(self.engine.ask(
                         question, kb=kb, k=self.fit_k(k, kb), variants=parse_variants(variant), closed_book=True,
-                        memory=wanted, progress=_part_of(report, side, len(sides), getattr(kb, "name", kb))), wanted)
+                        memory=wanted, progress=_part_of(report, side, len(sides), getattr(kb, "name", kb))), wanted))
                     for side, kb in enumerate(sides))
         except Exception as err:  # the UI boundary
             return changed(SwapView, status=_failure(err))
@@ -467,6 +380,7 @@ class DemoActions:
                                      variants=VARIANTS, progress=_progress_adapter(progress))
         except Exception as err:  # the UI boundary
             return changed(MineAnswerView, status=_failure(err))
+        result = noted_language(result)
         return MineAnswerView(status="", answer=format_answer_html(result), passages=format_result_passages(result))
 
     # ---- Score your answer ----------------------------------------------------------------------
@@ -487,9 +401,12 @@ class DemoActions:
             return changed(ScoreView, status=_failure(err))
         result = noted_memory(result, wanted)
         heat = {name: plots.posterior_heatmap(v, result.passages) for name, v in result.variants.items()}
-        return ScoreView(status="", cards=format_score_html(result), heat_token=_plot_update(heat.get("token")),
-                         heat_seq=_plot_update(heat.get("sequence")),
-                         gain=_plot_update(plots.retrieval_gain_figure(list(result.variants.values()))))
+        words = {name: plots.describe_heatmap(v, result.passages) for name, v in result.variants.items()}
+        variants = list(result.variants.values())
+        return ScoreView(status="", cards=format_score_html(result),
+                         heat_token=_plot_update(heat.get("token"), words.get("token", "")),
+                         heat_seq=_plot_update(heat.get("sequence"), words.get("sequence", "")),
+                         gain=_plot_update(plots.retrieval_gain_figure(variants), plots.describe_gain(variants)))
 
     def score_json(self, question: str, answer: str, kb: str = "", k: int = ASK.k, index: str = ASK.index,
                    variant: str = ASK.variant, retriever: str = "", memory: bool | str | None = None) -> dict:
@@ -503,12 +420,90 @@ class DemoActions:
     def index_reports(self, kb_choice: str | None, mine: Held | KnowledgeBase | None) -> IndexView:
         try:
             kb = self.resolve_kb(kb_choice, mine)
+            started = time.perf_counter()
             reports = self.engine.index_reports(kb)
+            elapsed = time.perf_counter() - started
         except Exception as err:  # the UI boundary
             return changed(IndexView, status=_failure(err))
         name = kb.name if isinstance(kb, KnowledgeBase) else kb
-        return IndexView(status="", table=format_index_table(reports, name),
-                         figure=_plot_update(plots.index_report_figure(reports)))
+        return IndexView(status="", table=format_index_table(reports, name, click_seconds=elapsed),
+                         figure=_plot_update(plots.index_report_figure(reports), plots.describe_index_reports(reports)))
+
+    # ---- links and downloads --------------------------------------------------------------------
+    def open_link(self, request: gr.Request | None = None) -> LinkView:
+        """The page was opened: set what its link (`?q=`, `?kb=`, `?variant=`, `?tab=`, `?left=`, ...) asks for."""
+        params = dict(getattr(request, "query_params", None) or {})
+        retrievers = tuple(getattr(self.engine, "retrievers", ())) if engine_ready(self.engine) else ()
+        link = parse_link(params, kb_names=self.kb_names() or None, index_kinds=INDEX_KINDS,
+                          retrievers=retrievers or tuple(RETRIEVER_NAMES))
+        if not params:
+            return changed(LinkView, link=None)
+
+        def keep(value: Any) -> Any:
+            return gr.skip() if value is None else value
+
+        swap = link.tab == "swap"
+        return LinkView(
+            tabs=gr.update(selected=link.tab) if link.tab else gr.skip(),
+            status=format_status(as_sentence("; ".join(link.notices)), "info") if link.notices else gr.skip(),
+            question=link.question if link.question and not swap else gr.skip(),
+            variant=keep(None if swap else link.variant), kb=keep(link.kb), k=keep(None if swap else link.k),
+            index=keep(link.index), retriever=keep(link.retriever),
+            memory=gr.skip() if link.memory is None else link.memory,
+            swap_question=link.question if link.question and swap else gr.skip(),
+            swap_left=keep(link.left), swap_right=keep(link.right),
+            swap_variant=keep(link.variant if swap else None),
+            swap_k=keep(link.k if swap else None),
+            link=Held(link),
+        )
+
+    def ask_linked(self, link: Held | PageLink | None, *ask_inputs: Any) -> AskView:
+        """The Ask tab's ask, when the page was opened by a link with a question for it."""
+        link = unwrap(link)
+        if not isinstance(link, PageLink) or link.asks != "ask":
+            return changed(AskView)
+        return self.ask(*ask_inputs)
+
+    def swap_linked(self, link: Held | PageLink | None, *swap_inputs: Any) -> SwapView:
+        """The Swap tab's ask, when the page was opened by a link to it with a question."""
+        link = unwrap(link)
+        if not isinstance(link, PageLink) or link.asks != "swap":
+            return changed(SwapView)
+        return self.swap(*swap_inputs)
+
+    @staticmethod
+    def share_link(question: str, variant: str, kb: str | None, k: float, index: str, retriever: str | None,
+                   memory: bool) -> str:
+        """The Ask tab's question and options as a link's query (`?tab=ask&q=...`); the page's script
+        puts the page's address before it and copies it."""
+        kb = None if kb == PRIVATE_KB else kb  # a visitor's own passages live in their tab only
+        return link_query("ask", question, kb=kb, variant=variant, k=k, index=index, retriever=retriever,
+                          memory=None if memory else False)
+
+    @staticmethod
+    def share_swap_link(question: str, left: str | None, right: str | None, variant: str, k: float) -> str:
+        """The Swap tab's question and its two knowledge bases as a link's query."""
+        left, right = (None if side == PRIVATE_KB else side for side in (left, right))
+        return link_query("swap", question, left=left, right=right, variant=variant, k=k)
+
+    def exports(self, result: Held | AskResult | None, request: gr.Request | None = None) -> ExportView:
+        """The last answer's JSON and heatmap CSVs, written into the visitor's own folder for download."""
+        result = unwrap(result)
+        session = getattr(request, "session_hash", None)
+        if not isinstance(result, AskResult) or not session:
+            hidden = gr.update(value=None, visible=False)
+            return ExportView(answer_json=hidden, token_csv=hidden, sequence_csv=hidden)
+        try:
+            paths = write_exports(result, self.files.folder(session) / "exports")
+        except OSError as err:  # a full disk costs the downloads, never the answer
+            log.warning("could not write the answer's downloads: %s", err)
+            paths = {}
+
+        def button(key: str) -> dict:
+            path = paths.get(key)
+            return gr.update(value=str(path) if path else None, visible=path is not None)
+
+        return ExportView(answer_json=button("json"), token_csv=button("token"), sequence_csv=button("sequence"))
 
     # ---- Learn --------------------------------------------------------------------------------
     def learn_tokens(self, result: Held | AskResult | None) -> LearnView:
@@ -569,11 +564,12 @@ class DemoActions:
         """When the retriever changes: the memory switch's help for it."""
         return gr.update(**self.memory_options(retriever))
 
-    def poll(self, announced: int) -> PollView:
+    def poll(self, announced: int, link: Held | PageLink | None = None) -> PollView:
         """The banner while the engine starts or builds; the choices once it first serves, sent once;
         fresh example questions and the memory switch's help each time a better engine is swapped in.
 
-        `announced` counts the engines the page was told of (0: none yet).
+        `announced` counts the engines the page was told of (0: none yet); `link`, the page's link,
+        whose knowledge bases the first choices keep.
         """
         if not engine_ready(self.engine):
             failed = bool(getattr(self.engine, "failed", False))
@@ -594,6 +590,11 @@ class DemoActions:
         if announced:  # a better engine over the same KBs: keep what the visitor chose
             return changed(PollView, banner=banner, timer=gr.Timer(active=building), announced=served, **fresh)
         left, right = self.swap_pair()
+        link = unwrap(link)
+        if isinstance(link, PageLink):  # a link opened while the engine started: its choices, where offered
+            names = self.kb_names()
+            default, left, right = ((chosen if chosen in names else fallback) for chosen, fallback in
+                                    ((link.kb, default), (link.left, left), (link.right, right)))
         choices = self.kb_choices(None)
         return PollView(
             banner=banner, timer=gr.Timer(active=building), announced=served,

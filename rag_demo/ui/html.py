@@ -15,9 +15,9 @@ from collections.abc import Collection, Sequence
 from .. import plots
 from ..config import RETRIEVER_NAMES
 from ..retrieval.corpus import KnowledgeBase
-from ..evaluate import contains_answer, exact_match
 from ..progress import counted
 from ..results import AskResult, ClosedBookResult, IndexReport, RetrievedPassage, RetrieverComparison, RetrieverRanking, VariantResult
+from .sentences import LINE_BREAK_NOTE, disagreement_sentence, knowledge_conflicts, memory_sentence, swap_verdict
 
 PARAMETRIC_P = 0.5  # closed-book p at or above which a token is marked as coming from parametric memory
 TIMING_ORDER = ("encode", "search", "generate", "total")
@@ -142,6 +142,11 @@ def _source(j: int, passages: Sequence[RetrievedPassage]) -> tuple[str, str, str
     return None
 
 
+def _source_mark(j: int, passages: Sequence[RetrievedPassage]) -> str:
+    """Column j of a posterior row as the cards mark it beside the colour: the passage's rank, or ∅."""
+    return str(passages[j].rank) if j < len(passages) else "∅"
+
+
 def format_token_spans(variant: VariantResult, passages: Sequence[RetrievedPassage], *, max_tip_rows: int = 6) -> str:
     """The answer's tokens, each tinted by the source that dominates its posterior, with a hover tooltip.
 
@@ -201,9 +206,12 @@ def format_token_spans(variant: VariantResult, passages: Sequence[RetrievedPassa
             + (f' · <b>{fmt_prob(p_closed)}</b> closed-book · gain {fmt_signed(gain)} nats' if closed_known else "")
             + f'</span><span class="rag-tip-kind">{esc(about)}</span>{"".join(rows)}{more}</span>'
         )
+        # the leading source's number beside its colour, for readers who cannot tell the colours apart
+        mark = (f'<span class="rag-tok-src" aria-hidden="true">{_source_mark(best, passages)}</span>'
+                if leader is not None else "")
         spans.append(
-            f'<span class="{" ".join(classes)}" tabindex="0" aria-label="{esc(label)}"{style}>'
-            f'<span class="rag-tok-text">{_token_text(token)}</span>{tip}</span>'
+            f'<span class="{" ".join(classes)}" tabindex="0" role="img" aria-roledescription="answer token" '
+            f'aria-label="{esc(label)}"{style}><span class="rag-tok-text">{_token_text(token)}</span>{mark}{tip}</span>'
         )
     return "".join(spans)
 
@@ -215,7 +223,8 @@ def format_closed_book_spans(closed: ClosedBookResult) -> str:
         p = math.exp(lp)
         classes = "rag-tok rag-closed" + (" rag-special" if _is_special(token) or _ends_answer(closed.tokens, t) else "")
         spans.append(
-            f'<span class="{classes}" tabindex="0" aria-label="{esc(plots.token_label(token))}: p {fmt_prob(p)}"'
+            f'<span class="{classes}" tabindex="0" role="img" aria-roledescription="answer token" '
+            f'aria-label="{esc(plots.token_label(token))}: closed-book p {fmt_prob(p)}"'
             f' style="background:rgba(107,114,128,{0.1 + 0.45 * p:.3f})"><span class="rag-tok-text">{_token_text(token)}'
             f'</span><span class="rag-tip" role="tooltip"><span class="rag-tip-head">“{esc(plots.token_label(token))}”</span>'
             f'<span class="rag-tip-probs">closed-book p = {fmt_prob(p)} (no passages)</span></span></span>'
@@ -293,18 +302,6 @@ def format_notices(notices: Sequence[str]) -> str:
     return "".join(f'<div class="rag-notice">{esc(n)}</div>' for n in notices)
 
 
-def memory_sentence(result: AskResult) -> str:
-    """What p(∅|x) says, in words (plain text); "" when memory is not a source of this answer."""
-    if result.memory_prob is None:
-        return ""
-    k = counted(len(result.passages), "passage")
-    if plots.memory_leads(result):
-        return (f"∅ memory is the largest source: p(∅|x) = {result.memory_prob:.3f}, more than any of the {k}. "
-                "No passage matches this question as well as the generator's own memory does, so the answer "
-                "leans on what the model remembers.")
-    return f"∅ memory is a source beside the {k}: p(∅|x) = {result.memory_prob:.3f}."
-
-
 def format_memory_line(result: AskResult) -> str:
     """One line under the question: p(∅|x) and what it means; empty when memory is not a source."""
     sentence = memory_sentence(result)
@@ -312,6 +309,18 @@ def format_memory_line(result: AskResult) -> str:
         return ""
     lead = " rag-memory-lead" if plots.memory_leads(result) else ""
     return f'<div class="rag-memory-line{lead}" title="{esc(MEMORY_MEANS)}">{MEMORY_SWATCH}{esc(sentence)}</div>'
+
+
+def line_break_note(token_lists: Sequence[Sequence[str]]) -> str:
+    """A note on “↵” when some shown token holds a line break; "" otherwise."""
+    if not any("\n" in token for tokens in token_lists for token in tokens):
+        return ""
+    return f'<div class="rag-legend rag-line-break-note">{esc(LINE_BREAK_NOTE)}</div>'
+
+
+def format_disagreement(result: AskResult) -> str:
+    sentence = disagreement_sentence(result)
+    return f'<div class="rag-disagree" role="note">{esc(sentence)}</div>' if sentence else ""
 
 
 def format_answer_html(result: AskResult, *, closed_book: bool = True, legend: bool = True, question: bool = True) -> str:
@@ -324,14 +333,19 @@ def format_answer_html(result: AskResult, *, closed_book: bool = True, legend: b
     legend_html = (
         f'<div class="rag-legend">Token colour = the passage{memory} that dominates its posterior (stronger = surer); '
         f'dotted underline = the closed-book model alone gives it p ≥ {PARAMETRIC_P:g} (parametric memory). '
+        "The small number beside a token is that passage's rank (∅: memory). "
         "Hover or focus a token for its posterior and closed-book probability.</div>"
         if legend else ""
     )
+    shown = [v.tokens for v in result.variants.values()]
+    if closed_book and result.closed_book is not None:
+        shown.append(result.closed_book.tokens)
     head = (f'<div class="rag-question">Q: {esc(result.question)} <span class="rag-kb">knowledge base '
             f'<b>{esc(result.kb)}</b></span> {format_index_badge(result)}</div>' if question else "")
     return (
         f'<div class="rag-answer-block">{head}{format_notices(result.notices)}{format_memory_line(result)}'
-        f'<div class="rag-cards">{"".join(cards)}</div>{legend_html}{format_timings(result.timings_ms)}</div>'
+        f'<div class="rag-cards">{"".join(cards)}</div>{format_disagreement(result)}{legend_html}'
+        f'{line_break_note(shown)}{format_timings(result.timings_ms)}</div>'
     )
 
 
@@ -361,7 +375,7 @@ def format_memory_card(memory_prob: float, memory_logit: float | None, *, leads:
     lead = (' <span class="rag-memory-lead">the largest source</span>' if leads else "")
     return (
         f'<div class="rag-passage rag-passage-memory" style="border-left-color:{plots.MEMORY_COLOR}">'
-        f'<div class="rag-passage-head"><span class="rag-rank" style="background:{plots.MEMORY_COLOR}">∅</span>'
+        f'<div class="rag-passage-head"><span class="rag-rank" style="background:{plots.MEMORY_COLOR};color:{plots.text_color_on(plots.MEMORY_COLOR)}">∅</span>'
         f'<span class="rag-passage-title">memory</span>{lead}'
         f'<span class="rag-passage-nums">{logit}p(∅|x) <b>{memory_prob:.3f}</b></span></div>'
         f'<div class="rag-pbar"><span style="width:{100 * memory_prob:.1f}%;background:{plots.MEMORY_COLOR}"></span></div>'
@@ -389,7 +403,7 @@ def format_passages_html(passages: Sequence[RetrievedPassage], *, max_chars: int
         gold = p.id in gold_ids
         cards.append(
             f'<div class="rag-passage{" rag-passage-gold" if gold else ""}" style="border-left-color:{color}">'
-            f'<div class="rag-passage-head"><span class="rag-rank" style="background:{color}">#{p.rank}</span>'
+            f'<div class="rag-passage-head"><span class="rag-rank" style="background:{color};color:{plots.text_color_on(color)}">#{p.rank}</span>'
             f'<span class="rag-passage-title">{esc(p.title) if p.title.strip() else _untitled(p.id)}</span>'
             f'{GOLD_MARK if gold else ""}'
             f'<span class="rag-passage-nums">{_score_names(p, retriever)} · p(z|x) <b>{p.prob:.3f}</b>{reader}</span></div>'
@@ -461,65 +475,6 @@ def _more_passages_note(total: int, shown: int) -> str:
     return f'<div class="rag-muted">the top {shown} of the {total} passages the answers read</div>'
 
 
-def _passages_say(result: AskResult, answer: str) -> bool:
-    """Whether some retrieved passage contains `answer` (SQuAD-normalized words)."""
-    return bool(answer.strip()) and any(contains_answer(f"{p.title} {p.text}", answer) for p in result.passages)
-
-
-def swap_verdict(left: AskResult, right: AskResult) -> str:
-    """One sentence on what the swap showed: whether each side's answer words appear in the passages
-    that side read (all k of them, not only those shown). A mention is not proof: the words may
-    name something else, or come from the question."""
-    if left.kb == right.kb:
-        return "Both sides read the same knowledge base; choose two different ones to see a swap."
-    answers = {side.kb: [v.answer for v in side.variants.values()] for side in (left, right)}
-    said = {side.kb: all(_passages_say(side, a) for a in answers[side.kb]) for side in (left, right)}
-    read = f"the {counted(left.k, 'passage')} it read" if left.k == right.k else "the passages it read"
-    if answers[left.kb] != answers[right.kb]:
-        if said[left.kb] and said[right.kb]:
-            return (f"Same question, same model, different knowledge base: the answer changed, and each side's "
-                    f"answer appears in {read}.")
-        return ("The answer changed with the knowledge base, but not every answer appears in its side's passages: "
-                "some of it came from the model.")
-    if said[left.kb] and said[right.kb]:
-        return f"The same answer on both sides, and it appears in {read} on each side."
-    if said[left.kb] or said[right.kb]:
-        holder = left.kb if said[left.kb] else right.kb
-        return f"The same answer on both sides, but it appears only in {holder}'s passages."
-    return "The same answer on both sides, and it appears in neither side's passages: it comes from the model, not the index."
-
-
-def _memory_share(variant: VariantResult) -> float | None:
-    """How much of the answer ∅ memory explains: RAG-Sequence's running posterior after the whole answer,
-    RAG-Token's mean over the tokens; None when memory is not a source."""
-    if not variant.memory_posteriors:
-        return None
-    if variant.variant == "sequence":
-        return variant.memory_posteriors[-1]
-    return sum(variant.memory_posteriors) / len(variant.memory_posteriors)
-
-
-def knowledge_conflicts(result: AskResult) -> list[str]:
-    """A sentence for each answer that is the closed-book answer and appears in none of the passages it
-    read: the generator's memory outweighed the passages (a knowledge conflict). [] without a closed-book answer.
-
-    An answer the passages say too is no conflict, whatever memory says; nor is one memory did not give."""
-    closed = result.closed_book
-    if closed is None or not closed.answer.strip():
-        return []
-    sentences = []
-    for variant in result.variants.values():
-        if not exact_match(variant.answer, closed.answer) or _passages_say(result, variant.answer):
-            continue
-        share = _memory_share(variant)
-        weight = "" if share is None else f"; ∅ memory's posterior on the answer is {share:.2f}"
-        name = plots.VARIANT_NAMES.get(variant.variant, variant.variant)
-        sentences.append(f"{result.kb}, {name}: “{variant.answer}” is the closed-book answer and appears in none of "
-                         f"the {counted(len(result.passages), 'passage')} it read: the generator's memory outweighed "
-                         f"the passages (a knowledge conflict{weight}).")
-    return sentences
-
-
 def format_swap_summary(left: AskResult, right: AskResult) -> str:
     """Each side's answers, the closed-book answer, the verdict, and any knowledge conflict in words."""
     def answers(r: AskResult) -> str:
@@ -554,23 +509,39 @@ def format_score_html(result: AskResult) -> str:
         f'<div class="rag-answer-block"><div class="rag-question">Q: {esc(result.question)} '
         f'<span class="rag-kb">knowledge base <b>{esc(result.kb)}</b></span> {format_index_badge(result)}</div>'
         f'{format_notices(result.notices)}{format_memory_line(result)}<div class="rag-cards">{"".join(cards)}</div>'
-        f'{format_timings(result.timings_ms)}</div>'
+        f'{line_break_note([v.tokens for v in result.variants.values()])}{format_timings(result.timings_ms)}</div>'
     )
 
 
-def format_index_table(reports: Sequence[IndexReport], kb_name: str) -> str:
+BUILT_EARLIER = "*"
+BUILT_EARLIER_NOTE = (f"{BUILT_EARLIER} built before this click (when the server started, or at an earlier comparison): "
+                      "the time is that build's, not measured now.")
+
+
+def format_index_table(reports: Sequence[IndexReport], kb_name: str, *, click_seconds: float | None = None) -> str:
+    """The index variants side by side. `click_seconds`, how long the click that asked took: a build time
+    longer than that cannot have been measured in it, and is marked so."""
     if not reports:
         return '<div class="rag-empty">No index reports.</div>'
+
+    def built(r: IndexReport) -> str:
+        earlier = click_seconds is not None and r.build_seconds > click_seconds
+        mark = f'<span title="{esc(BUILT_EARLIER_NOTE)}">{BUILT_EARLIER}</span>' if earlier else ""
+        return f"{r.build_seconds:,.2f}{mark}"
+
     rows = "".join(
-        f"<tr><td><b>{esc(r.kind)}</b></td><td>{r.build_seconds:,.2f}</td><td>{r.bytes / 1e6:,.1f}</td>"
+        f"<tr><td><b>{esc(r.kind)}</b></td><td>{built(r)}</td><td>{r.bytes / 1e6:,.1f}</td>"
         f"<td>{r.recall_at_k:.3f}</td><td>{r.query_ms:,.3f}</td><td>{r.num_vectors:,}</td></tr>"
         for r in reports
     )
     k = reports[0].recall_k
+    marked = click_seconds is not None and any(r.build_seconds > click_seconds for r in reports)
+    note = (f'<p class="rag-legend rag-built-earlier">{esc(BUILT_EARLIER_NOTE)} This comparison took '
+            f"{click_seconds:.2f} s.</p>" if marked else "")
     return (
-        f'<table class="rag-table"><caption>Index variants on <b>{esc(kb_name)}</b></caption>'
+        f'<div class="rag-table-scroll"><table class="rag-table"><caption>Index variants on <b>{esc(kb_name)}</b></caption>'
         f"<thead><tr><th>index</th><th>build (s)</th><th>memory (MB)</th><th>recall@{k} vs flat</th>"
-        f"<th>query (ms)</th><th>vectors</th></tr></thead><tbody>{rows}</tbody></table>"
+        f"<th>query (ms)</th><th>vectors</th></tr></thead><tbody>{rows}</tbody></table></div>{note}"
     )
 
 

@@ -12,9 +12,10 @@ import hashlib
 import re
 import shutil
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import urlencode
 
 from ..config import LIMITS
 from ..retrieval.corpus import SOURCE_SUFFIXES, Passage, read_document_file, split_into_passages
@@ -211,3 +212,136 @@ def passages_from_inputs(
     if len(passages) > limits.max_passages:
         raise InputError(f"{len(passages):,} passages; the limit is {limits.max_passages:,}. Upload less text.")
     return passages
+
+
+# Words nearly every English question holds, and those of the languages visitors most often try instead.
+# A word both languages use ("a", "was", "die", "hat", "in") is in neither list: it tells nothing.
+ENGLISH_WORDS = frozenset(
+    "the of and to is are was were who whom whose what which when where why how did does do has have had "
+    "by for on with from at as that this these those it its his her their first many much an or name "
+    "wrote invented painted discovered won built called largest capital".split())
+OTHER_WORDS = frozenset(
+    "le la les un une des du de et est qui que quel quelle où qu dans sur pour avec par au aux "  # French
+    "der das den dem ein eine einer und ist wer wie wo welche welcher hat von mit auf für "  # German
+    "el los las una es quién quien qué cuál cuándo dónde del por para con y fue "  # Spanish
+    "il lo gli di che chi è nel della dello sono "  # Italian
+    "het een wie wat waar van zijn werd "  # Dutch
+    "o os uma um quem onde do da dos das foi "  # Portuguese
+    .split()) - ENGLISH_WORDS
+NOT_ENGLISH_LETTERS = 0.25  # a question whose letters are this share non-ASCII or more is no English one
+LANGUAGE_NOTE = ("This question does not look English. The default models read English: an answer to another "
+                 "language is often confidently wrong. Try it in English.")
+
+
+def looks_english(question: str) -> bool:
+    """A cheap guess whether a question is English: its letters mostly ASCII, and its function words English
+    rather than French, German, Spanish, Italian, Dutch or Portuguese. Unsure (a name, a few words): True.
+
+    >>> looks_english("who painted the mona lisa?"), looks_english("qui a peint la Joconde ?")
+    (True, False)
+    >>> looks_english("Wer hat die Mona Lisa gemalt?"), looks_english("誰がモナリザを描いたのか"), looks_english("who sang la vie en rose?")
+    (False, False, True)
+    """
+    letters = [ch for ch in question if ch.isalpha()]
+    if not letters:
+        return True
+    if sum(not ch.isascii() for ch in letters) / len(letters) >= NOT_ENGLISH_LETTERS:
+        return False
+    words = set(re.findall(r"[^\W\d_]+", question.lower()))
+    english, other = len(words & ENGLISH_WORDS), len(words & OTHER_WORDS)
+    return not (other >= 2 and other > 2 * english)
+
+
+# ---- links to a question ----------------------------------------------------------------------------
+
+LINK_TABS = ("ask", "swap", "mine", "score", "index", "learn")  # the page's tab ids, as `?tab=` names them
+LINK_VARIANTS = ("token", "sequence", "both")
+
+
+@dataclass(frozen=True)
+class PageLink:
+    """What a link (`?q=...&kb=...`) asks for; None: the page's own value. `notices` says what was ignored."""
+
+    question: str = ""
+    tab: str | None = None
+    kb: str | None = None
+    variant: str | None = None
+    k: int | None = None
+    index: str | None = None
+    retriever: str | None = None
+    memory: bool | None = None
+    left: str | None = None  # the Swap tab's two knowledge bases
+    right: str | None = None
+    notices: tuple[str, ...] = ()
+
+    @property
+    def asks(self) -> str | None:
+        """Which tab asks on load: "swap" for a Swap link with a question, "ask" for any other; None without one."""
+        if not self.question:
+            return None
+        return "swap" if self.tab == "swap" else "ask"
+
+
+def parse_link(params: Mapping[str, str], *, kb_names: Sequence[str] | None, index_kinds: Sequence[str],
+               retrievers: Sequence[str]) -> PageLink:
+    """A link's query parameters -> a `PageLink`. A value the page does not offer is ignored with a
+    notice, never an error: the rest of the link still works. `kb_names` None: not known yet (the
+    engine is starting), so any name is kept and checked when it is asked.
+
+    >>> link = parse_link({"q": " who wrote hamlet? ", "tab": "Learn", "k": "7", "variant": "nope"},
+    ...                   kb_names=["wikipedia"], index_kinds=["flat"], retrievers=["dense"])
+    >>> link.question, link.tab, link.k, link.variant, link.asks
+    ('who wrote hamlet?', 'learn', 7, None, 'ask')
+    >>> link.notices
+    ("the link's variant 'nope' is not one of token, sequence, both; the page's is used",)
+    """
+    notices = []
+
+    def pick(name: str, offered: Sequence[str] | None, *, lower: bool = True) -> str | None:
+        raw = params.get(name)
+        if raw is None or not str(raw).strip():
+            return None
+        value = str(raw).strip().lower() if lower else str(raw).strip()
+        if offered is None or value in offered:
+            return value[:200]
+        notices.append(f"the link's {name} {value[:60]!r} is not one of {', '.join(offered)}; the page's is used")
+        return None
+
+    question = " ".join(plain_text(str(params.get("q", ""))).split())[: LIMITS.max_input_chars]
+    k = None
+    if params.get("k"):
+        try:
+            k = parse_k(params["k"])
+        except InputError as err:
+            notices.append(f"the link's k is ignored: {err}")
+    memory = None
+    if params.get("memory"):
+        try:
+            memory = parse_memory(params["memory"])
+        except InputError as err:
+            notices.append(f"the link's memory is ignored: {err}")
+    return PageLink(
+        question=question, tab=pick("tab", LINK_TABS), kb=pick("kb", kb_names, lower=False),
+        variant=pick("variant", LINK_VARIANTS), k=k, index=pick("index", index_kinds),
+        retriever=pick("retriever", retrievers), memory=memory, left=pick("left", kb_names, lower=False),
+        right=pick("right", kb_names, lower=False), notices=tuple(notices))
+
+
+def link_query(tab: str, question: str | None, **options: object) -> str:
+    """The query string of a link to `question` on `tab` with these options; empty options are left out.
+
+    >>> link_query("ask", "who wrote hamlet?", kb="wikipedia", variant="both", k=5.0, memory=False, index=None)
+    '?tab=ask&q=who+wrote+hamlet%3F&kb=wikipedia&variant=both&k=5&memory=false'
+    """
+    pairs = [("tab", tab)]
+    if question and question.strip():
+        pairs.append(("q", " ".join(question.split())[: LIMITS.max_input_chars]))
+    for name, value in options.items():
+        if value is None or value == "":
+            continue
+        if isinstance(value, bool):
+            value = "true" if value else "false"
+        elif isinstance(value, float) and value.is_integer():
+            value = int(value)
+        pairs.append((name, str(value)))
+    return "?" + urlencode(pairs)

@@ -171,10 +171,10 @@ def format_learn_html(result: AskResult | None, position: int | None = 0) -> str
     step1 = (
         "<h3>1 · Retrieval: how much each passage is trusted</h3>"
         f"<p>{how}{memory_how}"
-        f'<table class="rag-table"><thead><tr><th>passage</th>{score_head}{logit_head}'
+        f'<div class="rag-table-scroll"><table class="rag-table"><thead><tr><th>passage</th>{score_head}{logit_head}'
         "<th>p(z|x) computed</th><th>p(z|x) engine</th></tr></thead>"
         f"<tbody>{rows}</tbody><tfoot><tr><td>sum</td><td></td>{blank}<td>{total:.4f}</td><td>{sum(prior):.4f}</td>"
-        f"<td>{sum(p.prob for p in passages) + (result.memory_prob if memory else 0.0):.4f}</td></tr></tfoot></table>"
+        f"<td>{sum(p.prob for p in passages) + (result.memory_prob if memory else 0.0):.4f}</td></tr></tfoot></table></div>"
     )
     doc_prior = [p.prob for p in passages] + ([result.memory_prob] if memory else [])
     return f'<div class="rag-learn">{step1}{_learn_token_step(result, doc_prior, position)}{_learn_sequence_step(result, doc_prior)}</div>'
@@ -207,10 +207,10 @@ def _learn_token_step(result: AskResult, prior: Sequence[float], position: int |
         + (f", after “{esc(prefix.strip())}”" if prefix.strip() else "")
         + f". Its probability is a mixture over {mixture}, weighted by p(z|x):</p>"
         f'<div class="rag-eq">p(yᵢ | x, y&lt;i) = Σ<sub>z</sub> p(z|x) · p(yᵢ | x, z, y&lt;i){memory_term}</div>'
-        '<table class="rag-table"><thead><tr><th>passage</th><th>p(z|x)</th><th>p(yᵢ|x,z,y&lt;i)</th>'
+        '<div class="rag-table-scroll"><table class="rag-table"><thead><tr><th>passage</th><th>p(z|x)</th><th>p(yᵢ|x,z,y&lt;i)</th>'
         "<th>product</th><th>posterior p(z|x,yᵢ,y&lt;i)</th></tr></thead>"
         f"<tbody>{rows}</tbody><tfoot><tr><td>sum</td><td>{sum(prior):.4f}</td><td></td><td><b>{fmt_prob(marginal)}</b></td>"
-        "<td>1</td></tr></tfoot></table>"
+        "<td>1</td></tr></tfoot></table></div>"
         f"<p>The sum, <b>{fmt_prob(marginal)}</b>, is the engine's p(yᵢ|x,y&lt;i) = "
         f"{fmt_prob(math.exp(variant.token_logprobs[t]))}. The same generator without passages gives "
         f"{fmt_prob(closed)}. The last column is the heatmap's column for this token (paper Figure 2).</p>"
@@ -247,10 +247,10 @@ def _learn_sequence_step(result: AskResult, prior: Sequence[float]) -> str:
         + f"<p>The answer <b>“{esc(variant.answer)}”</b> is scored as a whole under each passage"
         + (" and under ∅ memory (closed-book)" if memory else "") + ", then mixed by p(z|x):</p>"
         f'<div class="rag-eq">p(y|x) = Σ<sub>z</sub> p(z|x) · Π<sub>i</sub> p(yᵢ | x, z, y&lt;i){memory_term}</div>'
-        '<table class="rag-table"><thead><tr><th>passage</th><th>p(z|x)</th><th>p(y|x,z) = Π<sub>i</sub></th>'
+        '<div class="rag-table-scroll"><table class="rag-table"><thead><tr><th>passage</th><th>p(z|x)</th><th>p(y|x,z) = Π<sub>i</sub></th>'
         "<th>product</th><th>p(z|x,y)</th></tr></thead>"
         f"<tbody>{rows}</tbody><tfoot><tr><td>sum</td><td>{sum(prior):.4f}</td><td></td><td><b>{fmt_prob(total)}</b></td>"
-        "<td>1</td></tr></tfoot></table>"
+        "<td>1</td></tr></tfoot></table></div>"
         f"<p>The sum, <b>{fmt_prob(total)}</b>, is p(y|x); the engine reports {fmt_prob(math.exp(variant.logprob))}."
         f"{note} The last column is the running-posterior heatmap's last column, after the whole answer.</p>"
     )

@@ -18,12 +18,14 @@ import gradio as gr
 from ..serving.interface import Engine, engine_ready
 from ..config import ASK, DECODING_DEFAULTS, DECODINGS, INDEX_KINDS, LIMITS, RETRIEVER_NAMES, VARIANTS
 from ..retrieval.corpus import SOURCE_SUFFIXES
-from .actions import (
+from .actions import DemoActions
+from .views import (
     AskView,
     CompareView,
-    DemoActions,
+    ExportView,
     IndexView,
     LearnView,
+    LinkView,
     MineAnswerView,
     MineView,
     PassageView,
@@ -44,9 +46,9 @@ DECODING_CHOICES = [(decoding, decoding) for decoding in DECODINGS]
 RETRIEVER_CHOICES = [(label, name) for name, label in RETRIEVER_NAMES.items()]
 ENGINE_GROUP = "engine"  # concurrency id shared by every event that calls the engine
 STATE_TTL_S = 2 * 3600  # a visitor's knowledge base and last answer are dropped 2 h after their last change
-# One more than the engine reads, so a longer paste reaches it and comes back with its "cut to" notice
-# instead of being cut silently by the browser.
-QUESTION_BOX_CHARS = LIMITS.max_question_chars + 1
+# What anything accepts at all: a longer paste than the engine reads reaches it, and the box says at once
+# how much of it will be read (LONG_QUESTION_JS), so that nothing is cut silently.
+QUESTION_BOX_CHARS = LIMITS.max_input_chars
 ANSWER_BOX_CHARS = LIMITS.max_answer_chars + 1
 NARROW_SCREEN = "(max-width: 980px)"  # below this the sidebar column stacks above the results
 
@@ -60,13 +62,90 @@ INTRO = (
 )
 
 
+# No text under 14 px: gradio's small sizes (labels' help, badges) are lifted to it, for a projector's back row.
+TEXT_SIZES = dict(xxs="14px", xs="14px", sm="14px", md="15px", lg="17px", xl="22px", xxl="26px")
+
+# Accessible names gradio leaves out: a radio group's name is its label, and a chart's is the one sentence
+# the page's action puts in its (hidden) label, not the numbers of its axes. Run at load and after every
+# change of the page, since gradio renders components and charts as they come.
+ACCESSIBLE_NAMES_JS = """() => {
+  const name = () => {
+    document.querySelectorAll('fieldset').forEach((group) => {
+      const info = group.querySelector('[data-testid="block-info"]');
+      if (!info) return;
+      const label = info.textContent.trim();
+      if (label && group.getAttribute('aria-label') !== label) group.setAttribute('aria-label', label);
+      if (group.querySelector('input[type=radio]') && group.getAttribute('role') !== 'radiogroup') {
+        group.setAttribute('role', 'radiogroup');
+      }
+    });
+    document.querySelectorAll('.js-plotly-plot').forEach((plot) => {
+      const block = plot.closest('.block');
+      const label = block && block.querySelector('[data-testid="block-label"]');
+      const text = label ? label.textContent.trim() : '';
+      if (block && text && block.getAttribute('aria-label') !== text) {
+        block.setAttribute('role', 'figure');
+        block.setAttribute('aria-label', text);
+      }
+      plot.querySelectorAll('svg.main-svg').forEach((svg) => {
+        if (svg.getAttribute('aria-hidden') !== 'true') svg.setAttribute('aria-hidden', 'true');
+      });
+    });
+  };
+  name();
+  let queued = false;
+  new MutationObserver(() => {
+    if (queued) return;
+    queued = true;
+    requestAnimationFrame(() => { queued = false; name(); });
+  }).observe(document.body, {childList: true, subtree: true, characterData: true});
+}"""
+
+
 def launch_options() -> dict:
-    """Theme and CSS for `demo.launch(**launch_options(), ...)` (gradio 6 takes them at launch)."""
+    """Theme, CSS and script for `demo.launch(**launch_options(), ...)` (gradio 6 takes them at launch).
+
+    The footer keeps the API and settings links; gradio's run history ("Runs") is off: it stores each
+    answer in the browser and shows charts as raw plotly JSON, which helps no visitor."""
     return {
         "theme": gr.themes.Soft(primary_hue="indigo", secondary_hue="teal", spacing_size="sm", radius_size="md",
-                                font=["ui-sans-serif", "system-ui", "Segoe UI", "Roboto", "sans-serif"]),
+                                text_size=gr.themes.Size(**TEXT_SIZES),
+                                font=["ui-sans-serif", "system-ui", "Segoe UI", "Roboto", "sans-serif"]).set(
+            # the Soft theme's indigo-500 gives 3.6:1 under labels and 4.5:1 under white button text: one shade
+            # darker for fills with white text, two for coloured text, so that both pass 4.5:1
+            color_accent="*primary_600", button_primary_background_fill="*primary_600",
+            button_primary_background_fill_hover="*primary_700", checkbox_label_background_fill_selected="*primary_600",
+            block_label_text_color="*primary_700", block_title_text_color="*primary_700"),
         "css_paths": [ASSETS / "style.css"],
+        "js": ACCESSIBLE_NAMES_JS,
+        "footer_links": ["api", "gradio", "settings"],
+        "run_history": False,
     }
+
+
+LONG_QUESTION_MARK = "rag-long-question"
+
+
+def long_question_js(limit: int) -> str:
+    """Browser code for a question box's change: in its message box, a notice at once when the text is longer
+    than the engine reads (`limit`); when it no longer is, the notice goes and any other message stays."""
+    return (f"(text, shown) => {{ const n = (text || '').length; if (n <= {limit}) "
+            f"return (shown || '').includes('{LONG_QUESTION_MARK}') ? '' : shown; "
+            f"return '<div class=\"rag-status rag-status-info {LONG_QUESTION_MARK}\" role=\"status\">This question has ' + "
+            f"n.toLocaleString('en') + ' characters: only the first {limit:,} are read.</div>'; }}")
+
+
+# The link's query comes from the page's action (DemoActions.share_link); the page's own address goes before
+# it here, where it is known (behind a proxy the server does not know it). The address bar shows it too.
+COPY_LINK_JS = """(query) => {
+  if (!query) return query;
+  const url = window.location.origin + window.location.pathname + query;
+  try { window.history.replaceState(null, '', url); } catch (err) {}
+  if (navigator.clipboard && window.isSecureContext) navigator.clipboard.writeText(url).catch(() => {});
+  return url;
+}"""
+
+LARGE_TEXT_JS = "(on) => { document.documentElement.classList.toggle('rag-large', Boolean(on)); return on; }"
 
 
 def scroll_into_view_js(elem_id: str) -> str:
@@ -107,6 +186,11 @@ def build_demo(engine: Engine, *, limits: UploadLimits = UploadLimits(), files: 
         return gr.Textbox(label="Question", lines=2, max_lines=4, elem_id=elem_id, max_length=QUESTION_BOX_CHARS,
                           placeholder="Ask a factual question, or click an example below")
 
+    def link_box(elem_id: str) -> gr.Textbox:
+        # hidden until "Copy link": then the link, selectable, for a browser that refuses the clipboard
+        return gr.Textbox(label="Link to this question (copied)", elem_id=elem_id, visible=False, interactive=False,
+                          buttons=["copy"], lines=1, max_lines=3)
+
     def index_dropdown(elem_id: str) -> gr.Dropdown:
         return gr.Dropdown(INDEX_CHOICES, value=ASK.index, label="Index variant", elem_id=elem_id, min_width=150)
 
@@ -124,18 +208,25 @@ def build_demo(engine: Engine, *, limits: UploadLimits = UploadLimits(), files: 
         mine = gr.State(None, time_to_live=STATE_TTL_S, delete_callback=release_kb)
         last = gr.State(None, time_to_live=STATE_TTL_S)  # Held(AskResult): the last answer, for Learn
         announced = gr.State(0)
-        gr.HTML(INTRO, js_on_load=None)
+        link = gr.State(None)  # Held(PageLink): what the page's link asked for, None when it had no query
+        with gr.Row(equal_height=True, elem_classes=["rag-top"]):
+            gr.HTML(INTRO, js_on_load=None, scale=5)
+            large_text = gr.Checkbox(False, label="Large text (projector)", elem_id="large-text", scale=1,
+                                     min_width=200, container=False)
         banner = _status("status-banner", "" if ready else format_status("Preparing models and indexes…", "wait"))
         timer = gr.Timer(1.0, active=not ready)
 
         # on phones the tab names wrap onto a second line instead of hiding behind an unlabeled "⋯"
-        with gr.Tabs(elem_id="tabs", overflow_behavior="wrap"):
+        with gr.Tabs(elem_id="tabs", overflow_behavior="wrap") as tabs:
             # ---------------------------------------------------------------- Ask
             with gr.Tab("Ask", id="ask", elem_id="tab-ask"):
                 with gr.Row():
                     with gr.Column(scale=1, min_width=330, elem_classes=["rag-sidebar"]):
                         question = question_box("question")
-                        ask_btn = gr.Button("Ask", variant="primary", elem_id="ask-btn", size="md")
+                        with gr.Row(equal_height=True):
+                            ask_btn = gr.Button("Ask", variant="primary", elem_id="ask-btn", size="md", scale=3)
+                            share_btn = gr.Button("Copy link", elem_id="share-btn", size="md", scale=1, min_width=110)
+                        share_box = link_box("share-link")
                         variant = gr.Radio(VARIANT_CHOICES, value=ASK.variant, label="RAG variant", elem_id="variant")
                         with gr.Row():
                             kb = kb_dropdown("kb", default)
@@ -159,9 +250,17 @@ def build_demo(engine: Engine, *, limits: UploadLimits = UploadLimits(), files: 
                         memory = gr.Checkbox(True, label="Generator's memory as a source", elem_id="memory",
                                              **{"info": MEMORY_INFO, **actions.memory_options()})
                     with gr.Column(scale=3, min_width=600):
-                        ask_status = _status("ask-status")
+                        # the hint sits in the message box, so that an error replaces it instead of joining it
+                        ask_status = _status("ask-status", format_status("Ask a question, or click an example.", "info"))
                         comparison = _html("compare")  # empty until "Compare retrievers"; a new ask clears it
-                        answer = _html("answer", format_status("Ask a question, or click an example.", "info"))
+                        answer = _html("answer")
+                        with gr.Row(elem_id="downloads", elem_classes=["rag-downloads"]):
+                            download_json = gr.DownloadButton("Answer as JSON", elem_id="download-json", size="sm",
+                                                              visible=False, min_width=150)
+                            download_token = gr.DownloadButton("RAG-Token heatmap CSV", elem_id="download-token-csv",
+                                                               size="sm", visible=False, min_width=190)
+                            download_seq = gr.DownloadButton("RAG-Sequence heatmap CSV", elem_id="download-seq-csv",
+                                                             size="sm", visible=False, min_width=210)
                         with gr.Row():
                             with gr.Column(scale=3, min_width=320):
                                 passages = _html("passages", max_height=440)
@@ -179,7 +278,11 @@ def build_demo(engine: Engine, *, limits: UploadLimits = UploadLimits(), files: 
                 with gr.Row():
                     with gr.Column(scale=1, min_width=330, elem_classes=["rag-sidebar"]):
                         swap_question = question_box("swap-question")
-                        swap_btn = gr.Button("Ask both", variant="primary", elem_id="swap-btn", size="md")
+                        with gr.Row(equal_height=True):
+                            swap_btn = gr.Button("Ask both", variant="primary", elem_id="swap-btn", size="md", scale=3)
+                            swap_share_btn = gr.Button("Copy link", elem_id="swap-share-btn", size="md", scale=1,
+                                                       min_width=110)
+                        swap_share_box = link_box("swap-share-link")
                         # one per line: two side by side cut long KB names such as "wikipedia-counterfactual"
                         swap_left = kb_dropdown("swap-left", left_default, "Left knowledge base")
                         swap_right = kb_dropdown("swap-right", right_default, "Right knowledge base")
@@ -303,10 +406,20 @@ def build_demo(engine: Engine, *, limits: UploadLimits = UploadLimits(), files: 
         # a question asked while the last one runs is asked after it, never dropped (gradio's "once" would
         # drop it); each answer names the question it answers, so none shows under another's text
         latest = dict(trigger_mode="always_last")
-        demo.load(actions.poll, inputs=announced, outputs=list(poll_view), api_visibility="private",
-                  show_progress="hidden", queue=False)
-        timer.tick(actions.poll, inputs=announced, outputs=list(poll_view), api_visibility="private",
+        link_view = LinkView(tabs=tabs, status=ask_status, question=question, variant=variant, kb=kb, k=k, index=index,
+                             retriever=retriever, memory=memory, swap_question=swap_question, swap_left=swap_left,
+                             swap_right=swap_right, swap_variant=swap_variant, swap_k=swap_k, link=link)
+        export_view = ExportView(answer_json=download_json, token_csv=download_token, sequence_csv=download_seq)
+        # the link is read after the first poll, so that the knowledge bases the poll offers do not replace its own
+        opened = demo.load(actions.poll, inputs=[announced, link], outputs=list(poll_view), api_visibility="private",
+                           show_progress="hidden", queue=False).then(
+            actions.open_link, outputs=list(link_view), api_visibility="private", show_progress="hidden", queue=False)
+        timer.tick(actions.poll, inputs=[announced, link], outputs=list(poll_view), api_visibility="private",
                    show_progress="hidden", queue=False)
+        large_text.change(None, inputs=large_text, js=LARGE_TEXT_JS, api_visibility="private", queue=False)
+        for box, status in ((question, ask_status), (swap_question, swap_status)):
+            box.change(None, inputs=[box, status], outputs=status, js=long_question_js(LIMITS.max_question_chars),
+                       api_visibility="private", queue=False)
 
         # On a narrow screen the controls stack above the results: bring the results into view when
         # an ask starts (the progress shows there) and again when it is answered (the page has grown)
@@ -316,6 +429,13 @@ def build_demo(engine: Engine, *, limits: UploadLimits = UploadLimits(), files: 
         gr.on([swap_btn.click, swap_question.submit, swap_examples.click], **scroll_to["swap-summary"])
         gr.on([score_btn.click, score_answer.submit], **scroll_to["score-out"])
         ask_inputs = [question, variant, k, index, kb, beams, decoding, mine, retriever, extractive, memory]
+        opened.then(actions.ask_linked, inputs=[link, *ask_inputs], outputs=list(ask_view), api_visibility="private",
+                    show_progress_on=answer, **engine_events)
+        last.change(actions.exports, inputs=last, outputs=list(export_view), api_visibility="private", queue=False)
+        share_btn.click(actions.share_link, inputs=[question, variant, kb, k, index, retriever, memory],
+                        outputs=share_box, api_visibility="private", queue=False).then(
+            None, inputs=share_box, outputs=share_box, js=COPY_LINK_JS, api_visibility="private", queue=False).then(
+            lambda: gr.update(visible=True), outputs=share_box, api_visibility="private", queue=False)
         # one progress bar, where the answer will show: it names the step that runs (engine.ask)
         gr.on([ask_btn.click, question.submit], actions.ask, inputs=ask_inputs, outputs=list(ask_view), api_name="ask",
               show_progress_on=answer, **engine_events, **latest).then(**scroll_to["answer"])
@@ -338,6 +458,13 @@ def build_demo(engine: Engine, *, limits: UploadLimits = UploadLimits(), files: 
                            queue=False)
 
         swap_inputs = [swap_question, swap_left, swap_right, swap_variant, swap_k, mine, memory]
+        opened.then(actions.swap_linked, inputs=[link, *swap_inputs], outputs=list(swap_view), api_visibility="private",
+                    show_progress_on=swap_summary, **engine_events)
+        swap_share_btn.click(actions.share_swap_link, inputs=[swap_question, swap_left, swap_right, swap_variant, swap_k],
+                             outputs=swap_share_box, api_visibility="private", queue=False).then(
+            None, inputs=swap_share_box, outputs=swap_share_box, js=COPY_LINK_JS, api_visibility="private",
+            queue=False).then(lambda: gr.update(visible=True), outputs=swap_share_box, api_visibility="private",
+                              queue=False)
         gr.on([swap_btn.click, swap_question.submit], actions.swap, inputs=swap_inputs, outputs=list(swap_view),
               api_name="swap", show_progress_on=swap_summary, **engine_events, **latest).then(**scroll_to["swap-summary"])
         swap_examples.click(lambda sample: sample[0] if sample else gr.skip(), inputs=swap_examples,

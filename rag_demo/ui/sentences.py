@@ -1,0 +1,135 @@
+"""What the page says about an answer in words: plain-text sentences, no HTML and no gradio (html.py
+escapes them where it shows them).
+
+Where memory stands among the sources, where RAG-Token and RAG-Sequence disagree and where their
+posteriors switch passage, what an index swap showed, and where the generator's memory outweighed the
+passages (a knowledge conflict).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from .. import plots
+from ..evaluate import contains_answer, exact_match
+from ..progress import counted
+from ..results import AskResult, RetrievedPassage, VariantResult
+
+
+def memory_sentence(result: AskResult) -> str:
+    """What p(∅|x) says, in words (plain text); "" when memory is not a source of this answer."""
+    if result.memory_prob is None:
+        return ""
+    k = counted(len(result.passages), "passage")
+    if plots.memory_leads(result):
+        return (f"∅ memory is the largest source: p(∅|x) = {result.memory_prob:.3f}, more than any of the {k}. "
+                "No passage matches this question as well as the generator's own memory does, so the answer "
+                "leans on what the model remembers.")
+    return f"∅ memory is a source beside the {k}: p(∅|x) = {result.memory_prob:.3f}."
+
+
+LINE_BREAK_NOTE = ("↵ is a line break the generator wrote. At the end of an answer (often “↵↵”, a blank line) it is "
+                   "how the generator stops: the stop is a token too, and its probability is part of p(y|x).")
+
+
+def _switches_in_words(variant: VariantResult, passages: Sequence[RetrievedPassage]) -> str:
+    """Where a variant's leading source changes, in words: 'from passage #1 to passage #3 at “Kem”'."""
+    return "; ".join(
+        f"from {plots.source_name(before, passages)} to {plots.source_name(after, passages)} at "
+        f"“{plots.token_label(variant.tokens[t])}” (token {t + 1})"
+        for t, before, after in plots.source_switches(variant))
+
+
+def variants_disagree(result: AskResult) -> bool:
+    """Whether RAG-Token and RAG-Sequence gave different answers (after SQuAD normalization)."""
+    token, sequence = result.variants.get("token"), result.variants.get("sequence")
+    return token is not None and sequence is not None and not exact_match(token.answer, sequence.answer)
+
+
+def disagreement_sentence(result: AskResult) -> str:
+    """When the two variants answer differently: both answers and, for each, where its posterior switches
+    source (plain text); "" when they agree or only one was asked."""
+    if not variants_disagree(result):
+        return ""
+    sentences = [f"RAG-Token and RAG-Sequence disagree: RAG-Token says “{result.variants['token'].answer}”, "
+                 f"RAG-Sequence “{result.variants['sequence'].answer}”."]
+    for variant in (result.variants["token"], result.variants["sequence"]):
+        name = plots.VARIANT_NAMES[variant.variant]
+        leaders = plots.leading_sources(variant)
+        switches = _switches_in_words(variant, result.passages)
+        if switches:
+            sentences.append(f"{name}'s posterior switches source {switches}.")
+        elif leaders:
+            sentences.append(f"{name}'s posterior stays on {plots.source_name(leaders[0], result.passages)} "
+                             "for every token.")
+    sentences.append("RAG-Token may take each token from another passage; RAG-Sequence weighs whole answers, "
+                     "one passage at a time.")
+    return " ".join(sentences)
+
+
+def _passages_say(result: AskResult, answer: str) -> bool:
+    """Whether some retrieved passage contains `answer` (SQuAD-normalized words)."""
+    return bool(answer.strip()) and any(contains_answer(f"{p.title} {p.text}", answer) for p in result.passages)
+
+
+def swap_verdict(left: AskResult, right: AskResult) -> str:
+    """One sentence on what the swap showed: whether each side's answer words appear in the passages
+    that side read (all k of them, not only those shown). A mention is not proof: the words may
+    name something else, or come from the question."""
+    if left.kb == right.kb:
+        return "Both sides read the same knowledge base; choose two different ones to see a swap."
+    answers = {side.kb: [v.answer for v in side.variants.values()] for side in (left, right)}
+    said = {side.kb: all(_passages_say(side, a) for a in answers[side.kb]) for side in (left, right)}
+    read = f"the {counted(left.k, 'passage')} it read" if left.k == right.k else "the passages it read"
+    if answers[left.kb] != answers[right.kb]:
+        if said[left.kb] and said[right.kb]:
+            return (f"Same question, same model, different knowledge base: the answer changed, and each side's "
+                    f"answer appears in {read}.")
+        return ("The answer changed with the knowledge base, but not every answer appears in its side's passages: "
+                "some of it came from the model.")
+    if said[left.kb] and said[right.kb]:
+        return f"The same answer on both sides, and it appears in {read} on each side."
+    if said[left.kb] or said[right.kb]:
+        holder = left.kb if said[left.kb] else right.kb
+        return f"The same answer on both sides, but it appears only in {holder}'s passages."
+    return "The same answer on both sides, and it appears in neither side's passages: it comes from the model, not the index."
+
+
+def _memory_share(variant: VariantResult) -> float | None:
+    """How much of the answer ∅ memory explains: RAG-Sequence's running posterior after the whole answer,
+    RAG-Token's mean over the tokens; None when memory is not a source."""
+    if not variant.memory_posteriors:
+        return None
+    if variant.variant == "sequence":
+        return variant.memory_posteriors[-1]
+    return sum(variant.memory_posteriors) / len(variant.memory_posteriors)
+
+
+def knowledge_conflicts(result: AskResult) -> list[str]:
+    """A sentence for each answer that is the closed-book answer and appears in none of the passages it
+    read: the generator's memory outweighed the passages (a knowledge conflict). [] without a closed-book answer.
+
+    An answer the passages say too is no conflict, whatever memory says; nor is one memory did not give."""
+    closed = result.closed_book
+    if closed is None or not closed.answer.strip():
+        return []
+    sentences = []
+    for variant in result.variants.values():
+        if not exact_match(variant.answer, closed.answer) or _passages_say(result, variant.answer):
+            continue
+        share = _memory_share(variant)
+        weight = "" if share is None else f"; ∅ memory's posterior on the answer is {share:.2f}"
+        name = plots.VARIANT_NAMES.get(variant.variant, variant.variant)
+        sentences.append(f"{result.kb}, {name}: “{variant.answer}” is the closed-book answer and appears in none of "
+                         f"the {counted(len(result.passages), 'passage')} it read: the generator's memory outweighed "
+                         f"the passages (a knowledge conflict{weight}).")
+    return sentences
+
+
+def as_sentence(text: str) -> str:
+    """`text` with a capital first letter and a full stop.
+
+    >>> as_sentence("the link's k is ignored")
+    "The link's k is ignored."
+    """
+    return text[:1].upper() + text[1:] + ("" if text.endswith(".") else ".")
