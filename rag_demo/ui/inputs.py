@@ -17,9 +17,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlencode
 
-from ..config import LIMITS
+from ..config import LIMITS, VARIANTS
 from ..retrieval.corpus import SOURCE_SUFFIXES, Passage, read_document_file, split_into_passages
 from ..errors import InputError
+from ..options import BOTH
 from ..text import check_length, plain_text
 
 
@@ -255,7 +256,7 @@ def looks_english(question: str) -> bool:
 # ---- links to a question ----------------------------------------------------------------------------
 
 LINK_TABS = ("ask", "swap", "mine", "score", "index", "learn")  # the page's tab ids, as `?tab=` names them
-LINK_VARIANTS = ("token", "sequence", "both")
+LINK_VARIANTS = (*VARIANTS, BOTH)
 
 
 @dataclass(frozen=True)
