@@ -336,6 +336,29 @@ class BackgroundEngine:
         if release is not None:
             release(kb)
 
+    # -- visitors' runs training the question encoder (`retriever_training.TrainingRuns`), on the engine serving now
+    def _training_runs(self):
+        from .retriever_training import TrainingRuns
+
+        with self._lock:
+            if getattr(self, "_training", None) is None:
+                self._training = TrainingRuns(lambda: self._get().engine)
+            return self._training
+
+    def train_kbs(self) -> tuple[str, ...]:
+        return self._training_runs().train_kbs()
+
+    def train_begin(self, session: str, **options: Any):
+        with self.answering:
+            return self._training_runs().train_begin(session, **options)
+
+    def train_advance(self, session: str, *, steps: int):
+        with self.answering:
+            return self._training_runs().train_advance(session, steps=steps)
+
+    def train_end(self, session: str) -> None:
+        self._training_runs().train_end(session)
+
 
 def default_engines(progress: Progress, *, extra_kb_paths: dict[str, str] | None = None) -> Iterator[Stage]:
     """The real engine with the default config, in stages on a first start (heavy imports happen

@@ -47,7 +47,7 @@ log = logging.getLogger(__name__)
 
 # What the page may call in the child; anything else is refused there.
 METHODS = frozenset({"ask", "score", "compare_retrievers", "index_reports", "build_kb", "example_questions",
-                     "memory_logit", "release_kb", "wait"})
+                     "memory_logit", "release_kb", "wait", "train_kbs", "train_begin", "train_advance", "train_end"})
 ENGINE_FIELDS = ("kb_names", "default_kb", "lexical_weight", "retrievers")  # sent with the status once an engine serves
 CALL_THREADS = 8  # calls answered at once in the child; the page runs one engine call at a time
 STATUS_EVERY_S = 1.0  # while building: the status's "N s so far" and time left move on
@@ -260,6 +260,18 @@ class EngineProcess:
 
     def release_kb(self, kb) -> None:
         self._call("release_kb", kb)
+
+    def train_kbs(self) -> tuple[str, ...]:
+        return self._call("train_kbs")
+
+    def train_begin(self, session: str, *, progress: Progress | None = None, **options: Any):
+        return self._call("train_begin", session, progress=progress, **options)
+
+    def train_advance(self, session: str, *, steps: int):
+        return self._call("train_advance", session, steps=steps)
+
+    def train_end(self, session: str) -> None:
+        self._call("train_end", session)
 
 
 # ---- the child ------------------------------------------------------------------------------------

@@ -19,13 +19,16 @@ import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from ..config import GENERAL_KB, EndToEndConfig, cache_root
 from ..errors import InputError
-from ..training.end_to_end import HeldOutCheck, ReadingCache, ReadQuestion, read_candidates
 from ..training.pairs import QAPair, load_pairs
+
+if TYPE_CHECKING:  # the page's process unpickles this module's views without loading torch
+    from ..training.end_to_end import HeldOutCheck, ReadQuestion
 
 log = logging.getLogger(__name__)
 
@@ -106,12 +109,12 @@ def prepare_training(engine, *, kb: str | None, pairs: Sequence[QAPair], held_ou
     """
     import time
 
+    from ..training.end_to_end import HeldOutCheck, ReadingCache, read_candidates
+
     knowledge = engine.resolve_kb(kb)
     if not knowledge.has_vectors:
         raise InputError(f"{knowledge.name}'s dense vectors are not built yet; train once they are")
-    if candidates > len(knowledge):
-        raise InputError(f"{knowledge.name} holds {len(knowledge)} passages, fewer than the {candidates} candidates "
-                         "a question is read with")
+    candidates = min(candidates, len(knowledge))  # a small base of one's own: every passage is a candidate
     retriever = engine.resolve_retriever(None)
     lexical_weight = engine.lexical_weight if retriever == "hybrid" else 0.0
     bm25 = engine.retriever.lexical_index(knowledge)
@@ -165,3 +168,169 @@ def save_question_encoder(model, name: str, record: dict) -> Path:
         (staging / TRAINING_RECORD).write_text(json.dumps(record, indent=1), encoding="utf-8")
         publish(staging, folder, f"trained-question-encoder:{name}:{uuid.uuid4().hex}", {"objective": record.get("objective")})
     return folder
+
+
+# ---- the page's runs: one per visitor, stepped a few steps per call, as plain data ---------------------------
+
+
+@dataclass(frozen=True)
+class RankedPassages:
+    """A question's top k under an encoder, as the page shows them."""
+
+    titles: tuple[str, ...]
+    rows: tuple[int, ...]
+    probs: tuple[float, ...]  # p(z|x) over these k
+    answer_bearing: tuple[bool, ...]
+
+
+@dataclass(frozen=True)
+class TrainingView:
+    """Where a visitor's run stands: everything the Train tab draws, plain data (it crosses to the page's process)."""
+
+    objective: str
+    step: int
+    steps: int
+    losses: tuple[float, ...]  # one per step taken
+    checks: tuple[tuple[int, float, float], ...]  # (step, held-out recall@5, mean p(z|x) on answer-bearing passages)
+    held_out: int  # questions in the held-out sample
+    training_questions: int
+    question: str  # the question whose p(z|x) the tab follows, one of the held-out sample
+    answers: tuple[str, ...]
+    before: RankedPassages
+    now: RankedPassages
+    read_seconds: float
+    step_seconds: float  # mean time of a step so far
+
+    @property
+    def finished(self) -> bool:
+        return self.step >= self.steps
+
+
+@dataclass(frozen=True)
+class PageRunConfig:
+    """The page's runs: about a minute on 2 CPU cores, measured on a fixed held-out sample."""
+
+    steps: int = 60
+    check_every: int = 5
+    held_out_sample: int = 60
+    top_k: int = 5  # the followed question's passages shown, and recall@k's k
+    max_questions: int = 200
+
+
+class _Run:
+    def __init__(self, data: TrainingData, trainer, *, followed: int, before: RankedPassages, config: PageRunConfig):
+        self.data, self.trainer, self.followed, self.before, self.config = data, trainer, followed, before, config
+        self.losses: list[float] = []
+        self.checks: list[tuple[int, float, float]] = []
+        self.step_seconds = 0.0
+
+
+class TrainingRuns:
+    """Each visitor's run on the page (by session id): `train_begin`, then `train_advance` until finished or
+    stopped, and `train_end` when the visitor leaves. The trained encoder lives here only, for that visitor;
+    the engine's own encoder is never changed. `engine()` gives the engine serving now."""
+
+    def __init__(self, engine: Callable[[], object], *, config: PageRunConfig = PageRunConfig(),
+                 question_sets: dict[str, tuple[str | Path | Sequence[QAPair], str | Path | Sequence[QAPair]]] | None = None):
+        import threading
+
+        self._engine, self.config = engine, config
+        self.question_sets = dict(QUESTION_SETS_FOR_KB if question_sets is None else question_sets)
+        self._runs: dict[str, _Run] = {}
+        self._lock = threading.Lock()
+
+    def train_kbs(self) -> tuple[str, ...]:
+        """The knowledge bases a visitor can train on: those with a training and a held-out set."""
+        engine = self._engine()
+        return tuple(name for name in engine.kb_names if name in self.question_sets)
+
+    def _pairs(self, kb: str) -> tuple[list[QAPair], list[QAPair]]:
+        if kb not in self.question_sets:
+            raise InputError(f"{kb} has no training questions for the page; choose one of {', '.join(self.question_sets)} "
+                             "or train with `python -m rag_demo train --questions FILE`")
+        train, held = (load_pairs(part) if isinstance(part, (str, Path)) else list(part) for part in self.question_sets[kb])
+        seen = {q.lower() for q, _ in held}
+        train = [p for p in train if p[0].lower() not in seen]
+        random.Random(0).shuffle(train)  # the same draw as `train`: the page's reads are the command's
+        return train, held[: self.config.held_out_sample]
+
+    def _ranked(self, run_data: TrainingData, model, question: int) -> RankedPassages:
+        top = run_data.check.top(model, question, min(self.config.top_k, len(run_data.kb)))
+        return RankedPassages(tuple(run_data.kb.titles[r] for r in top.rows), top.rows, top.probs, top.answer_bearing)
+
+    def train_begin(self, session: str, *, objective: str, questions: int, kb: str | None = None,
+                    progress=None) -> TrainingView:
+        """Read the candidates of `questions` training questions (cached after a first time), measure the
+        packaged encoder, and hold a fresh run for `session` (replacing its last one)."""
+        from ..config import END_TO_END_OBJECTIVES, EndToEndConfig
+        from ..training.end_to_end import EndToEndTrainer
+
+        if objective not in END_TO_END_OBJECTIVES:
+            raise InputError(f"unknown objective {objective!r}; choose one of {', '.join(END_TO_END_OBJECTIVES)}")
+        if not isinstance(questions, int) or not 1 <= questions <= self.config.max_questions:
+            raise InputError(f"train on 1 to {self.config.max_questions} questions")
+        self.train_end(session)
+        engine = self._engine()
+        kb = kb or next(iter(self.train_kbs()), engine.default_kb)
+        train, held = self._pairs(kb)
+        data = prepare_training(engine, kb=kb, pairs=train[:questions], held_out=held, progress=progress)
+        config = EndToEndConfig(objective=objective, steps=self.config.steps, seed=0)
+        try:
+            trainer = EndToEndTrainer(engine.encoder, data.kb.embeddings, data.examples, lexical_weight=data.lexical_weight,
+                                      config=config, kb_lexical=data.kb_lexical)
+        except ValueError as err:
+            raise InputError(f"{err}; train on more questions") from None
+        followed = self._followed(data, trainer.model)
+        run = _Run(data, trainer, followed=followed, before=self._ranked(data, trainer.model, followed), config=self.config)
+        figures = data.check.measure(trainer.model)
+        run.checks.append((0, figures.recall[5], figures.answer_mass))
+        with self._lock:
+            self._runs[session] = run
+        return self._view(run)
+
+    def _followed(self, data: TrainingData, model) -> int:
+        """The held-out question to follow: of those with a passage holding the answer in the top k, the one
+        whose such passages get the least p(z|x) (where training has the most to show); else the first."""
+        best, least = 0, None
+        for i in range(len(data.check.questions)):
+            top = data.check.top(model, i, min(self.config.top_k, len(data.kb)))
+            mass = sum(p for p, bearing in zip(top.probs, top.answer_bearing) if bearing)
+            if any(top.answer_bearing) and (least is None or mass < least):
+                best, least = i, mass
+        return best
+
+    def train_advance(self, session: str, *, steps: int) -> TrainingView:
+        """Take up to `steps` more steps of the session's run; the held-out sample is measured every `check_every`."""
+        import time
+
+        with self._lock:
+            run = self._runs.get(session)
+        if run is None:
+            raise InputError("no training run for this page; press Train to start one")
+        for _ in range(max(0, min(steps, self.config.steps - run.trainer.steps_taken))):
+            started = time.perf_counter()
+            run.losses.append(run.trainer.step())
+            taken = run.trainer.steps_taken
+            run.step_seconds += (time.perf_counter() - started - run.step_seconds) / taken  # running mean
+            if taken % self.config.check_every == 0 or taken == self.config.steps:
+                figures = run.data.check.measure(run.trainer.model)
+                run.checks.append((taken, figures.recall[5], figures.answer_mass))
+        return self._view(run)
+
+    def train_end(self, session: str) -> None:
+        """Forget the session's run and its trained encoder."""
+        with self._lock:
+            self._runs.pop(session, None)
+
+    def sessions(self) -> tuple[str, ...]:
+        with self._lock:
+            return tuple(self._runs)
+
+    def _view(self, run: _Run) -> TrainingView:
+        question, answers = run.data.check.questions[run.followed]
+        return TrainingView(
+            objective=run.trainer.config.objective, step=run.trainer.steps_taken, steps=self.config.steps,
+            losses=tuple(run.losses), checks=tuple(run.checks), held_out=len(run.data.check.questions),
+            training_questions=len(run.trainer.examples), question=question, answers=tuple(answers), before=run.before,
+            now=self._ranked(run.data, run.trainer.model, run.followed), read_seconds=run.data.read_seconds,
+            step_seconds=run.step_seconds)
