@@ -4,6 +4,7 @@ reading once, and the `train` command's refusals."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -273,3 +274,24 @@ def test_bad_train_options_are_refused_before_loading(capsys):
     assert "cannot name a question encoder" in capsys.readouterr().err
     assert main(["train", "--kb", "mine"]) == 2  # a KB without question sets of its own needs --questions
     assert "--questions FILE" in capsys.readouterr().err
+
+
+def test_train_saves_a_named_encoder_that_ask_can_load(ui_engine, tmp_path, capsys, monkeypatch):
+    from rag_demo import cli
+
+    monkeypatch.setattr("rag_demo.serving.loading.engine_from_config", lambda config, **options: ui_engine)
+    pairs = tmp_path / "pairs.csv"
+    pairs.write_text("question,answer\n" + "".join(f"{q},{a}\n" for q, a in [
+        ("What is the capital of France?", "Paris"), ("Who wrote A Farewell to Arms?", "Hemingway"),
+        ("How tall is the Eiffel Tower?", "330 metres"), ("Who created Python?", "Guido van Rossum"),
+        ("What is the largest planet?", "Jupiter")]), encoding="utf-8")
+    assert cli.main(["train", "--kb", "nq-wiki", "--questions", str(pairs), "--steps", "2", "--batch-size", "2",
+                     "--check-every", "1", "--save", "mine", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["steps"] == 2 and set(out["before"]) == {"recall@1", "recall@5", "recall@20", "answer_mass", "questions"}
+    assert out["before"]["questions"] == 1  # a fifth of the file, held out
+    args = cli.build_parser().parse_args(["ask", "q", "--question-encoder", "mine"])
+    config = cli.engine_config(args)
+    assert config.encoder.question_weights == out["path"] and not config.encoder.tuned
+    record = json.loads((Path(out["path"]) / "training.json").read_text())
+    assert len(record["losses"]) == 2
