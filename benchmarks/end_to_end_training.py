@@ -28,7 +28,6 @@ import sys
 import time
 from dataclasses import replace
 
-import torch
 
 from rag_demo.config import GENERAL_KB, EncoderConfig, EndToEndConfig, EngineConfig, MemoryConfig
 from rag_demo.evaluate import evaluate, wilson_interval
