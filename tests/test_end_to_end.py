@@ -295,3 +295,13 @@ def test_train_saves_a_named_encoder_that_ask_can_load(ui_engine, tmp_path, caps
     assert config.encoder.question_weights == out["path"] and not config.encoder.tuned
     record = json.loads((Path(out["path"]) / "training.json").read_text())
     assert len(record["losses"]) == 2
+
+
+def test_the_logit_gradient_pulls_up_the_passage_that_reads_the_answer(tiny_encoder, tiny_kb):
+    reads = _reads(tiny_kb)
+    for objective in ("rag-token", "rag-sequence"):
+        trainer = EndToEndTrainer(tiny_encoder, tiny_kb.embeddings, reads, lexical_weight=0.0,
+                                  config=EndToEndConfig(objective=objective, k=len(tiny_kb)))
+        prior, gradient = trainer.logit_gradient(reads[1])
+        assert int(gradient.argmin()) == 1 and float(gradient[1]) < 0  # row 1 holds the answer: its logit rises
+        assert float(prior.sum()) == pytest.approx(1.0) and float(gradient.sum()) == pytest.approx(0.0, abs=1e-5)

@@ -49,8 +49,10 @@ def test_a_run_draws_its_loss_held_out_figures_and_one_questions_p_z_given_x(run
     assert [b.name for b in bars] == ["packaged encoder", "after step 4"]
     assert sum(bars[0].x) == pytest.approx(1.0) and sum(bars[1].x) == pytest.approx(1.0)
     assert "<script>" not in last.summary or "&lt;script&gt;" in last.summary
+    assert "∂loss/∂logit" in last.summary  # the gradient in two lines, with this run's numbers
     assert runs.sessions() == ("a",)  # kept for the visitor until they leave
-    actions.end_session(_request("a"))
+    assert updates[1].run == "a"  # the page's state names the session, and gradio's deleting it frees the run
+    actions.end_session("a")
     assert runs.sessions() == ()
 
 
@@ -84,6 +86,7 @@ def test_a_second_visitor_waits_in_line_and_then_trains(runs):
     line.leave("first")
     rest = list(second)
     assert "Finished" in _statuses(rest)[-1]
+    assert "∂loss/∂logit" not in rest[-1].summary  # the gold-passage loss has no marginal to explain
 
 
 def test_a_run_whose_tab_closed_gives_up_its_turn():
@@ -107,3 +110,21 @@ def test_the_page_has_a_train_tab(ui_engine):
     demo = build_demo(ui_engine)
     ids = {getattr(block, "elem_id", None) for block in demo.blocks.values()}
     assert {"tab-train", "train-btn", "train-stop", "train-loss", "train-held-out", "train-question"} <= ids
+
+
+def test_the_train_calls_cross_the_engines_process(tmp_path):
+    """Through `EngineProcess` the page reaches the child's runs: what it offers, and a refusal as itself."""
+    import functools
+
+    from rag_demo.errors import InputError
+    from tests import process_engines
+    from tests.test_engine_process import _started
+
+    engine = _started(functools.partial(process_engines.tiny_rag_engine, folder=str(tmp_path)))
+    try:
+        assert engine.train_kbs() == ()  # the tiny bases have no question sets of their own
+        with pytest.raises(InputError, match="no training questions for the page"):
+            engine.train_begin("a", objective="rag-token", questions=4, kb="nq-wiki")
+        engine.train_end("a")
+    finally:
+        engine.stop()

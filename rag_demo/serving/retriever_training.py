@@ -184,6 +184,17 @@ class RankedPassages:
 
 
 @dataclass(frozen=True)
+class GradientExample:
+    """One training question's passage that the loss pulls up hardest now: its p(z|x) and ∂loss/∂logit (< 0: raised)."""
+
+    question: str
+    answer: str
+    title: str
+    prior: float
+    gradient: float
+
+
+@dataclass(frozen=True)
 class TrainingView:
     """Where a visitor's run stands: everything the Train tab draws, plain data (it crosses to the page's process)."""
 
@@ -200,6 +211,7 @@ class TrainingView:
     now: RankedPassages
     read_seconds: float
     step_seconds: float  # mean time of a step so far
+    gradient: GradientExample | None = None  # None for the gold-passage loss
 
     @property
     def finished(self) -> bool:
@@ -315,6 +327,8 @@ class TrainingRuns:
             if taken % self.config.check_every == 0 or taken == self.config.steps:
                 figures = run.data.check.measure(run.trainer.model)
                 run.checks.append((taken, figures.recall[5], figures.answer_mass))
+            if taken == self.config.steps:  # kept only to be shown now: AdamW's moments are twice the encoder
+                run.trainer.optimizer.state.clear()
         return self._view(run)
 
     def train_end(self, session: str) -> None:
@@ -326,6 +340,21 @@ class TrainingRuns:
         with self._lock:
             return tuple(self._runs)
 
+    @staticmethod
+    def _gradient(run: _Run) -> GradientExample | None:
+        """The first training question with an answer-bearing candidate, and its passage the loss raises most."""
+        from ..config import END_TO_END_OBJECTIVES
+
+        if run.trainer.config.objective not in END_TO_END_OBJECTIVES[:2]:
+            return None
+        example = next((e for e in run.trainer.examples if any(e.answer_bearing)), None)
+        if example is None:
+            return None
+        prior, gradient = run.trainer.logit_gradient(example)
+        pulled = int(gradient.argmin())
+        return GradientExample(example.question, example.answer, run.data.kb.titles[example.rows[pulled]],
+                               float(prior[pulled]), float(gradient[pulled]))
+
     def _view(self, run: _Run) -> TrainingView:
         question, answers = run.data.check.questions[run.followed]
         return TrainingView(
@@ -333,4 +362,4 @@ class TrainingRuns:
             losses=tuple(run.losses), checks=tuple(run.checks), held_out=len(run.data.check.questions),
             training_questions=len(run.trainer.examples), question=question, answers=tuple(answers), before=run.before,
             now=self._ranked(run.data, run.trainer.model, run.followed), read_seconds=run.data.read_seconds,
-            step_seconds=run.step_seconds)
+            step_seconds=run.step_seconds, gradient=self._gradient(run))

@@ -177,6 +177,27 @@ class EndToEndTrainer:
         return marginal_nll(logits, token_logprobs.to(device), mask.to(device), objective=self.config.objective,
                             k=self.config.k).mean()
 
+    def logits(self, example: ReadQuestion) -> torch.Tensor:
+        """(C,) the example's candidate logits under the encoder as it is now, without gradients to it."""
+        self.model.eval()
+        with torch.no_grad():
+            vector = question_vectors(self.model, self.encoder, [example.question])[0]  # (D,)
+        dense = self.passages[torch.tensor(example.rows, device=self.passages.device)] @ vector  # (C,)
+        return (self.encoder.scale * dense + self.lexical_weight * example.lexical.to(dense.device)).cpu()
+
+    def logit_gradient(self, example: ReadQuestion) -> tuple[torch.Tensor, torch.Tensor]:
+        """((C,) p(z|x), (C,) ∂loss/∂logit_z) of one example under a marginal objective now, over its top k (0 elsewhere):
+        p(z|x) − p(z|x,y) for RAG-Sequence, Σ_t [p(z|x) − p(z|x,y_t,y<t)] for RAG-Token."""
+        logits = self.logits(example).requires_grad_(True)
+        token_logprobs, mask = padded_batch([example])
+        loss = marginal_nll(logits[None], token_logprobs, mask, objective=self.config.objective, k=self.config.k)
+        loss.sum().backward()
+        k = min(self.config.k, len(logits))
+        top = logits.detach().topk(k).indices
+        prior = torch.zeros_like(logits.detach())
+        prior[top] = doc_logprobs(logits.detach()[top][None])[0].exp()
+        return prior, logits.grad
+
     def step(self) -> float:
         """One optimizer step on the next batch; its loss before the step."""
         self.model.train()

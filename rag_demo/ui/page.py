@@ -282,7 +282,7 @@ def build_demo(engine: Engine, *, limits: UploadLimits = UploadLimits(), files: 
                 with gr.Accordion("Words used on this page", open=False, elem_id="glossary"):
                     gr.HTML(format_glossary_html(), js_on_load=None)
 
-            train_tab(demo, engine)  # its own module: rag_demo.ui.train
+            train_tab(engine)  # its own module: rag_demo.ui.train
 
         # ---------------------------------------------------------------- events
         # Each event's outputs, by name: the components an action's values go to (rag_demo.ui.actions)

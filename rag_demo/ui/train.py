@@ -6,7 +6,7 @@ held-out question's p(z|x) before and now. One run trains at a time across visit
 line and sees its place. The run lives with the engine (`serving.retriever_training.TrainingRuns`) and is
 dropped when the visitor leaves.
 
-    train_tab(demo, engine)   # inside the page's `gr.Tabs()`: the tab and its events
+    train_tab(engine)   # inside the page's `gr.Tabs()`: the tab and its events
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ OBJECTIVE_CHOICES = [("RAG-Token (the paper's, from answers)", "rag-token"),
 STEPS_PER_UPDATE = 5  # steps between two redraws: a redraw costs about what a step does
 WAIT_POLL_S = 1.0  # how often a visitor in line hears their place
 STALE_RUN_S = 60.0  # a run not heard from this long (its tab closed mid-run) gives up its turn
+STATE_TTL_S = 2 * 3600  # a visitor's trained encoder is dropped at the latest 2 h after their run, as the page's other state
 
 HELP = ("<p class=\"rag-help\">RAG trains its retriever without passage labels: the loss is −log p(answer | question), "
         "marginalized over the top passages, and its gradient reaches the question encoder through p(z|x) alone. "
@@ -48,6 +49,7 @@ class TrainView(NamedTuple):
     loss: Any
     held_out: Any
     question: Any
+    run: Any  # the session whose run the engine holds: gradio's deleting it frees the run (`train_tab`)
 
 
 class RunLine:
@@ -165,18 +167,32 @@ def summary_html(view) -> str:
         f"<p>Held out, from step 0 to step {last[0]}: recall@5 {_percent(first[1])} → {_percent(last[1])}; "
         f"mean p(z|x) on passages holding an answer {_percent(first[2])} → {_percent(last[2])}.</p>"
         f"<p>Followed question: <q>{esc(view.question)}</q> (answer: {esc(', '.join(view.answers[:3]))}): "
-        f"p(z|x) on its answer passages {_percent(answer_mass(view.before))} → {_percent(answer_mass(view.now))}.</p></div>"
+        f"p(z|x) on its answer passages {_percent(answer_mass(view.before))} → {_percent(answer_mass(view.now))}.</p>"
+        f"{gradient_html(view)}</div>"
     )
+
+
+def gradient_html(view) -> str:
+    """The gradient in two lines, with the run's own numbers; "" for the gold-passage loss."""
+    g = view.gradient
+    if g is None:
+        return ""
+    which = "p(z|x) − p(z|x,y)" if view.objective == "rag-sequence" else "Σ_t [p(z|x) − p(z|x,y_t,y&lt;t)]"
+    return (f"<p>The gradient on passage z's logit is {which}: the prior minus the posterior once the answer is read, "
+            "so passages that explain the answer better than the retriever thought are pulled up.<br>"
+            f"Now, for the training question <q>{esc(g.question)}</q> (answer: {esc(g.answer)}): "
+            f"<b>{esc(g.title)}</b> has p(z|x) = {g.prior:.2f} and ∂loss/∂logit = {g.gradient:+.2f}, "
+            f"so the next step {'raises' if g.gradient < 0 else 'lowers'} its logit.</p>")
 
 
 def _view(run) -> TrainView:
     return TrainView(status=gr.skip(), summary=summary_html(run), loss=loss_figure(run), held_out=held_out_figure(run),
-                     question=question_figure(run))
+                     question=question_figure(run), run=gr.skip())
 
 
 def _status_only(message: str, kind: str) -> TrainView:
     return TrainView(status=format_status(message, kind), summary=gr.skip(), loss=gr.skip(), held_out=gr.skip(),
-                     question=gr.skip())
+                     question=gr.skip(), run=gr.skip())
 
 
 class TrainActions:
@@ -207,7 +223,7 @@ class TrainActions:
                 progress((done, total) if total else None, desc=stage)
 
             run = self.runs.train_begin(session, objective=objective, questions=int(questions), progress=report)
-            yield _view(run)._replace(status=format_status("Training…", "wait"))
+            yield _view(run)._replace(status=format_status("Training…", "wait"), run=session)
             while not run.finished and not self.line.stopping(session):
                 self.line.heard(session)
                 run = self.runs.train_advance(session, steps=self.steps_per_update)
@@ -229,9 +245,8 @@ class TrainActions:
     def stop(self, request: gr.Request) -> None:
         self.line.stop(getattr(request, "session_hash", None) or "api")
 
-    def end_session(self, request: gr.Request) -> None:
-        """The visitor left: stop their run and free their trained encoder."""
-        session = getattr(request, "session_hash", None)
+    def end_session(self, session: str | None) -> None:
+        """The visitor left (gradio deleted their session's state): stop their run and free their trained encoder."""
         if session:
             self.line.stop(session)
             try:
@@ -250,9 +265,13 @@ def training_runs(engine):
     return TrainingRuns(lambda: engine)
 
 
-def train_tab(demo: gr.Blocks, engine, *, runs=None) -> TrainActions:
+def train_tab(engine, *, runs=None) -> TrainActions:
     """The Train tab and its events; call inside the page's `gr.Tabs()`. `runs` defaults to `training_runs(engine)`."""
     actions = TrainActions(runs if runs is not None else training_runs(engine))
+
+    def end_session(session: str | None) -> None:
+        # a plain function, not a bound method: gradio deep-copies a component's arguments for every session
+        actions.end_session(session)
     with gr.Tab("Train", id="train", elem_id="tab-train"):
         gr.HTML(HELP, js_on_load=None)
         with gr.Row(equal_height=True):
@@ -270,11 +289,12 @@ def train_tab(demo: gr.Blocks, engine, *, runs=None) -> TrainActions:
             with gr.Column(min_width=380):
                 held_out = gr.Plot(elem_id="train-held-out", show_label=False)
         question = gr.Plot(elem_id="train-question", show_label=False)
-    view = TrainView(status=status, summary=summary, loss=loss, held_out=held_out, question=question)
+        # the session holding a run; gradio deletes it when the visitor has left (or after STATE_TTL_S), and with it the run
+        run = gr.State(None, time_to_live=STATE_TTL_S, delete_callback=end_session)
+    view = TrainView(status=status, summary=summary, loss=loss, held_out=held_out, question=question, run=run)
     # its own concurrency group, unlimited: a visitor in line is told their place (`RunLine`) instead of waiting
     # unseen in gradio's queue, and a run never holds up the other tabs' answers
     train_btn.click(actions.train, inputs=[objective, questions], outputs=list(view), api_visibility="private",
                     concurrency_id="train", concurrency_limit=None, show_progress_on=status)
     stop_btn.click(actions.stop, api_visibility="private", queue=False)
-    demo.unload(actions.end_session)
     return actions
