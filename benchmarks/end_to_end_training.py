@@ -53,6 +53,35 @@ def read_timing(engine, pairs, *, candidates: int) -> dict:
             "seconds_per_passage": sum(seconds) / len(seconds) / candidates}
 
 
+def sweep(engine, data, pairs, *, validation: int, learning_rates, ks, steps: int, seed: int) -> list[dict]:
+    """Each (objective, learning rate, k) trained on all but the last `validation` training questions and measured on
+    those (training questions, never the held-out set): how the defaults can be chosen without touching it."""
+    from rag_demo.training.end_to_end import EndToEndTrainer, HeldOutCheck
+
+    import numpy as np
+
+    kb = data.kb
+    fit, check_on = data.examples[:-validation], data.examples[-validation:]
+    bm25 = engine.retriever.lexical_index(kb)
+
+    check = HeldOutCheck(engine.encoder, kb.embeddings, pairs[len(fit):len(data.examples)],
+                         np.stack([bm25.scores(e.question) for e in check_on]), lambda row: kb.texts[row],
+                         lexical_weight=data.lexical_weight)
+    rows = [{"objective": "packaged", **check.measure(engine.encoder.question_model).to_json()}]
+    for objective in OBJECTIVES:
+        for lr in learning_rates:
+            for k in ks if objective != "gold-passage" else ks[:1]:
+                config = EndToEndConfig(objective=objective, steps=steps, learning_rate=lr, k=k, seed=seed)
+                trainer = EndToEndTrainer(engine.encoder, kb.embeddings, fit, lexical_weight=data.lexical_weight,
+                                          config=config, kb_lexical=data.kb_lexical)
+                for _ in range(steps):
+                    trainer.step()
+                rows.append({"objective": objective, "learning_rate": lr, "k": k, "steps": steps,
+                             **check.measure(trainer.model).to_json()})
+                print(rows[-1], file=sys.stderr)
+    return rows
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--questions", type=int, default=100, help="training questions (a seeded draw of everyday-train)")
@@ -61,6 +90,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--time-reads", type=int, default=3, help="training questions read again, uncached, to time it")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--sweep", type=int, default=0, metavar="N",
+                        help="instead: a learning rate and k sweep, validated on the last N training questions")
+    parser.add_argument("--sweep-lrs", default="1e-5,3e-5,1e-4")
+    parser.add_argument("--sweep-ks", default="5,10")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
 
@@ -74,6 +107,12 @@ def main(argv: list[str] | None = None) -> int:
     train, held = training_pairs(GENERAL_KB, None, None)
     train = train[: args.questions]
     data = prepare_training(engine, kb=GENERAL_KB, pairs=train, held_out=held, progress=ConsoleProgress())
+    if args.sweep:
+        rows = sweep(engine, data, train, validation=args.sweep, steps=args.steps, seed=args.seed,
+                     learning_rates=[float(x) for x in args.sweep_lrs.split(",")],
+                     ks=[int(x) for x in args.sweep_ks.split(",")])
+        print(json.dumps(rows))
+        return 0
     reads = read_timing(engine, train[: args.time_reads], candidates=EndToEndConfig().candidates) if args.time_reads else None
     packaged = engine.encoder
     models = {"packaged": (packaged.question_model, None)}
