@@ -128,3 +128,13 @@ def test_the_train_calls_cross_the_engines_process(tmp_path):
         engine.train_end("a")
     finally:
         engine.stop()
+
+
+def test_doctests():
+    import doctest
+
+    import rag_demo.training.end_to_end
+    import rag_demo.ui.train
+
+    for module in (rag_demo.ui.train, rag_demo.training.end_to_end):
+        assert doctest.testmod(module).failed == 0

@@ -182,7 +182,16 @@ def gradient_html(view) -> str:
             "so passages that explain the answer better than the retriever thought are pulled up.<br>"
             f"Now, for the training question <q>{esc(g.question)}</q> (answer: {esc(g.answer)}): "
             f"<b>{esc(g.title)}</b> has p(z|x) = {g.prior:.2f} and ∂loss/∂logit = {g.gradient:+.2f}, "
-            f"so the next step {'raises' if g.gradient < 0 else 'lowers'} its logit.</p>")
+            f"so the next step {_moves(g.gradient)} its logit.</p>")
+
+
+def _moves(gradient: float) -> str:
+    """What a step does to a logit with this gradient (a descent step goes against it).
+
+    >>> _moves(-0.4), _moves(0.2), _moves(-0.001)
+    ('raises', 'lowers', 'hardly moves')
+    """
+    return "hardly moves" if abs(gradient) < 0.005 else "raises" if gradient < 0 else "lowers"
 
 
 def _view(run) -> TrainView:
