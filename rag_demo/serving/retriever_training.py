@@ -220,7 +220,7 @@ class TrainingView:
 
 @dataclass(frozen=True)
 class PageRunConfig:
-    """The page's runs: about a minute on 2 CPU cores, measured on a fixed held-out sample."""
+    """The page's runs: 60 steps (0.2 s each on 2 CPU cores once read), measured on a fixed held-out sample."""
 
     steps: int = 60
     check_every: int = 5
