@@ -1,4 +1,4 @@
-"""Command line: `python -m rag_demo ask|score|compare|build-kb|build-bm25|build-index|prepare|eval ...`.
+"""Command line: `python -m rag_demo ask|score|compare|build-kb|build-bm25|build-index|prepare|eval|train ...`.
 
 Bad input ends with one line on stderr and exit code 2; `--json` prints the same object the
 web API returns.
@@ -34,6 +34,7 @@ from .config import (
     named_paths,
 )
 from .retrieval.corpus import VECTOR_DTYPES
+from .serving.train_command import add_train_command
 from .errors import RagDemoError
 from .options import BOTH, CLOSED_BOOK
 from .plots import MEMORY_NAME, MEMORY_WHAT, logit_formula, memory_leads, source_posteriors
@@ -86,7 +87,8 @@ def _model_options(parser: argparse.ArgumentParser, *, one_retriever: bool = Tru
                                  "(default: hybrid when a lexical weight is set, else dense)")
     parser.add_argument("--rag-checkpoint", default=None, help="facebook/rag-* id or a saved Rag* folder")
     parser.add_argument("--generator", default=None, help="generator hub id or folder (seq2seq or causal LM)")
-    parser.add_argument("--question-encoder", default=None, help="question encoder hub id or folder")
+    parser.add_argument("--question-encoder", default=None,
+                        help="question encoder hub id or folder, or the NAME of one `train` saved")
     parser.add_argument("--untuned-questions", action="store_true",
                         help="the default encoder's packaged weights for questions, not the ones fine-tuned on nq-wiki")
     parser.add_argument("--untuned-generator", action="store_true",
@@ -191,6 +193,8 @@ def build_parser() -> argparse.ArgumentParser:
                                "(python -m benchmarks.paired_answers)")
     _memory_options(evaluate)
     _model_options(evaluate)
+
+    add_train_command(commands, count=_count)
     return parser
 
 
@@ -202,7 +206,10 @@ def engine_config(args) -> EngineConfig:
         config = replace(config, generator=replace(config.generator, dtype=args.dtype))
     if args.untuned_generator:
         config = replace(config, generator=replace(config.generator, tuned=False))
-    if args.question_encoder or args.scale is not None or args.untuned_questions:
+    trained = _trained_encoder(args.question_encoder)
+    if trained is not None:  # a question side trained by `train`: the default encoder's passage side, these questions
+        config = replace(config, encoder=EncoderConfig(scale=args.scale, tuned=False, question_weights=str(trained)))
+    elif args.question_encoder or args.scale is not None or args.untuned_questions:
         encoder = EncoderConfig(model=args.question_encoder or EncoderConfig().model, scale=args.scale,
                                 tuned=not args.untuned_questions)
         config = replace(config, encoder=encoder)
@@ -223,6 +230,15 @@ def engine_config(args) -> EngineConfig:
             num_beams=getattr(args, "num_beams", DECODING_DEFAULTS.num_beams),
             sequence_decoding=getattr(args, "decoding", DECODING_DEFAULTS.sequence_decoding)))
     return config
+
+
+def _trained_encoder(name: str | None) -> Path | None:
+    """The folder of a question encoder `train` saved under `name` (a plain name, not a path); None for others."""
+    if not name or _names_a_folder(name):
+        return None
+    from .serving.retriever_training import trained_encoder_path
+
+    return trained_encoder_path(name)
 
 
 def _names_a_folder(text: str) -> bool:
@@ -573,8 +589,14 @@ def _run_eval(args, answers) -> int:
     return 0
 
 
+def cmd_train(args) -> int:
+    from .serving.train_command import run_train
+
+    return run_train(args, kb_paths=_kb_paths(args), progress=_progress())
+
+
 COMMANDS = {"ask": cmd_ask, "score": cmd_score, "compare": cmd_compare, "build-kb": cmd_build_kb, "build-bm25": cmd_build_bm25,
-            "build-index": cmd_build_index, "prepare": cmd_prepare, "eval": cmd_eval}
+            "build-index": cmd_build_index, "prepare": cmd_prepare, "eval": cmd_eval, "train": cmd_train}
 
 
 def main(argv: list[str] | None = None) -> int:

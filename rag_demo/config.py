@@ -123,6 +123,9 @@ class EncoderConfig:
     # The default encoder's question side fine-tuned on nq-wiki's training questions (`rag_demo.training.question_encoder`);
     # False keeps the packaged weights for questions too. Other encoders are used as given.
     tuned: bool = True
+    # a folder of question-side weights trained for this encoder (`python -m rag_demo train`); used instead of
+    # the packaged or fine-tuned ones, the passage side and the KBs' vectors unchanged. None: as `tuned` says
+    question_weights: str | None = None
 
     @property
     def input_tokens(self) -> int:
@@ -152,6 +155,35 @@ class TuningConfig:
     def __post_init__(self):
         if not 0 < self.question_share <= 1:
             raise ValueError(f"question_share is a share of the training questions, in (0, 1]; not {self.question_share}")
+
+
+# How the question encoder can be trained (`rag_demo.training.end_to_end`): the paper's marginal likelihood of the
+# answer under RAG-Token or RAG-Sequence, or the cross-entropy of one (pseudo-)gold passage
+END_TO_END_OBJECTIVES = ("rag-token", "rag-sequence", "gold-passage")
+
+
+@dataclass(frozen=True)
+class EndToEndConfig:
+    """How the question encoder is trained end to end (`rag_demo.training.end_to_end`). The learning rate and k were
+    picked on 50 everyday training questions kept out of training (`benchmarks.end_to_end_training --sweep 50`):
+    3e-5 with k = 10 gave them the most p(z|x) on answer-bearing passages, by a margin within noise; 1e-4 the
+    least. k = all the candidates, so a passage ranked 10th still gets a gradient. docs/training.md."""
+
+    objective: str = "rag-token"
+    steps: int = 60
+    batch_size: int = 16
+    learning_rate: float = 3e-5
+    k: int = 10  # passages marginalized over per question: the top k of its candidates under the encoder as it learns
+    # passages read per training question, once: its top C under the engine's retriever (Dense + BM25 by default).
+    # A read costs the reader a pass per passage: about 0.3 s a passage for Gemma-3-270m on 2 CPU cores
+    candidates: int = 10
+    seed: int = 0
+
+    def __post_init__(self):
+        if self.objective not in END_TO_END_OBJECTIVES:
+            raise ValueError(f"unknown objective {self.objective!r}; choose one of {', '.join(END_TO_END_OBJECTIVES)}")
+        if self.steps < 0 or self.batch_size < 1 or self.k < 1 or self.candidates < 1 or not self.learning_rate > 0:
+            raise ValueError("steps must be 0 or more; batch_size, k and candidates at least 1; learning_rate above 0")
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ import pytest
 from rag_demo.engine import RagEngine
 from rag_demo.errors import InputError
 from rag_demo.serving.background import BackgroundEngine
-from rag_demo.serving.interface import ENGINE_CALLS, ENGINE_FIELDS, Engine, call_signature, check_call
+from rag_demo.serving.interface import ENGINE_CALLS, ENGINE_FIELDS, TRAINING_CALLS, Engine, Trainer, call_signature, check_call
 from rag_demo.serving.process import EngineProcess
 from tests import process_engines
 
@@ -21,6 +21,16 @@ def test_the_declaration_lists_what_the_page_and_cli_call():
     assert set(ENGINE_FIELDS) == {"kb_names", "default_kb", "lexical_weight", "retrievers"}
     assert set(ENGINE_CALLS) == {"ask", "score", "compare_retrievers", "index_reports", "build_kb",
                                  "example_questions", "memory_logit", "release_kb"}
+    assert set(TRAINING_CALLS) == {"train_kbs", "train_begin", "train_advance", "train_end"}
+
+
+@pytest.mark.parametrize("name", TRAINING_CALLS)
+def test_the_training_runs_take_each_declared_parameter_with_the_same_default(name):
+    from rag_demo.serving.retriever_training import TrainingRuns
+
+    declared = call_signature(name).parameters
+    implemented = inspect.signature(getattr(TrainingRuns, name)).parameters
+    assert [(p.name, p.kind, p.default) for p in implemented.values()] == [(p.name, p.kind, p.default) for p in declared.values()]
 
 
 @pytest.mark.parametrize("name", ENGINE_CALLS)
@@ -42,9 +52,9 @@ def test_rag_engine_offers_each_declared_field(name):
 
 @pytest.mark.parametrize("forwarder", [BackgroundEngine, EngineProcess])
 def test_the_forwarders_offer_the_declared_calls_with_the_declared_signatures(forwarder):
-    for name in ENGINE_CALLS:
+    for name in ENGINE_CALLS + TRAINING_CALLS:
         assert inspect.signature(getattr(forwarder, name)) == call_signature(name)
-        assert getattr(forwarder, name).__doc__ == getattr(Engine, name).__doc__
+        assert getattr(forwarder, name).__doc__ == getattr(Engine if name in ENGINE_CALLS else Trainer, name).__doc__
     for name in ENGINE_FIELDS:
         assert isinstance(getattr(forwarder, name), property)
 

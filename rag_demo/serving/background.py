@@ -17,7 +17,7 @@ from typing import Any
 from ..errors import RagDemoError
 from ..progress import Progress, eta_text
 from . import heap
-from .interface import READING_CALLS, BuildStatus, Engine, forwarding, not_ready
+from .interface import READING_CALLS, TRAINING_CALLS, BuildStatus, Engine, forwarding, not_ready
 
 log = logging.getLogger(__name__)
 
@@ -214,8 +214,11 @@ class BackgroundEngine:
         """`name(*args, **kwargs)` on the engine serving now, which answers the whole call whatever is
         swapped in meanwhile; a visitor's call makes the build step aside, and its notices say which
         parts answered while the rest builds."""
-        stage = self._get()
-        call = getattr(stage.engine, name)
+        if name in TRAINING_CALLS:  # the runs find the engine serving now themselves, when they need one
+            stage, call = None, getattr(self._training_runs(), name)
+        else:
+            stage = self._get()
+            call = getattr(stage.engine, name)
         if name in READING_CALLS:
             return call(*args, **kwargs)
         try:
@@ -223,9 +226,18 @@ class BackgroundEngine:
                 result = call(*args, **kwargs)
         finally:
             heap.release_free_memory()  # a long-running server: see rag_demo.serving.heap
-        if is_dataclass(result) and isinstance(getattr(result, "notices", None), tuple):
+        if stage is not None and is_dataclass(result) and isinstance(getattr(result, "notices", None), tuple):
             return replace(result, notices=self._noted(stage, result.notices))
         return result
+
+    # -- visitors' runs training the question encoder (`retriever_training.TrainingRuns`), on the engine serving now
+    def _training_runs(self):
+        from .retriever_training import TrainingRuns
+
+        with self._lock:
+            if getattr(self, "_training", None) is None:
+                self._training = TrainingRuns(lambda: self._get().engine)
+            return self._training
 
 
 def default_engines(progress: Progress, *, extra_kb_paths: dict[str, str] | None = None) -> Iterator[Stage]:

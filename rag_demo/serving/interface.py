@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from ..progress import Progress
     from ..results import AskResult, IndexReport, RetrieverComparison
     from ..retrieval.corpus import KnowledgeBase, Passage
+    from .retriever_training import TrainingView
 
 
 class Engine(Protocol):
@@ -67,9 +68,23 @@ class Engine(Protocol):
     def release_kb(self, kb: KnowledgeBase) -> None: ...
 
 
-def _declared() -> tuple[tuple[str, ...], dict[str, inspect.Signature]]:
+class Trainer(Protocol):
+    """Visitors' runs training the question encoder on the page (`retriever_training.TrainingRuns`): held by
+    the background engine beside the engine it serves, forwarded by the engine process."""
+
+    def train_kbs(self) -> tuple[str, ...]: ...
+
+    def train_begin(self, session: str, *, objective: str, questions: int, kb: str | None = None,
+                    progress: Progress | None = None) -> TrainingView: ...
+
+    def train_advance(self, session: str, *, steps: int) -> TrainingView: ...
+
+    def train_end(self, session: str) -> None: ...
+
+
+def _declared(protocol: type) -> tuple[tuple[str, ...], dict[str, inspect.Signature]]:
     fields, calls = [], {}
-    for name, member in vars(Engine).items():
+    for name, member in vars(protocol).items():
         if isinstance(member, property):
             fields.append(name)
         elif inspect.isfunction(member) and not name.startswith("_"):
@@ -77,10 +92,13 @@ def _declared() -> tuple[tuple[str, ...], dict[str, inspect.Signature]]:
     return tuple(fields), calls
 
 
-ENGINE_FIELDS, _SIGNATURES = _declared()
-ENGINE_CALLS = tuple(_SIGNATURES)
+ENGINE_FIELDS, _ENGINE_SIGNATURES = _declared(Engine)
+ENGINE_CALLS = tuple(_ENGINE_SIGNATURES)
+TRAINING_CALLS = tuple(_declared(Trainer)[1])
+_SIGNATURES = {**_ENGINE_SIGNATURES, **_declared(Trainer)[1]}
+_DECLARED_IN = {**{name: Engine for name in ENGINE_CALLS}, **{name: Trainer for name in TRAINING_CALLS}}
 # Calls that read what the engine holds: quick, so a build running beside them need not step aside.
-READING_CALLS = frozenset({"example_questions", "memory_logit", "release_kb"})
+READING_CALLS = frozenset({"example_questions", "memory_logit", "release_kb", "train_kbs", "train_end"})
 
 
 def call_signature(name: str) -> inspect.Signature:
@@ -100,7 +118,7 @@ index, variants, num_beams, sequence_decoding, max_new_tokens, closed_book, retr
     """
     signature = _SIGNATURES.get(name)
     if signature is None:
-        raise InputError(f"the engine has no call {name!r}; it offers {', '.join(ENGINE_CALLS)}")
+        raise InputError(f"the engine has no call {name!r}; it offers {', '.join(_SIGNATURES)}")
     try:
         signature.bind(None, *args, **kwargs)
     except TypeError as err:
@@ -117,10 +135,11 @@ Forwarder = TypeVar("Forwarder", bound=type)
 
 
 def forwarding(cls: Forwarder) -> Forwarder:
-    """Class decorator: each declared call becomes a method that checks its arguments (`check_call`)
-    and then runs `self._forward(name, args, kwargs)`; each declared field a property that reads
-    `self._field(name)`. The methods carry the declaration's signature, so help() and the API see it."""
-    for name in ENGINE_CALLS:
+    """Class decorator: each declared call (the engine's and the training runs') becomes a method that
+    checks its arguments (`check_call`) and then runs `self._forward(name, args, kwargs)`; each declared
+    field a property that reads `self._field(name)`. The methods carry the declaration's signature, so
+    help() and the API see it."""
+    for name in _SIGNATURES:
         setattr(cls, name, _forwarder(name))
     for name in ENGINE_FIELDS:
         setattr(cls, name, property(functools.partial(_read_field, name=name), doc=f"The serving engine's {name}."))
@@ -132,7 +151,7 @@ def _read_field(self: Any, *, name: str) -> Any:
 
 
 def _forwarder(name: str) -> Callable[..., Any]:
-    declared = getattr(Engine, name)
+    declared = getattr(_DECLARED_IN[name], name)
 
     @functools.wraps(declared)
     def forwarded(self: Any, *args: Any, **kwargs: Any) -> Any:

@@ -134,7 +134,9 @@ def engine_from_config(config: EngineConfig = EngineConfig(), *, kb_paths: dict[
     kbs = load_kbs(kb_paths, index_files)
     if config.rag_checkpoint:
         return engine_from_rag_checkpoint(config, kbs, device)
-    if prepared is not None:
+    if config.encoder.question_weights is not None:
+        question_path = Path(config.encoder.question_weights)
+    elif prepared is not None:
         question_path = prepared.question_encoder_path
     else:  # own KBs and another generator: nothing is prepared, but a cached fine-tuned side still serves
         from ..offline.tuned import cached_tuned_encoder

@@ -42,12 +42,13 @@ from ..errors import RagDemoError
 from ..progress import Progress
 from . import heap
 from .background import BackgroundEngine, Stage
-from .interface import ENGINE_CALLS, ENGINE_FIELDS, BuildStatus, EngineNotReady, forwarding, not_ready
+from .interface import ENGINE_CALLS, ENGINE_FIELDS, TRAINING_CALLS, BuildStatus, EngineNotReady, forwarding, not_ready
 
 log = logging.getLogger(__name__)
 
-# What the page may call in the child (the engine interface, and waiting for the build); anything else is refused there.
-METHODS = frozenset({*ENGINE_CALLS, "wait"})
+# What the page may call in the child (the engine interface, the training runs, waiting for the build); anything
+# else is refused there.
+METHODS = frozenset({*ENGINE_CALLS, *TRAINING_CALLS, "wait"})
 CALL_THREADS = 8  # calls answered at once in the child; the page runs one engine call at a time
 STATUS_EVERY_S = 1.0  # while building: the status's "N s so far" and time left move on
 STATUS_AT_MOST_S = 0.25  # between two pushes: an embedding run reports progress many times a second

@@ -8,8 +8,9 @@
     views.py    each event's outputs, by name
     actions.py  one method per page event, each output named
     page.py     the layout and its events
+    train.py    the Train tab: end-to-end training of the question encoder, live
 
-Only actions.py, views.py and page.py import gradio, and importing this package imports neither: the two
+Only actions.py, views.py, page.py and train.py import gradio, and importing this package imports none of them: the two
 names below load the page when first asked for.
 """
 

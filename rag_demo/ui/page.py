@@ -37,6 +37,7 @@ from ..options import BOTH
 from .html import esc, format_status
 from .inputs import SessionFiles, UploadLimits
 from .learn import format_glossary_html, format_learn_html
+from .train import train_tab
 
 ASSETS = Path(__file__).resolve().parents[2] / "assets"
 VARIANT_CHOICES = [*((variant.title(), variant) for variant in VARIANTS), ("Both", BOTH)]
@@ -384,6 +385,8 @@ def build_demo(engine: Engine, *, limits: UploadLimits = UploadLimits(), files: 
                 learn_out = _html("learn-out", format_learn_html(None))
                 with gr.Accordion("Words used on this page", open=False, elem_id="glossary"):
                     gr.HTML(format_glossary_html(), js_on_load=None)
+
+            train_tab(engine)  # its own module: rag_demo.ui.train
 
         # ---------------------------------------------------------------- events
         # Each event's outputs, by name: the components an action's values go to (rag_demo.ui.actions)

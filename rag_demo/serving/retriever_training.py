@@ -1,0 +1,365 @@
+"""Training the question encoder end to end on an engine's knowledge base (`training.end_to_end`), and named
+question encoders that `ask`, `eval` and the page load (`--question-encoder NAME`).
+
+The engine supplies what the training loop takes as plain callables: each question's candidate passages
+(its top C under the engine's retriever, Dense + BM25 by default), the frozen reader's log-likelihood
+of the answer under each (`RagEngine.score` over those rows, the generator's memory off: the paper's
+formulas), and BM25 scores. Reads are cached on disk per knowledge base and reader, so a second run on
+the same questions starts at once.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import random
+import re
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from ..config import GENERAL_KB, EndToEndConfig, cache_root
+from ..errors import InputError
+from ..training.pairs import QAPair, load_pairs
+
+if TYPE_CHECKING:  # the page's process unpickles this module's views without loading torch
+    from ..training.end_to_end import HeldOutCheck, ReadQuestion
+
+log = logging.getLogger(__name__)
+
+# The question sets a default knowledge base trains on and is measured on: training questions and held-out
+# ones never overlap (`rag_demo/data`).
+QUESTION_SETS_FOR_KB = {GENERAL_KB: ("everyday-train", "everyday")}
+HELD_OUT_SHARE = 0.2  # of a file's pairs, held out to measure on when no held-out file is given
+ENCODERS_FOLDER = "question-encoders"
+TRAINING_RECORD = "training.json"
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+
+
+def reading_cache_path(engine, kb) -> Path:
+    """Where the reads of this knowledge base by this engine's reader are kept (their key names both)."""
+    gen = engine.generator
+    reader = f"{gen.name}:{gen.weights}:{gen.config}"
+    digest = hashlib.sha256(f"{kb.fingerprint}:{reader}".encode()).hexdigest()[:16]
+    return cache_root() / "training" / f"reads-{kb.name}-{digest}.pt"
+
+
+def engine_reader(engine, kb) -> Callable[[str, str, Sequence[int]], "object"]:
+    """read(question, answer, rows) -> (C, T) log p(y_t|x,z,y<t) of the answer under each row, memory off."""
+    import torch
+
+    def read(question: str, answer: str, rows: Sequence[int]):
+        result = engine.score(question, answer, kb=kb, rows=list(rows), memory=False, variants=("token",))
+        return torch.tensor(result.variants["token"].doc_token_logprobs, dtype=torch.float32).T  # (T, C) -> (C, T)
+
+    return read
+
+
+def training_pairs(kb_name: str, questions: str | Path | None, held_out: str | Path | None) -> tuple[list[QAPair], list[QAPair]]:
+    """(training pairs in a seeded random order, held-out pairs): the files given, or the knowledge base's own
+    question sets. A file given without a held-out one is split, a seeded HELD_OUT_SHARE held out (question text
+    never on both sides)."""
+    own = QUESTION_SETS_FOR_KB.get(kb_name)
+    if questions is None and own is None:
+        raise InputError(f"{kb_name} has no training questions of its own; give a file of question-answer pairs "
+                         "(--questions FILE, .jsonl or .csv)")
+    train = load_pairs(questions if questions is not None else own[0])
+    if held_out is not None:
+        held = load_pairs(held_out)
+    elif questions is None:
+        held = load_pairs(own[1])
+    else:
+        texts = sorted({q.lower() for q, _ in train})
+        random.Random(0).shuffle(texts)
+        kept_out = set(texts[: max(1, round(HELD_OUT_SHARE * len(texts)))]) if len(texts) > 1 else set()
+        held = [p for p in train if p[0].lower() in kept_out]
+        train = [p for p in train if p[0].lower() not in kept_out]
+    seen = {q.lower() for q, _ in held}
+    train = [p for p in train if p[0].lower() not in seen]  # a held-out question is never trained on
+    random.Random(0).shuffle(train)  # question sets are grouped by topic: the first n are then a fair draw
+    if not train:
+        raise InputError("no training questions are left once the held-out ones are set aside; give more pairs")
+    return train, held
+
+
+@dataclass
+class TrainingData:
+    """Everything a run needs, read from the engine once."""
+
+    kb: object  # the KnowledgeBase
+    examples: list[ReadQuestion]
+    check: HeldOutCheck
+    lexical_weight: float
+    kb_lexical: Callable[[str], np.ndarray]
+    read_seconds: float
+    fresh_reads: int
+
+
+def prepare_training(engine, *, kb: str | None, pairs: Sequence[QAPair], held_out: Sequence[QAPair],
+                     candidates: int = EndToEndConfig().candidates, progress=None, should_stop: Callable[[], bool] = lambda: False,
+                     ) -> TrainingData:
+    """Read each training pair's candidates (cached) and set up the held-out check, on `kb`'s passages.
+
+    `progress(stage, done, total)` hears of the reading. The retriever is the engine's default one.
+    """
+    import time
+
+    from ..training.end_to_end import HeldOutCheck, ReadingCache, read_candidates
+
+    knowledge = engine.resolve_kb(kb)
+    if not knowledge.has_vectors:
+        raise InputError(f"{knowledge.name}'s dense vectors are not built yet; train once they are")
+    candidates = min(candidates, len(knowledge))  # a small base of one's own: every passage is a candidate
+    retriever = engine.resolve_retriever(None)
+    lexical_weight = engine.lexical_weight if retriever == "hybrid" else 0.0
+    bm25 = engine.retriever.lexical_index(knowledge)
+    cache = ReadingCache.open(reading_cache_path(engine, knowledge))
+    before = len(cache.reads)
+    started = time.perf_counter()
+    stage = f"reading {len(pairs)} questions' top {candidates} passages (once; cached)"
+    examples = read_candidates(
+        pairs, candidates=lambda q: [p.id for p in engine.retrieve(q, kb=knowledge, k=candidates, retriever=retriever).passages],
+        read=engine_reader(engine, knowledge), lexical=bm25.scores, passage_text=lambda row: knowledge.texts[row],
+        cache=cache, progress=None if progress is None else (lambda done, total: progress(stage, done, total)),
+        should_stop=should_stop)
+    read_seconds = time.perf_counter() - started
+    lexical_scores = np.stack([bm25.scores(q) for q, _ in held_out]) if held_out else np.zeros((0, len(knowledge)))
+    check = HeldOutCheck(engine.encoder, knowledge.embeddings, held_out, lexical_scores, lambda row: knowledge.texts[row],
+                         lexical_weight=lexical_weight)
+    return TrainingData(knowledge, examples, check, lexical_weight, bm25.scores, read_seconds, len(cache.reads) - before)
+
+
+# ---- named question encoders --------------------------------------------------------------------------------
+
+
+def encoders_folder() -> Path:
+    return cache_root() / ENCODERS_FOLDER
+
+
+def check_encoder_name(name: str) -> str:
+    if not _NAME.match(name or ""):
+        raise InputError(f"{name!r} cannot name a question encoder: use letters, digits, '.', '_' or '-' "
+                         "(at most 64, starting with a letter or digit)")
+    return name
+
+
+def trained_encoder_path(name: str) -> Path | None:
+    """The folder of the question encoder trained under `name`, when there is a complete one; else None."""
+    from ..offline.cache import MARKER
+
+    if not _NAME.match(name or ""):
+        return None
+    folder = encoders_folder() / name
+    return folder if (folder / MARKER).is_file() else None
+
+
+def save_question_encoder(model, name: str, record: dict) -> Path:
+    """Save a trained question side under `name` (replacing one of that name), with its training record."""
+    from ..offline.cache import publish, staged, writing
+
+    folder = encoders_folder() / check_encoder_name(name)
+    with staged(folder) as staging, writing(staging):
+        model.save_pretrained(staging)
+        (staging / TRAINING_RECORD).write_text(json.dumps(record, indent=1), encoding="utf-8")
+        publish(staging, folder, f"trained-question-encoder:{name}:{uuid.uuid4().hex}", {"objective": record.get("objective")})
+    return folder
+
+
+# ---- the page's runs: one per visitor, stepped a few steps per call, as plain data ---------------------------
+
+
+@dataclass(frozen=True)
+class RankedPassages:
+    """A question's top k under an encoder, as the page shows them."""
+
+    titles: tuple[str, ...]
+    rows: tuple[int, ...]
+    probs: tuple[float, ...]  # p(z|x) over these k
+    answer_bearing: tuple[bool, ...]
+
+
+@dataclass(frozen=True)
+class GradientExample:
+    """One training question's passage that the loss pulls up hardest now: its p(z|x) and ∂loss/∂logit (< 0: raised)."""
+
+    question: str
+    answer: str
+    title: str
+    prior: float
+    gradient: float
+
+
+@dataclass(frozen=True)
+class TrainingView:
+    """Where a visitor's run stands: everything the Train tab draws, plain data (it crosses to the page's process)."""
+
+    objective: str
+    step: int
+    steps: int
+    losses: tuple[float, ...]  # one per step taken
+    checks: tuple[tuple[int, float, float], ...]  # (step, held-out recall@5, mean p(z|x) on answer-bearing passages)
+    held_out: int  # questions in the held-out sample
+    training_questions: int
+    question: str  # the question whose p(z|x) the tab follows, one of the held-out sample
+    answers: tuple[str, ...]
+    before: RankedPassages
+    now: RankedPassages
+    read_seconds: float
+    step_seconds: float  # mean time of a step so far
+    gradient: GradientExample | None = None  # None for the gold-passage loss
+
+    @property
+    def finished(self) -> bool:
+        return self.step >= self.steps
+
+
+@dataclass(frozen=True)
+class PageRunConfig:
+    """The page's runs: 60 steps (0.2 s each on 2 CPU cores once read), measured on a fixed held-out sample."""
+
+    steps: int = 60
+    check_every: int = 5
+    held_out_sample: int = 60
+    top_k: int = 5  # the followed question's passages shown, and recall@k's k
+    max_questions: int = 200
+
+
+class _Run:
+    def __init__(self, data: TrainingData, trainer, *, followed: int, before: RankedPassages, config: PageRunConfig):
+        self.data, self.trainer, self.followed, self.before, self.config = data, trainer, followed, before, config
+        self.losses: list[float] = []
+        self.checks: list[tuple[int, float, float]] = []
+        self.step_seconds = 0.0
+
+
+class TrainingRuns:
+    """Each visitor's run on the page (by session id): `train_begin`, then `train_advance` until finished or
+    stopped, and `train_end` when the visitor leaves. The trained encoder lives here only, for that visitor;
+    the engine's own encoder is never changed. `engine()` gives the engine serving now."""
+
+    def __init__(self, engine: Callable[[], object], *, config: PageRunConfig = PageRunConfig(),
+                 question_sets: dict[str, tuple[str | Path | Sequence[QAPair], str | Path | Sequence[QAPair]]] | None = None):
+        import threading
+
+        self._engine, self.config = engine, config
+        self.question_sets = dict(QUESTION_SETS_FOR_KB if question_sets is None else question_sets)
+        self._runs: dict[str, _Run] = {}
+        self._lock = threading.Lock()
+
+    def train_kbs(self) -> tuple[str, ...]:
+        """The knowledge bases a visitor can train on: those with a training and a held-out set."""
+        engine = self._engine()
+        return tuple(name for name in engine.kb_names if name in self.question_sets)
+
+    def _pairs(self, kb: str) -> tuple[list[QAPair], list[QAPair]]:
+        if kb not in self.question_sets:
+            raise InputError(f"{kb} has no training questions for the page; choose one of {', '.join(self.question_sets)} "
+                             "or train with `python -m rag_demo train --questions FILE`")
+        train, held = (load_pairs(part) if isinstance(part, (str, Path)) else list(part) for part in self.question_sets[kb])
+        seen = {q.lower() for q, _ in held}
+        train = [p for p in train if p[0].lower() not in seen]
+        random.Random(0).shuffle(train)  # the same draw as `train`: the page's reads are the command's
+        return train, held[: self.config.held_out_sample]
+
+    def _ranked(self, run_data: TrainingData, model, question: int) -> RankedPassages:
+        top = run_data.check.top(model, question, min(self.config.top_k, len(run_data.kb)))
+        return RankedPassages(tuple(run_data.kb.titles[r] for r in top.rows), top.rows, top.probs, top.answer_bearing)
+
+    def train_begin(self, session: str, *, objective: str, questions: int, kb: str | None = None,
+                    progress=None) -> TrainingView:
+        """Read the candidates of `questions` training questions (cached after a first time), measure the
+        packaged encoder, and hold a fresh run for `session` (replacing its last one)."""
+        from ..config import END_TO_END_OBJECTIVES, EndToEndConfig
+        from ..training.end_to_end import EndToEndTrainer
+
+        if objective not in END_TO_END_OBJECTIVES:
+            raise InputError(f"unknown objective {objective!r}; choose one of {', '.join(END_TO_END_OBJECTIVES)}")
+        if not isinstance(questions, int) or not 1 <= questions <= self.config.max_questions:
+            raise InputError(f"train on 1 to {self.config.max_questions} questions")
+        self.train_end(session)
+        engine = self._engine()
+        kb = kb or next(iter(self.train_kbs()), engine.default_kb)
+        train, held = self._pairs(kb)
+        data = prepare_training(engine, kb=kb, pairs=train[:questions], held_out=held, progress=progress)
+        config = EndToEndConfig(objective=objective, steps=self.config.steps, seed=0)
+        try:
+            trainer = EndToEndTrainer(engine.encoder, data.kb.embeddings, data.examples, lexical_weight=data.lexical_weight,
+                                      config=config, kb_lexical=data.kb_lexical)
+        except ValueError as err:
+            raise InputError(f"{err}; train on more questions") from None
+        followed = self._followed(data, trainer.model)
+        run = _Run(data, trainer, followed=followed, before=self._ranked(data, trainer.model, followed), config=self.config)
+        figures = data.check.measure(trainer.model)
+        run.checks.append((0, figures.recall[5], figures.answer_mass))
+        with self._lock:
+            self._runs[session] = run
+        return self._view(run)
+
+    def _followed(self, data: TrainingData, model) -> int:
+        """The held-out question to follow: of those with a passage holding the answer in the top k, the one
+        whose such passages get the least p(z|x) (where training has the most to show); else the first."""
+        best, least = 0, None
+        for i in range(len(data.check.questions)):
+            top = data.check.top(model, i, min(self.config.top_k, len(data.kb)))
+            mass = sum(p for p, bearing in zip(top.probs, top.answer_bearing) if bearing)
+            if any(top.answer_bearing) and (least is None or mass < least):
+                best, least = i, mass
+        return best
+
+    def train_advance(self, session: str, *, steps: int) -> TrainingView:
+        """Take up to `steps` more steps of the session's run; the held-out sample is measured every `check_every`."""
+        import time
+
+        with self._lock:
+            run = self._runs.get(session)
+        if run is None:
+            raise InputError("no training run for this page; press Train to start one")
+        for _ in range(max(0, min(steps, self.config.steps - run.trainer.steps_taken))):
+            started = time.perf_counter()
+            run.losses.append(run.trainer.step())
+            taken = run.trainer.steps_taken
+            run.step_seconds += (time.perf_counter() - started - run.step_seconds) / taken  # running mean
+            if taken % self.config.check_every == 0 or taken == self.config.steps:
+                figures = run.data.check.measure(run.trainer.model)
+                run.checks.append((taken, figures.recall[5], figures.answer_mass))
+            if taken == self.config.steps:  # kept only to be shown now: AdamW's moments are twice the encoder
+                run.trainer.optimizer.state.clear()
+        return self._view(run)
+
+    def train_end(self, session: str) -> None:
+        """Forget the session's run and its trained encoder."""
+        with self._lock:
+            self._runs.pop(session, None)
+
+    def sessions(self) -> tuple[str, ...]:
+        with self._lock:
+            return tuple(self._runs)
+
+    @staticmethod
+    def _gradient(run: _Run) -> GradientExample | None:
+        """The first training question with an answer-bearing candidate, and its passage the loss raises most."""
+        from ..config import END_TO_END_OBJECTIVES
+
+        if run.trainer.config.objective not in END_TO_END_OBJECTIVES[:2]:
+            return None
+        example = next((e for e in run.trainer.examples if any(e.answer_bearing)), None)
+        if example is None:
+            return None
+        prior, gradient = run.trainer.logit_gradient(example)
+        pulled = int(gradient.argmin())
+        return GradientExample(example.question, example.answer, run.data.kb.titles[example.rows[pulled]],
+                               float(prior[pulled]), float(gradient[pulled]))
+
+    def _view(self, run: _Run) -> TrainingView:
+        question, answers = run.data.check.questions[run.followed]
+        return TrainingView(
+            objective=run.trainer.config.objective, step=run.trainer.steps_taken, steps=self.config.steps,
+            losses=tuple(run.losses), checks=tuple(run.checks), held_out=len(run.data.check.questions),
+            training_questions=len(run.trainer.examples), question=question, answers=tuple(answers), before=run.before,
+            now=self._ranked(run.data, run.trainer.model, run.followed), read_seconds=run.data.read_seconds,
+            step_seconds=run.step_seconds, gradient=self._gradient(run))

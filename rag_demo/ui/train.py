@@ -1,0 +1,309 @@
+"""The Train tab: watch the retriever learn from answers alone (the paper's end-to-end training, section 2.4).
+
+A visitor picks a loss and a number of training questions and presses Train: the question encoder, a copy
+for that visitor only, takes 60 steps while the tab plots the loss, held-out retrieval, and one
+held-out question's p(z|x) before and now. One run trains at a time across visitors; the next waits in
+line and sees its place. The run lives with the engine (`serving.retriever_training.TrainingRuns`) and is
+dropped when the visitor leaves.
+
+    train_tab(engine)   # inside the page's `gr.Tabs()`: the tab and its events
+"""
+
+from __future__ import annotations
+
+import html
+import logging
+import threading
+import time
+from typing import Any, NamedTuple
+
+import gradio as gr
+
+from ..errors import RagDemoError
+from ..serving.interface import EngineNotReady
+from .html import esc, format_status
+
+log = logging.getLogger(__name__)
+
+OBJECTIVE_CHOICES = [("RAG-Token (the paper's, from answers)", "rag-token"),
+                     ("RAG-Sequence (the paper's, from answers)", "rag-sequence"),
+                     ("Gold passage (needs labels: a passage holding the answer)", "gold-passage")]
+STEPS_PER_UPDATE = 5  # steps between two redraws: a redraw costs about what a step does
+WAIT_POLL_S = 1.0  # how often a visitor in line hears their place
+STALE_RUN_S = 60.0  # a run not heard from this long (its tab closed mid-run) gives up its turn
+STATE_TTL_S = 2 * 3600  # a visitor's trained encoder is dropped at the latest 2 h after their run, as the page's other state
+
+HELP = ("<p class=\"rag-help\">RAG trains its retriever without passage labels: the loss is −log p(answer | question), "
+        "marginalized over the top passages, and its gradient reaches the question encoder through p(z|x) alone. "
+        "Here the generator (the reader) is frozen and its reading of each training question's top 10 passages is "
+        "computed once and kept (about 2 s a question, the first time only), so a step is the question encoder's "
+        "forward and backward pass plus a softmax: about 0.2 s on 2 CPU cores. The passages' vectors and the index never change. The trained encoder is yours alone "
+        "and is forgotten when you leave; the generator's memory is no source here (the paper's formulas). "
+        "Held-out questions are never trained on; with no passage labels, a passage that contains an answer counts "
+        "as a hit.</p>")
+
+
+class TrainView(NamedTuple):
+    status: Any
+    summary: Any
+    loss: Any
+    held_out: Any
+    question: Any
+    run: Any  # the session whose run the engine holds: gradio's deleting it frees the run (`train_tab`)
+
+
+class RunLine:
+    """One run trains at a time: sessions wait in the order they pressed Train. Not module state: one per page."""
+
+    def __init__(self, *, stale_after_s: float = STALE_RUN_S):
+        self._lock = threading.Lock()
+        self._line: list[str] = []
+        self._heard: dict[str, float] = {}
+        self._stopping: set[str] = set()
+        self.stale_after_s = stale_after_s
+
+    def join(self, session: str) -> None:
+        with self._lock:
+            self._stopping.discard(session)
+            if session not in self._line:
+                self._line.append(session)
+            self._heard[session] = time.monotonic()
+
+    def ahead(self, session: str) -> int:
+        """How many runs are before this session's; 0: its turn. The first's run, if not heard from for
+        `stale_after_s`, is dropped."""
+        with self._lock:
+            self._heard[session] = time.monotonic()
+            while self._line and self._line[0] != session and time.monotonic() - self._heard.get(self._line[0], 0) > self.stale_after_s:
+                self._heard.pop(self._line.pop(0), None)
+            return self._line.index(session) if session in self._line else 0
+
+    def heard(self, session: str) -> None:
+        with self._lock:
+            self._heard[session] = time.monotonic()
+
+    def leave(self, session: str) -> None:
+        with self._lock:
+            if session in self._line:
+                self._line.remove(session)
+            self._heard.pop(session, None)
+
+    def stop(self, session: str) -> None:
+        with self._lock:
+            self._stopping.add(session)
+
+    def stopping(self, session: str) -> bool:
+        with self._lock:
+            return session in self._stopping
+
+
+def _percent(x: float) -> str:
+    return f"{100 * x:.1f}%"
+
+
+def loss_figure(view):
+    import plotly.graph_objects as go
+
+    fig = go.Figure(go.Scatter(x=list(range(1, len(view.losses) + 1)), y=list(view.losses), mode="lines+markers",
+                               marker=dict(size=4), name="loss", line=dict(color="#4f46e5")))
+    fig.update_layout(title=dict(text=f"Training loss per step ({html.escape(view.objective)})", x=0.01, font=dict(size=14)),
+                      height=260, margin=dict(l=10, r=10, t=40, b=10), xaxis_title="step", yaxis_title="loss",
+                      paper_bgcolor="white", plot_bgcolor="white", showlegend=False)
+    return fig
+
+
+def held_out_figure(view):
+    import plotly.graph_objects as go
+
+    steps = [step for step, _, _ in view.checks]
+    fig = go.Figure([
+        go.Scatter(x=steps, y=[100 * r for _, r, _ in view.checks], mode="lines+markers", name="recall@5",
+                   line=dict(color="#0d9488")),
+        go.Scatter(x=steps, y=[100 * m for _, _, m in view.checks], mode="lines+markers",
+                   name="p(z|x) on answer passages", line=dict(color="#db2777")),
+    ])
+    fig.update_layout(title=dict(text=f"{view.held_out} held-out questions (%)", x=0.01, font=dict(size=14)), height=260,
+                      margin=dict(l=10, r=10, t=40, b=10), xaxis_title="step", yaxis=dict(range=[0, 100]),
+                      paper_bgcolor="white", plot_bgcolor="white", legend=dict(orientation="h", y=-0.3))
+    return fig
+
+
+def question_figure(view):
+    """The followed question's top k before training and now; a passage that holds an answer is marked ✓."""
+    import plotly.graph_objects as go
+
+    order, labels = [], {}
+    for ranked in (view.now, view.before):
+        for row, title, bearing in zip(ranked.rows, ranked.titles, ranked.answer_bearing):
+            if row not in labels:
+                order.append(row)
+                short = title if len(title) <= 28 else title[:27] + "…"
+                labels[row] = html.escape(("✓ " if bearing else "") + f"{short} #{row}")
+
+    def probs(ranked) -> list[float]:
+        got = dict(zip(ranked.rows, ranked.probs))
+        return [got.get(row, 0.0) for row in order]
+
+    names = [labels[row] for row in order]
+    fig = go.Figure([go.Bar(y=names, x=probs(view.before), orientation="h", name="packaged encoder", marker_color="#a5b4fc"),
+                     go.Bar(y=names, x=probs(view.now), orientation="h", name=f"after step {view.step}",
+                            marker_color="#4f46e5")])
+    fig.update_layout(title=dict(text="p(z|x) of one held-out question (✓: holds an answer)", x=0.01, font=dict(size=14)),
+                      barmode="group", height=80 + 34 * len(order), margin=dict(l=10, r=10, t=40, b=10),
+                      xaxis=dict(range=[0, 1], title="p(z|x) over its top k"), yaxis=dict(autorange="reversed"),
+                      paper_bgcolor="white", plot_bgcolor="white", legend=dict(orientation="h", y=-0.15))
+    return fig
+
+
+def summary_html(view) -> str:
+    """The run in words: where it stands, held-out figures before and now, the followed question (escaped)."""
+    first, last = view.checks[0], view.checks[-1]
+    answer_mass = lambda ranked: sum(p for p, b in zip(ranked.probs, ranked.answer_bearing) if b)  # noqa: E731
+    state = "finished" if view.finished else "training"
+    return (
+        f'<div class="rag-train-summary"><p><b>{esc(state)}</b>: step {view.step} of {view.steps} on '
+        f"{view.training_questions} training questions, {view.step_seconds:.2f} s a step"
+        f" (reading the passages took {view.read_seconds:.0f} s; cached for the next run).</p>"
+        f"<p>Held out, from step 0 to step {last[0]}: recall@5 {_percent(first[1])} → {_percent(last[1])}; "
+        f"mean p(z|x) on passages holding an answer {_percent(first[2])} → {_percent(last[2])}.</p>"
+        f"<p>Followed question: <q>{esc(view.question)}</q> (answer: {esc(', '.join(view.answers[:3]))}): "
+        f"p(z|x) on its answer passages {_percent(answer_mass(view.before))} → {_percent(answer_mass(view.now))}.</p>"
+        f"{gradient_html(view)}</div>"
+    )
+
+
+def gradient_html(view) -> str:
+    """The gradient in two lines, with the run's own numbers; "" for the gold-passage loss."""
+    g = view.gradient
+    if g is None:
+        return ""
+    which = "p(z|x) − p(z|x,y)" if view.objective == "rag-sequence" else "Σ_t [p(z|x) − p(z|x,y_t,y&lt;t)]"
+    return (f"<p>The gradient on passage z's logit is {which}: the prior minus the posterior once the answer is read, "
+            "so passages that explain the answer better than the retriever thought are pulled up.<br>"
+            f"Now, for the training question <q>{esc(g.question)}</q> (answer: {esc(g.answer)}): "
+            f"<b>{esc(g.title)}</b> has p(z|x) = {g.prior:.2f} and ∂loss/∂logit = {g.gradient:+.2f}, "
+            f"so the next step {_moves(g.gradient)} its logit.</p>")
+
+
+def _moves(gradient: float) -> str:
+    """What a step does to a logit with this gradient (a descent step goes against it).
+
+    >>> _moves(-0.4), _moves(0.2), _moves(-0.001)
+    ('raises', 'lowers', 'hardly moves')
+    """
+    return "hardly moves" if abs(gradient) < 0.005 else "raises" if gradient < 0 else "lowers"
+
+
+def _view(run) -> TrainView:
+    return TrainView(status=gr.skip(), summary=summary_html(run), loss=loss_figure(run), held_out=held_out_figure(run),
+                     question=question_figure(run), run=gr.skip())
+
+
+def _status_only(message: str, kind: str) -> TrainView:
+    return TrainView(status=format_status(message, kind), summary=gr.skip(), loss=gr.skip(), held_out=gr.skip(),
+                     question=gr.skip(), run=gr.skip())
+
+
+class TrainActions:
+    """The Train tab's events. `runs` holds the visitors' runs (the engine's `train_*` calls)."""
+
+    def __init__(self, runs, *, line: RunLine | None = None, steps_per_update: int = STEPS_PER_UPDATE,
+                 wait_poll_s: float = WAIT_POLL_S):
+        self.runs, self.line = runs, line or RunLine()
+        self.steps_per_update, self.wait_poll_s = steps_per_update, wait_poll_s
+
+    def train(self, objective: str, questions: float, request: gr.Request, progress=gr.Progress()):
+        session = getattr(request, "session_hash", None) or "api"
+        self.line.join(session)
+        try:
+            while (ahead := self.line.ahead(session)) > 0:
+                if self.line.stopping(session):
+                    yield _status_only("Stopped before your run began.", "info")
+                    return
+                runs = "run is" if ahead == 1 else "runs are"
+                yield _status_only(f"One run trains at a time: {ahead} {runs} ahead of yours in line. Yours starts "
+                                   "by itself; keep this tab open.", "wait")
+                time.sleep(self.wait_poll_s)
+            yield _status_only("Reading each training question's passages with the generator (once: cached for later "
+                               "runs), then measuring the packaged encoder…", "wait")
+
+            def report(stage: str, done: int, total: int) -> None:
+                self.line.heard(session)
+                progress((done, total) if total else None, desc=stage)
+
+            run = self.runs.train_begin(session, objective=objective, questions=int(questions), progress=report)
+            yield _view(run)._replace(status=format_status("Training…", "wait"), run=session)
+            while not run.finished and not self.line.stopping(session):
+                self.line.heard(session)
+                run = self.runs.train_advance(session, steps=self.steps_per_update)
+                yield _view(run)._replace(status=format_status(f"Training… step {run.step} of {run.steps}", "wait"))
+            done = "Finished" if run.finished else f"Stopped at step {run.step}"
+            yield _view(run)._replace(status=format_status(f"{done}. This trained encoder is yours until you leave the page.",
+                                                           "ok"))
+        except EngineNotReady as err:
+            yield _status_only(str(err), "wait")
+        except RagDemoError as err:
+            yield _status_only(str(err), "error")
+        except Exception as err:  # the page's boundary: a message, the details in the log
+            log.exception("unexpected error while training", exc_info=err)
+            yield _status_only(f"Something went wrong inside the demo ({type(err).__name__}); the server log has the "
+                               "details.", "error")
+        finally:
+            self.line.leave(session)
+
+    def stop(self, request: gr.Request) -> None:
+        self.line.stop(getattr(request, "session_hash", None) or "api")
+
+    def end_session(self, session: str | None) -> None:
+        """The visitor left (gradio deleted their session's state): stop their run and free their trained encoder."""
+        if session:
+            self.line.stop(session)
+            try:
+                self.runs.train_end(session)
+            except RagDemoError:  # the engine is not ready: it holds no run of theirs
+                pass
+
+
+def training_runs(engine):
+    """The engine's visitors' runs: a served engine keeps them (`BackgroundEngine`, `EngineProcess`); a bare
+    `RagEngine` (tests, scripts) gets runs of its own here."""
+    if hasattr(engine, "train_begin"):
+        return engine
+    from ..serving.retriever_training import TrainingRuns
+
+    return TrainingRuns(lambda: engine)
+
+
+def train_tab(engine, *, runs=None) -> TrainActions:
+    """The Train tab and its events; call inside the page's `gr.Tabs()`. `runs` defaults to `training_runs(engine)`."""
+    actions = TrainActions(runs if runs is not None else training_runs(engine))
+
+    def end_session(session: str | None) -> None:
+        # a plain function, not a bound method: gradio deep-copies a component's arguments for every session
+        actions.end_session(session)
+    with gr.Tab("Train", id="train", elem_id="tab-train"):
+        gr.HTML(HELP, js_on_load=None)
+        with gr.Row(equal_height=True):
+            objective = gr.Radio(OBJECTIVE_CHOICES, value="rag-token", label="Loss", elem_id="train-objective", scale=3)
+            questions = gr.Slider(10, 200, value=100, step=10, label="Training questions", elem_id="train-questions",
+                                  scale=2, info="each is read once with its top 10 passages (~3 s the first time)")
+            with gr.Column(scale=1, min_width=120):
+                train_btn = gr.Button("Train", variant="primary", elem_id="train-btn")
+                stop_btn = gr.Button("Stop", elem_id="train-stop")
+        status = gr.HTML("", elem_id="train-status", js_on_load=None, elem_classes=["rag-autohide"])
+        summary = gr.HTML("", elem_id="train-summary", js_on_load=None)
+        with gr.Row():
+            with gr.Column(min_width=380):
+                loss = gr.Plot(elem_id="train-loss", show_label=False)
+            with gr.Column(min_width=380):
+                held_out = gr.Plot(elem_id="train-held-out", show_label=False)
+        question = gr.Plot(elem_id="train-question", show_label=False)
+        # the session holding a run; gradio deletes it when the visitor has left (or after STATE_TTL_S), and with it the run
+        run = gr.State(None, time_to_live=STATE_TTL_S, delete_callback=end_session)
+    view = TrainView(status=status, summary=summary, loss=loss, held_out=held_out, question=question, run=run)
+    # its own concurrency group, unlimited: a visitor in line is told their place (`RunLine`) instead of waiting
+    # unseen in gradio's queue, and a run never holds up the other tabs' answers
+    train_btn.click(actions.train, inputs=[objective, questions], outputs=list(view), api_visibility="private",
+                    concurrency_id="train", concurrency_limit=None, show_progress_on=status)
+    stop_btn.click(actions.stop, api_visibility="private", queue=False)
+    return actions

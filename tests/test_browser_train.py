@@ -1,0 +1,70 @@
+"""The Train tab in a real Chromium (the harness of tests/test_browser.py): press Train, see the plots fill in.
+
+Run: pytest -m browser tests/test_browser_train.py
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from rag_demo.ui import build_demo
+from tests.test_browser import TIMEOUT_MS, VIEWPORT, browser, expect, launch, open_tab, shot  # noqa: F401 (fixture)
+
+pytestmark = [pytest.mark.browser, pytest.mark.usefixtures("one_torch_thread")]
+
+TRAIN = [("What is the capital of France?", ("Paris",)), ("Who wrote A Farewell to Arms?", ("Hemingway",)),
+         ("How tall is the Eiffel Tower?", ("330 metres",)), ("Who created the Python programming language?",
+                                                              ("Guido van Rossum",)),
+         ("What was the first adhesive postage stamp?", ("Penny Black",))]
+HELD_OUT = [("What is the largest planet in the Solar System?", ("Jupiter",)),
+            ("Who won the 2018 FIFA World Cup?", ("France",))]
+
+
+@pytest.fixture(scope="module")
+def train_server(ui_engine):
+    with pytest.MonkeyPatch.context() as patch:  # the tiny engine's base trains on these pairs
+        patch.setattr("rag_demo.serving.retriever_training.QUESTION_SETS_FOR_KB", {"nq-wiki": (TRAIN, HELD_OUT)})
+        demo = build_demo(ui_engine)
+    try:
+        yield launch(demo)
+    finally:
+        demo.close()
+
+
+# every number of points the loss plot has shown, in order
+RECORD_LOSS_POINTS = """() => {
+  window.__lossPoints = [];
+  const record = () => {
+    const plot = document.querySelector('#train-loss .js-plotly-plot');
+    const n = plot && plot.data ? plot.data[0].x.length : 0;
+    if (n && window.__lossPoints[window.__lossPoints.length - 1] !== n) window.__lossPoints.push(n);
+  };
+  new MutationObserver(record).observe(document.querySelector('#train-loss'),
+                                       {subtree: true, childList: true, attributes: true});
+}"""
+
+
+def plotted_points(page, elem_id: str) -> int:
+    return page.evaluate(f"() => {{ const p = document.querySelector('#{elem_id} .js-plotly-plot'); "
+                         "return p && p.data ? p.data[0].x.length : 0; }")
+
+
+def test_pressing_train_draws_the_run(browser, train_server):  # noqa: F811
+    context = browser.new_context(viewport=VIEWPORT)
+    try:
+        page = context.new_page()
+        page.set_default_timeout(TIMEOUT_MS)
+        page.goto(train_server)
+        open_tab(page, "Train")
+        page.locator("#train-questions input[type=number]").fill("10")
+        page.evaluate(RECORD_LOSS_POINTS)
+        page.locator("#train-btn").click()
+        expect(page.locator("#train-status")).to_contain_text("Finished", timeout=TIMEOUT_MS)
+        seen = page.evaluate("() => window.__lossPoints")
+        assert seen[-1] == 60 and len(seen) >= 3, seen  # a point per step, redrawn as the run went
+        assert plotted_points(page, "train-held-out") == 13  # step 0 and every 5th step
+        expect(page.locator("#train-summary")).to_contain_text("Followed question")
+        expect(page.locator("#train-question .js-plotly-plot")).to_be_visible()
+        shot(page, "train-tab", full_page=True)
+    finally:
+        context.close()
