@@ -305,3 +305,24 @@ def test_the_logit_gradient_pulls_up_the_passage_that_reads_the_answer(tiny_enco
         prior, gradient = trainer.logit_gradient(reads[1])
         assert int(gradient.argmin()) == 1 and float(gradient[1]) < 0  # row 1 holds the answer: its logit rises
         assert float(prior.sum()) == pytest.approx(1.0) and float(gradient.sum()) == pytest.approx(0.0, abs=1e-5)
+
+
+@pytest.mark.slow
+def test_train_on_the_default_base_and_ask_with_it(capsys):
+    """The real default: wikipedia, everyday-train, Gemma reading (cached after a first run), MiniLM training."""
+    import shutil
+
+    from rag_demo import cli
+    from rag_demo.serving.retriever_training import encoders_folder
+
+    name = "test-smoke"
+    try:
+        assert cli.main(["train", "--max-questions", "3", "--steps", "2", "--check-every", "1", "--save", name,
+                         "--json"]) == 0
+        out = json.loads(capsys.readouterr().out)
+        assert out["before"]["questions"] == 220 and 0 < out["before"]["recall@5"] <= 1
+        assert cli.main(["ask", "who painted the night watch?", "--variant", "token", "--no-memory", "--no-closed-book",
+                         "--question-encoder", name, "--json"]) == 0
+        assert json.loads(capsys.readouterr().out)["passages"]
+    finally:
+        shutil.rmtree(encoders_folder() / name, ignore_errors=True)
