@@ -309,18 +309,17 @@ def parse_link(params: Mapping[str, str], *, kb_names: Sequence[str] | None, ind
         return None
 
     question = " ".join(plain_text(str(params.get("q", ""))).split())[: LIMITS.max_input_chars]
-    k = None
-    if params.get("k"):
+
+    def parsed(name: str, parse):
+        if not params.get(name):
+            return None
         try:
-            k = parse_k(params["k"])
+            return parse(params[name])
         except InputError as err:
-            notices.append(f"the link's k is ignored: {err}")
-    memory = None
-    if params.get("memory"):
-        try:
-            memory = parse_memory(params["memory"])
-        except InputError as err:
-            notices.append(f"the link's memory is ignored: {err}")
+            notices.append(f"the link's {name} is ignored: {err}")
+            return None
+
+    k, memory = parsed("k", parse_k), parsed("memory", parse_memory)
     return PageLink(
         question=question, tab=pick("tab", LINK_TABS), kb=pick("kb", kb_names, lower=False),
         variant=pick("variant", LINK_VARIANTS), k=k, index=pick("index", index_kinds),
