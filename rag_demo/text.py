@@ -6,6 +6,10 @@ API and from the command line.
 
 from __future__ import annotations
 
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
 from .config import LIMITS
 from .errors import InputError
 
@@ -61,3 +65,22 @@ def one_line(text: str) -> str:
     'unrecognized arguments: \\\\r\\\\x1b[31m'
     """
     return "".join(ch if ch.isprintable() else ascii(ch)[1:-1] for ch in text)
+
+
+def jsonl_objects(path: Path, *, shape: str) -> Iterator[tuple[int, dict]]:
+    """(line number, object) for each non-blank line of a JSON Lines file someone gave; a line that is
+    not JSON, is nested too deeply to read, or is not an object is an InputError naming the line and
+    `shape`, what each line should look like."""
+    with Path(path).open(encoding="utf-8") as handle:
+        for number, line in enumerate(handle, start=1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as err:
+                raise InputError(f"{Path(path).name} line {number} is not valid JSON ({err.msg}); each line needs {shape}") from None
+            except RecursionError:
+                raise InputError(f"{Path(path).name} line {number} is nested too deeply; each line needs {shape}") from None
+            if not isinstance(record, dict):
+                raise InputError(f"{Path(path).name} line {number} needs {shape}")
+            yield number, record

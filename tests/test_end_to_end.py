@@ -252,7 +252,7 @@ def test_pairs_from_csv_and_jsonl(tmp_path):
     ("question,reply\nwho?,me\n", ".csv", "needs a header with a 'question' column"),
     ("question,answer\nwho?,\n", ".csv", "line 2 lacks a question or an answer"),
     ('{"question": "who?"}\n', ".jsonl", "line 1 lacks"),
-    ("not json\n", ".jsonl", "line 1 is not JSON"),
+    ("not json\n", ".jsonl", "line 1 is not valid JSON"),
     ("question\tanswer\n", ".tsv", "neither .jsonl nor .csv"),
 ])
 def test_bad_question_files_are_one_line_and_exit_2(tmp_path, capsys, content, suffix, message):

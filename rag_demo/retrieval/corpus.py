@@ -29,6 +29,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import IndexTooLargeError, InputError, KnowledgeBaseError
+from ..text import jsonl_objects
 from .store import BlockRows, ColumnRows, arrow_rows, row_chunks, saved_table
 
 log = logging.getLogger(__name__)
@@ -72,20 +73,11 @@ def split_into_passages(title: str, text: str, *, words_per_passage: int = 100) 
 
 def _rows_from_jsonl(path: Path) -> list[tuple[str, str]]:
     rows = []
-    with path.open(encoding="utf-8") as handle:
-        for line_number, line in enumerate(handle, start=1):
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as err:
-                raise InputError(f"{path.name} line {line_number} is not valid JSON ({err.msg}); fix or remove it") from None
-            except RecursionError:
-                raise InputError(f"{path.name} line {line_number} is nested too deeply; give one flat object per line") from None
-            if not isinstance(record, dict) or not isinstance(record.get("text"), str):
-                raise InputError(f"{path.name} line {line_number} needs an object with a string 'text' (and optionally 'title')")
-            title = record.get("title", "")
-            rows.append((title if isinstance(title, str) else str(title), record["text"]))
+    for line_number, record in jsonl_objects(path, shape="an object with a string 'text' (and optionally 'title')"):
+        if not isinstance(record.get("text"), str):
+            raise InputError(f"{path.name} line {line_number} needs an object with a string 'text' (and optionally 'title')")
+        title = record.get("title", "")
+        rows.append((title if isinstance(title, str) else str(title), record["text"]))
     return rows
 
 

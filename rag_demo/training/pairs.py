@@ -9,10 +9,10 @@ The first answer is the one the reader is scored on; any of them marks a passage
 from __future__ import annotations
 
 import csv
-import json
 from pathlib import Path
 
 from ..errors import InputError
+from ..text import jsonl_objects
 from ..questions import QUESTION_SETS, question_set_path
 
 QAPair = tuple[str, tuple[str, ...]]
@@ -25,22 +25,12 @@ def _answers(value: object) -> tuple[str, ...]:
 
 def _from_jsonl(path: Path) -> list[QAPair]:
     pairs = []
-    with path.open(encoding="utf-8") as handle:
-        for number, line in enumerate(handle, start=1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError:
-                raise InputError(f"{path} line {number} is not JSON; give one "
-                                 '{"question": ..., "answers": [...]} object per line') from None
-            if not isinstance(row, dict):
-                raise InputError(f'{path} line {number} is not an object; give {{"question": ..., "answers": [...]}}')
-            answers = _answers(row.get("answers", row.get("answer")))
-            question = str(row.get("question") or "").strip()
-            if not question or not answers:
-                raise InputError(f'{path} line {number} lacks a "question" or an answer ("answers": [...] or "answer": ...)')
-            pairs.append((question, answers))
+    for number, row in jsonl_objects(path, shape='an object {"question": ..., "answers": [...]}'):
+        answers = _answers(row.get("answers", row.get("answer")))
+        question = str(row.get("question") or "").strip()
+        if not question or not answers:
+            raise InputError(f'{path} line {number} lacks a "question" or an answer ("answers": [...] or "answer": ...)')
+        pairs.append((question, answers))
     return pairs
 
 
