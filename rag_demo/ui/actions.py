@@ -8,6 +8,7 @@ and leaves the other outputs as they were (`changed`).
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from collections.abc import Callable
@@ -17,7 +18,7 @@ from typing import Any
 import gradio as gr
 
 from .. import plots
-from ..serving.interface import Engine, EngineNotReady, engine_complete, engine_ready, engines_served
+from ..serving.interface import Engine, EngineNotReady, NoTrainedEncoder, engine_complete, engine_ready, engines_served
 from ..config import ASK, DECODING_DEFAULTS, INDEX_KINDS, RETRIEVER_NAMES, SWAP_PAIRS, VARIANTS
 from ..retrieval.corpus import KnowledgeBase, Passage
 from ..errors import InputError, RagDemoError
@@ -27,6 +28,7 @@ from ..results import AskResult
 from ..text import plain_text
 from .html import (
     MEMORY_UNAVAILABLE,
+    MEMORY_UNAVAILABLE_TRAINED,
     format_answer_html,
     format_comparison_html,
     format_index_table,
@@ -42,6 +44,7 @@ from .html import (
 from .exports import write_exports
 from .inputs import (
     LANGUAGE_NOTE,
+    TRAINED,
     PageLink,
     SessionFiles,
     UploadLimits,
@@ -52,6 +55,7 @@ from .inputs import (
     parse_k,
     parse_link,
     parse_memory,
+    parse_question_encoder,
     parse_retriever,
     passages_from_inputs,
     require_answer,
@@ -59,6 +63,7 @@ from .inputs import (
 )
 from .learn import format_learn_html, learn_token_choices
 from .sentences import as_sentence
+from .train import GONE_NOTE, packaged_encoder, training_runs
 from .views import (
     AskView,
     CompareView,
@@ -111,11 +116,12 @@ def noted_language(result: AskResult) -> AskResult:
     return replace(result, notices=(*result.notices, LANGUAGE_NOTE))
 
 
-def noted_memory(result: AskResult, wanted: bool | None) -> AskResult:
+def noted_memory(result: AskResult, wanted: bool | None, *, trained: bool = False) -> AskResult:
     """The result, with a notice when memory was wanted where available (None) and this setup had none,
-    so the visitor who left the switch on reads why no ∅ shows."""
+    so the visitor who left the switch on reads why no ∅ shows; `trained`: asked with a trained question encoder."""
     if wanted is None and result.memory_prob is None and result.passages:
-        return replace(result, notices=(*result.notices, MEMORY_UNAVAILABLE))
+        why = MEMORY_UNAVAILABLE_TRAINED if trained and result.question_encoder else MEMORY_UNAVAILABLE
+        return replace(result, notices=(*result.notices, why))
     return result
 
 
@@ -155,12 +161,17 @@ def _part_of(report: Progress | None, part: int, parts: int, label: str) -> Prog
 
 
 class DemoActions:
-    """One method per page event. Each parses its inputs, makes one engine call and formats the result."""
+    """One method per page event. Each parses its inputs, makes one engine call and formats the result.
 
-    def __init__(self, engine: Engine, *, limits: UploadLimits = UploadLimits(), files: SessionFiles | None = None):
+    `runs` are the visitors' Train runs (`train.training_runs(engine)` unless given), whose trained encoders the
+    Ask tab asks with; the Train tab must train the same runs."""
+
+    def __init__(self, engine: Engine, *, limits: UploadLimits = UploadLimits(), files: SessionFiles | None = None,
+                 runs=None):
         self.engine = engine
         self.limits = limits
         self.files = files or SessionFiles()
+        self.runs = runs if runs is not None else training_runs(engine)
 
     # ---- helpers -----------------------------------------------------------------------------
     def kb_names(self) -> tuple[str, ...]:
@@ -230,15 +241,22 @@ class DemoActions:
         return gr.Dataset(samples=samples, visible=bool(samples))
 
     # ---- Ask ----------------------------------------------------------------------------------
+    def _asking(self, question_encoder: str | None, request: gr.Request | None) -> Callable[..., AskResult]:
+        """The engine's ask, or with `TRAINED` the ask with the encoder this visitor's Train run trained."""
+        if parse_question_encoder(question_encoder) != TRAINED:
+            return self.engine.ask
+        return functools.partial(self.runs.train_ask, getattr(request, "session_hash", None) or "")
+
     def ask(self, question: str, variant: str, k: float, index: str, kb_choice: str | None, num_beams: float,
             sequence_decoding: str, mine: Held | KnowledgeBase | None, retriever: str | None = None,
-            extractive: bool = False, memory: bool = True,
+            extractive: bool = False, memory: bool = True, question_encoder: str | None = None,
+            request: gr.Request | None = None,
             progress: gr.Progress = gr.Progress(),  # noqa: B008 (gradio injects a tracker here)
             ) -> AskView:
         try:
             knowledge = self.resolve_kb(kb_choice, mine)
             wanted = memory_switch(memory)
-            result = self.engine.ask(
+            result = self._asking(question_encoder, request)(
                 require_question(question),
                 kb=knowledge,
                 k=self.fit_k(k, knowledge),
@@ -252,9 +270,11 @@ class DemoActions:
                 memory=wanted,
                 progress=_progress_adapter(progress),
             )
+        except NoTrainedEncoder:  # the run ended (a new one, or the page's state expired): back to the packaged encoder
+            return changed(AskView, status=format_status(GONE_NOTE, "info"), question_encoder=packaged_encoder(GONE_NOTE))
         except Exception as err:  # the UI boundary: a message in the page, never a traceback
             return changed(AskView, status=_failure(err))
-        result = noted_language(noted_memory(result, wanted))
+        result = noted_language(noted_memory(result, wanted, trained=question_encoder == TRAINED))
         heat = {name: plots.posterior_heatmap(v, result.passages) for name, v in result.variants.items()}
         words = {name: plots.describe_heatmap(v, result.passages) for name, v in result.variants.items()}
         variants = list(result.variants.values())
@@ -266,6 +286,7 @@ class DemoActions:
             heat_token=_plot_update(heat.get("token"), words.get("token", "")),
             heat_seq=_plot_update(heat.get("sequence"), words.get("sequence", "")),
             gain=_plot_update(plots.retrieval_gain_figure(variants), plots.describe_gain(variants)),
+            question_encoder=gr.skip(),
             last=Held(result),
         )
 
