@@ -39,8 +39,9 @@ HELP = ("<p class=\"rag-help\">RAG trains its retriever without passage labels: 
         "marginalized over the top passages, and its gradient reaches the question encoder through p(z|x) alone. "
         "Here the generator (the reader) is frozen and its reading of each training question's top 10 passages is "
         "computed once and kept (about 2 s a question, the first time only), so a step is the question encoder's "
-        "forward and backward pass plus a softmax: about 0.2 s on 2 CPU cores. The passages' vectors and the index never change. The trained encoder is yours alone "
-        "and is forgotten when you leave; the generator's memory is no source here (the paper's formulas). "
+        "forward and backward pass plus a softmax: about 0.2 s on 2 CPU cores. The passages' vectors and the index never change. The trained encoder is yours alone: "
+        "once it has taken a step the Ask tab offers it (Question encoder), and it is forgotten when you leave. The "
+        "generator's memory is no source here (the paper's formulas). "
         "Held-out questions are never trained on; with no passage labels, a passage that contains an answer counts "
         "as a hit.</p>")
 
