@@ -49,8 +49,8 @@ HELP = ("<p class=\"rag-help\">RAG trains its retriever without passage labels: 
 # The Ask tab's question-encoder choice: hidden until this visitor's run has taken a step
 PACKAGED_CHOICE = ("packaged", PACKAGED)
 ENCODER_INFO = ("Your Train run's encoder computes q(x) for your asks alone (Dense and Dense + BM25; BM25 reads words "
-                "only); nobody else on the page sees it. With it, the generator's memory has no fitted logit θ, so "
-                "it is no source.")
+                "only); nobody else on the page sees it. With it, the generator's memory is a source only where its "
+                "logit θ is configured: the fitted one is the packaged encoder's.")
 REPLACED_NOTE = ("A new run is training, so asks are back on the packaged encoder; the new run's encoder is offered "
                  "here once it has taken a step (the last one is gone).")
 GONE_NOTE = ("Your trained question encoder is gone (it is kept while this page is open, for at most 2 hours after "
