@@ -13,6 +13,7 @@ import torch
 from rag_demo.config import EndToEndConfig
 from rag_demo.retrieval.encoders import Encoder
 from rag_demo.training.end_to_end import (
+    CandidateReading,
     EndToEndTrainer,
     HeldOutCheck,
     ReadingCache,
@@ -207,10 +208,13 @@ def test_reads_are_done_once_and_cached(tmp_path, tiny_kb):
         return torch.full((len(rows), 2), -1.0)
 
     pairs = [(q, (a,)) for q, a, _ in QUESTIONS[:2]]
-    options = dict(candidates=lambda q: [0, 1, 2], read=read, lexical=lambda q: np.arange(len(tiny_kb), dtype=float),
-                   passage_text=lambda row: tiny_kb.texts[row])
-    first = read_candidates(pairs, cache=ReadingCache.open(tmp_path / "reads.pt"), **options)
-    again = read_candidates(pairs, cache=ReadingCache.open(tmp_path / "reads.pt"), **options)
+
+    def reading() -> CandidateReading:
+        return CandidateReading(read, lambda q: np.arange(len(tiny_kb), dtype=float), lambda row: tiny_kb.texts[row],
+                                ReadingCache.open(tmp_path / "reads.pt"))
+
+    first = read_candidates(pairs, candidates=lambda q: [0, 1, 2], reading=reading())
+    again = read_candidates(pairs, candidates=lambda q: [0, 1, 2], reading=reading())
     assert len(calls) == 2
     assert [e.answer_bearing for e in again] == [(True, False, False), (False, True, False)]
     assert torch.equal(first[1].token_logprobs, again[1].token_logprobs) and again[0].lexical.tolist() == [0.0, 1.0, 2.0]
@@ -224,7 +228,7 @@ def test_the_engine_reads_candidates_and_a_second_run_reads_nothing(ui_engine):
     pairs = [("What is the capital of France?", ("Paris",)), ("Who wrote A Farewell to Arms?", ("Ernest Hemingway", "Hemingway"))]
     held = [("Who won the 2018 FIFA World Cup?", ("France",))]
     data = prepare_training(ui_engine, kb="nq-wiki", pairs=pairs, held_out=held, candidates=3)
-    assert [len(e.rows) for e in data.examples] == [3, 3] and data.fresh_reads == 2
+    assert [len(e.rows) for e in data.examples] == [3, 3] and data.fresh_reads == 6
     first = data.examples[0]
     result = ui_engine.score(first.question, first.answer, kb="nq-wiki", rows=list(first.rows), memory=False)
     assert torch.allclose(first.token_logprobs, torch.tensor(result.variants["token"].doc_token_logprobs).T)
