@@ -228,6 +228,7 @@ class PageRunConfig:
     held_out_sample: int = 60
     top_k: int = 5  # the followed question's passages shown, and recall@k's k
     max_questions: int = 200
+    candidates: int = EndToEndConfig().candidates  # passages read per training question, the first time
     widen_every: int = 20  # steps between widenings of the candidates (`EndToEndConfig.widen_every`; 0: never)
     widen_max_reads: int = 20  # passages read at most per widening: about 4 s on 2 CPU cores, the first time only
 
@@ -288,9 +289,10 @@ class TrainingRuns:
         engine = self._engine()
         kb = kb or next(iter(self.train_kbs()), engine.default_kb)
         train, held = self._pairs(kb)
-        data = prepare_training(engine, kb=kb, pairs=train[:questions], held_out=held, progress=progress)
-        config = EndToEndConfig(objective=objective, steps=self.config.steps, seed=0, widen_every=self.config.widen_every,
-                                widen_max_reads=self.config.widen_max_reads)
+        data = prepare_training(engine, kb=kb, pairs=train[:questions], held_out=held, candidates=self.config.candidates,
+                                progress=progress)
+        config = EndToEndConfig(objective=objective, steps=self.config.steps, seed=0, candidates=self.config.candidates,
+                                widen_every=self.config.widen_every, widen_max_reads=self.config.widen_max_reads)
         try:
             trainer = EndToEndTrainer(engine.encoder, data.kb.embeddings, data.examples, lexical_weight=data.lexical_weight,
                                       config=config, kb_lexical=data.kb_lexical, reading=data.reading)
