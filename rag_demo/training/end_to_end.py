@@ -170,9 +170,9 @@ class EndToEndTrainer:
     """A copy of the encoder's question side and its optimizer; `step()` takes one step of `config.objective`.
 
     passage_vectors (N, D) are the knowledge base's fixed vectors. `kb_lexical(question)` gives a
-    question's (N,) BM25 scores over the whole knowledge base: only the gold-passage loss needs it.
-    With `reading` (how new candidates are read), a marginal objective's candidates are widened every
-    `config.widen_every` steps (`widen`); without it they stay as read.
+    question's (N,) BM25 scores over the whole knowledge base (the reading's, when not given): the
+    gold-passage loss and widening need it. With `reading` (how new candidates are read), a marginal
+    objective's candidates are widened every `config.widen_every` steps (`widen`); without it they stay as read.
     Seeded: the same examples, config and starting weights give the same steps (widening draws nothing).
     """
 
@@ -188,7 +188,8 @@ class EndToEndTrainer:
                                                          "gold-passage" else ""))
         self.encoder, self.config, self.examples = encoder, config, list(examples)
         self.lexical_weight = float(lexical_weight)
-        self.kb_lexical, self.reading = kb_lexical, reading
+        self.reading = reading
+        self.kb_lexical = kb_lexical if kb_lexical is not None or reading is None else reading.lexical
         torch.manual_seed(config.seed)  # dropout
         self._order = np.random.default_rng(config.seed)
         self._queue: list[int] = []
@@ -263,6 +264,8 @@ class EndToEndTrainer:
     def top_rows(self, depth: int, *, batch: int = 64) -> list[tuple[int, ...]]:
         """Each training question's top `depth` KB rows over the whole knowledge base under the encoder as it is now
         (the logits of the loss: scale · cos + lexical_weight · BM25), best first."""
+        if self.lexical_weight and self.kb_lexical is None:
+            raise ValueError("ranking the whole base needs its BM25 scores (kb_lexical)")
         self.model.eval()
         depth = min(depth, len(self.passages))
         top = []
@@ -272,7 +275,7 @@ class EndToEndTrainer:
                 vectors = question_vectors(self.model, self.encoder, [e.question for e in chunk])  # (Q, D)
                 logits = self.encoder.scale * vectors @ self.passages.T  # (Q, N)
             if self.lexical_weight:
-                lexical = np.stack([self.reading.lexical(e.question) for e in chunk]).astype(np.float32)  # (Q, N)
+                lexical = np.stack([self.kb_lexical(e.question) for e in chunk]).astype(np.float32)  # (Q, N)
                 logits = logits + self.lexical_weight * torch.from_numpy(lexical).to(logits.device)
             top += [tuple(int(r) for r in rows) for rows in logits.topk(depth, dim=1).indices.cpu()]
         return top
@@ -290,13 +293,14 @@ class EndToEndTrainer:
         started = time.perf_counter()
         cache = self.reading.cache
         fresh_before = cache.fresh
-        new = [tuple(r for r in top if r not in set(e.rows)) for e, top in zip(self.examples, self.top_rows(self.config.candidates))]
-        unread = sorted((rank, i, row) for i, (e, rows) in enumerate(zip(self.examples, new))
-                        for rank, row in enumerate(rows) if not cache.holds(e.question, e.answer, row))
+        ranked = self.top_rows(self.config.candidates)  # (Q, C) rows, best first
+        unread = sorted((rank, i, row) for i, (e, rows) in enumerate(zip(self.examples, ranked))
+                        for rank, row in enumerate(rows)
+                        if row not in e.rows and not cache.holds(e.question, e.answer, row))  # (rank, question, row)
         cap = len(unread) if self.config.widen_max_reads is None else self.config.widen_max_reads
         passed_over = {(i, row) for _, i, row in unread[cap:]}
-        joining = {i: tuple(r for r in rows if (i, r) not in passed_over) for i, rows in enumerate(new)}
-        joining = {i: rows for i, rows in joining.items() if rows}
+        joining = {i: new for i, (e, rows) in enumerate(zip(self.examples, ranked))
+                   if (new := tuple(r for r in rows if r not in e.rows and (i, r) not in passed_over))}
         to_read = len(unread) - len(passed_over)
         stage = f"reading {to_read} new passages the trained encoder ranks in its top {self.config.candidates} (once; cached)"
         for done, (i, rows) in enumerate(joining.items(), start=1):
