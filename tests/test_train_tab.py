@@ -142,11 +142,12 @@ def test_doctests():
         assert doctest.testmod(module).failed == 0
 
 
-def test_a_run_widens_its_candidates_and_says_it_is_reading(ui_engine, monkeypatch):
+def test_a_run_widens_its_candidates_and_says_it_is_reading(ui_engine, monkeypatch, tmp_path):
     """At step 2 the candidates are widened with what the encoder then ranks first (here, as if it had moved far:
     the base's last two passages), reading at most `widen_max_reads` of them, and the progress says so."""
     from rag_demo.training.end_to_end import EndToEndTrainer
 
+    monkeypatch.setenv("RAG_DEMO_CACHE", str(tmp_path))  # no reads from other tests: these passages are unread
     moved = tuple(range(len(ui_engine.resolve_kb("nq-wiki"))))[::-1]
     monkeypatch.setattr(EndToEndTrainer, "top_rows", lambda self, depth: [moved[:depth]] * len(self.examples))
     config = PageRunConfig(steps=4, check_every=2, held_out_sample=2, top_k=3, candidates=2, widen_every=2, widen_max_reads=3)
