@@ -280,13 +280,14 @@ class EndToEndTrainer:
             top += [tuple(int(r) for r in rows) for rows in logits.topk(depth, dim=1).indices.cpu()]
         return top
 
-    def widen(self, *, progress: Callable[[str, int, int], None] | None = None) -> Widening:
+    def widen(self, *, progress: Callable[[str, int, int], None] | None = None, save_every: int = 200) -> Widening:
         """Add to each question's candidates its top `config.candidates` over the whole base under the encoder now.
 
         A row already read for that question and answer (by any run: the reading cache keeps reads per passage)
         joins at no cost; the others are read with the frozen reader, at most `config.widen_max_reads` in all,
         best-ranked first (rank 1 of every question, then rank 2, ...): those left over wait for a later widening.
-        `progress(stage, done, total)` hears of the reading, question by question. Draws no random numbers.
+        `progress(stage, done, total)` hears of the reading, question by question; the cache is saved every
+        `save_every` passages read and at the end. Draws no random numbers.
         """
         if self.reading is None:
             raise ValueError("widening reads new candidates: give the trainer a reading")
@@ -303,12 +304,16 @@ class EndToEndTrainer:
                    if (new := tuple(r for r in rows if r not in e.rows and (i, r) not in passed_over))}
         to_read = len(unread) - len(passed_over)
         stage = f"reading {to_read} new passages the trained encoder ranks in its top {self.config.candidates} (once; cached)"
+        saved_at = fresh_before
         for done, (i, rows) in enumerate(joining.items(), start=1):
             e = self.examples[i]
             self.examples[i] = merged_candidates(e, self.reading.question(e.question, e.answers, rows))
+            if cache.fresh - saved_at >= save_every:
+                cache.save()
+                saved_at = cache.fresh
             if progress is not None and to_read:
                 progress(stage, done, len(joining))
-        if cache.fresh > fresh_before:
+        if cache.fresh > saved_at:
             cache.save()
         widening = Widening(step=self.steps_taken, added=sum(map(len, joining.values())), read=cache.fresh - fresh_before,
                             passed_over=len(passed_over), seconds=time.perf_counter() - started)
