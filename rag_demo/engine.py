@@ -148,8 +148,10 @@ class RagEngine:
         self.retriever.release_kb(kb)
 
     def retrieve(self, question: str, *, kb: str | KnowledgeBase | None = None, k: int = ASK.k, index: str = ASK.index,
-                 retriever: str | None = None, rows: Sequence[int] | None = None) -> Retrieval:
-        return self.retriever.retrieve(question, kb=kb, k=k, index=index, retriever=retriever, rows=rows)
+                 retriever: str | None = None, rows: Sequence[int] | None = None,
+                 question_model: torch.nn.Module | None = None) -> Retrieval:
+        return self.retriever.retrieve(question, kb=kb, k=k, index=index, retriever=retriever, rows=rows,
+                                       question_model=question_model)
 
     def build_kb(self, name: str, passages: list[Passage], *, progress: Progress | None = None) -> KnowledgeBase:
         """Embed `passages` into an in-memory KB (`Retriever.build_kb`); when even one passage at a time
@@ -348,25 +350,30 @@ class RagEngine:
     def memory_logit(self, retriever: str | None = None) -> float | None:
         """The logit of the memory source ∅ for asks with this retriever; None when this setup has none
         (memory is then no source: see `config.MemoryConfig`)."""
+        return self._memory_logit(retriever, own_question_side=True)
+
+    def _memory_logit(self, retriever: str | None, *, own_question_side: bool) -> float | None:
         memory = self.config.memory
         if not memory.enabled:
             return None
         if memory.logit is not None:
             return float(memory.logit)
         # fitted for the default encoder's packaged question side and the base generator, as a machine
-        # without the NQ pair builds them: the fine-tuned question side moves every passage's logit
-        if (self.encoder.name != DEFAULT_ENCODER or self.encoder.question_weights or self.generator.name != DEFAULT_GENERATOR
-                or self.generator.has_adapter or self.config.rag_checkpoint):
+        # without the NQ pair builds them: a fine-tuned or trained question side moves every passage's logit
+        if (self.encoder.name != DEFAULT_ENCODER or self.encoder.question_weights or not own_question_side
+                or self.generator.name != DEFAULT_GENERATOR or self.generator.has_adapter or self.config.rag_checkpoint):
             return None
         return DEFAULT_MEMORY_LOGITS.get(self.resolve_retriever(retriever))
 
-    def _with_memory(self, retrieval: Retrieval, memory: bool | None) -> tuple[Retrieval, float | None]:
+    def _with_memory(self, retrieval: Retrieval, memory: bool | None, *,
+                     own_question_side: bool = True) -> tuple[Retrieval, float | None]:
         """The retrieval with p(z|x) over its passages and the memory (the last of doc_lp's K + 1), and
         the memory's logit; as it was, and None, when memory is not a source of this ask."""
-        logit = self.memory_logit(retrieval.retriever) if memory in (None, True) else None
+        logit = self._memory_logit(retrieval.retriever, own_question_side=own_question_side) if memory in (None, True) else None
         if memory is True and logit is None:
-            raise InputError("this setup has no fitted logit for the generator's memory; give one "
-                             "(--memory-logit) or ask without memory")
+            raise InputError("this setup has no fitted logit for the generator's memory"
+                             + ("" if own_question_side else " with a question encoder of its own")
+                             + "; give one (--memory-logit) or ask without memory")
         if logit is None or not retrieval.passages:
             return retrieval, None
         logits = torch.tensor([[p.logit for p in retrieval.passages]])
@@ -406,7 +413,7 @@ class RagEngine:
             variants=VARIANTS, num_beams: int | None = None, sequence_decoding: str | None = None,
             max_new_tokens: int | None = None, closed_book: bool = True, retriever: str | None = None,
             extractive: bool | None = None, memory: bool | None = None, progress: Progress | None = None,
-            rows: Sequence[int] | None = None) -> AskResult:
+            rows: Sequence[int] | None = None, question_model: torch.nn.Module | None = None) -> AskResult:
         """Retrieve k passages, answer with each variant, and trace every token to its passages.
 
         `memory` makes the generator's memory a source beside the passages (None: where this setup has
@@ -415,7 +422,9 @@ class RagEngine:
         the closed-book answer, which reads no passage, stays free. `progress(stage, done, total)`
         hears of each step as it starts (`total` steps in all), so a page can say what is running
         instead of guessing a time. `rows` reads those passages of the KB instead of retrieving
-        (see `retrieve`)."""
+        (see `retrieve`). `question_model` computes q(x) for this ask alone in place of the encoder's
+        question side (`Retriever.retrieve`); the memory then has no fitted logit unless one is configured
+        (it was fitted for the packaged question side)."""
         num_beams = self.config.decoding.num_beams if num_beams is None else num_beams
         max_new_tokens = self.config.decoding.max_new_tokens if max_new_tokens is None else max_new_tokens
         sequence_decoding = sequence_decoding or self.config.decoding.sequence_decoding
@@ -429,7 +438,8 @@ class RagEngine:
         total_started = time.perf_counter()
         step("retrieving passages")
         retrieval, memory_logit = self._with_memory(
-            self.retrieve(question, kb=kb, k=k, index=index, retriever=retriever, rows=rows), memory)
+            self.retrieve(question, kb=kb, k=k, index=index, retriever=retriever, rows=rows, question_model=question_model),
+            memory, own_question_side=question_model is None)
         with_memory = memory_logit is not None
         timings = {"encode": retrieval.encode_ms, "search": retrieval.search_ms}
         started = time.perf_counter()
@@ -504,6 +514,7 @@ class RagEngine:
             retriever=retrieval.retriever, lexical_weight=retrieval.lexical_weight, extractive=extractive,
             no_answer=no_answer, memory_logit=memory_logit,
             memory_prob=float(retrieval.doc_lp[-1].exp()) if with_memory else None,
+            question_encoder=retrieval.question_encoder,
         )
 
     def _no_answer_probs(self, state: DecodeState) -> tuple[float, ...]:
@@ -546,12 +557,13 @@ class RagEngine:
     @falls_back_to_cpu_on_gpu_oom
     def score(self, question: str, answer: str, *, kb: str | KnowledgeBase | None = None, k: int = ASK.k,
               index: str = ASK.index, variants=VARIANTS, retriever: str | None = None, memory: bool | None = None,
-              progress: Progress | None = None, rows: Sequence[int] | None = None) -> AskResult:
+              progress: Progress | None = None, rows: Sequence[int] | None = None,
+              question_model: torch.nn.Module | None = None) -> AskResult:
         """log p(answer|x) under each variant, with per-token provenance, for an answer the user gives.
 
         The answer is scored with the ending RAG-Token finds likeliest after it (for a causal
         generator "\n\n", "\n" or EOS): the one greedy decoding would pick, so an answer the page
-        wrote scores as it did when asked. `memory` and `rows` as for `ask`."""
+        wrote scores as it did when asked. `memory`, `rows` and `question_model` as for `ask`."""
         variants = self._check_options(variants, 1, 1, "thorough")
         question, notices = clean_text(question, what="question")
         answer, answer_notices = clean_text(answer, what="answer", limit=LIMITS.max_answer_chars)
@@ -559,7 +571,8 @@ class RagEngine:
         total_started = time.perf_counter()
         step("retrieving passages")
         retrieval, memory_logit = self._with_memory(
-            self.retrieve(question, kb=kb, k=k, index=index, retriever=retriever, rows=rows), memory)
+            self.retrieve(question, kb=kb, k=k, index=index, retriever=retriever, rows=rows, question_model=question_model),
+            memory, own_question_side=question_model is None)
         with_memory = memory_logit is not None
         timings = {"encode": retrieval.encode_ms, "search": retrieval.search_ms}
         started = time.perf_counter()
@@ -600,4 +613,5 @@ class RagEngine:
             notices=notices + answer_notices + retrieval.notices, index_recall=retrieval.index_recall, scale=retrieval.scale,
             retriever=retrieval.retriever, lexical_weight=retrieval.lexical_weight, no_answer=no_answer,
             memory_logit=memory_logit, memory_prob=float(retrieval.doc_lp[-1].exp()) if with_memory else None,
+            question_encoder=retrieval.question_encoder,
         )

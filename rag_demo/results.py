@@ -40,6 +40,7 @@ class Retrieval:
     notices: tuple[str, ...] = ()
     encode_ms: float = 0.0  # the question encoder's time (0 for bm25, which reads words)
     search_ms: float = 0.0  # finding and weighing the passages
+    question_encoder: str = ""  # what computed q(x) (`Encoder.description`); "" when none did (bm25)
 
 
 @dataclass(frozen=True)
@@ -94,6 +95,9 @@ class AskResult:
     # and p(∅|x); None when memory is off (p(z|x) is then over the k passages alone, as in the paper)
     memory_logit: float | None = None
     memory_prob: float | None = None
+    # What computed q(x): the engine's encoder by name ("minilm"), or a trained copy as its trainer names it
+    # ("trained on this page (RAG-Token, 60 steps)"); "" when no encoder did (BM25)
+    question_encoder: str = ""
 
     def to_json(self) -> dict:
         return asdict(self)

@@ -101,3 +101,12 @@ def tiny_rag_engine(progress, *, folder: str, memory_logit: float | None = None)
     if memory_logit is not None:
         engine.config = replace(engine.config, memory=MemoryConfig(logit=memory_logit))
     return engine
+
+
+def tiny_rag_engine_with_training_questions(progress, *, folder: str, pairs: tuple):
+    """`tiny_rag_engine`, whose first knowledge base the page's Train tab trains on `pairs` (training, held out)."""
+    from rag_demo.serving import retriever_training
+    from tests.ui_engine import KB_NAMES
+
+    retriever_training.QUESTION_SETS_FOR_KB = {KB_NAMES[0]: pairs}  # this child's own module: nothing else reads it
+    return tiny_rag_engine(progress, folder=folder)

@@ -1,4 +1,5 @@
-"""The Train tab in a real Chromium (the harness of tests/test_browser.py): press Train, see the plots fill in.
+"""The Train tab in a real Chromium (the harness of tests/test_browser.py): press Train, see the plots fill in, then
+ask with the trained encoder on the Ask tab.
 
 Run: pytest -m browser tests/test_browser_train.py
 """
@@ -8,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from rag_demo.ui import build_demo
-from tests.test_browser import TIMEOUT_MS, VIEWPORT, browser, expect, launch, open_tab, shot  # noqa: F401 (fixture)
+from tests.test_browser import TIMEOUT_MS, VIEWPORT, browser, expect, field, launch, open_tab, shot  # noqa: F401 (fixture)
 
 pytestmark = [pytest.mark.browser, pytest.mark.usefixtures("one_torch_thread")]
 
@@ -65,6 +66,39 @@ def test_pressing_train_draws_the_run(browser, train_server):  # noqa: F811
         assert plotted_points(page, "train-held-out") == 13  # step 0 and every 5th step
         expect(page.locator("#train-summary")).to_contain_text("Followed question")
         expect(page.locator("#train-question .js-plotly-plot")).to_be_visible()
+        expect(page.locator("#train-status")).to_contain_text("Ask with it on the Ask tab")
         shot(page, "train-tab", full_page=True)
+
+        # the Ask tab now offers this visitor's encoder; an answer with it says so
+        open_tab(page, "Ask")
+        choice = page.locator("#question-encoder")
+        expect(choice).to_be_visible()
+        choice.get_by_text("trained on this page (RAG-Token, 60 steps)").click()
+        field(page, "question").fill("Who won the 2018 FIFA World Cup?")
+        page.locator("#ask-btn").click()
+        expect(page.locator("#answer")).to_contain_text("question encoder: trained on this page (RAG-Token, 60 steps)")
+        shot(page, "ask-trained-encoder")
+
+        # a new run takes the chosen encoder back: the choice returns to the packaged one (with a note while the run
+        # has taken no step, `REPLACED_NOTE`: too brief to catch on tiny models), and offers the new run's encoder
+        open_tab(page, "Train")
+        page.locator("#train-objective").get_by_text("RAG-Sequence (the paper's, from answers)").click()
+        page.locator("#train-btn").click()
+        open_tab(page, "Ask")
+        expect(choice).to_contain_text("trained on this page (RAG-Sequence, 60 steps)")
+        expect(choice.get_by_label("packaged")).to_be_checked()
+    finally:
+        context.close()
+
+
+def test_another_visitor_is_not_offered_the_trained_encoder(browser, train_server):  # noqa: F811
+    """The first test's run is another visitor's: a fresh page never sees a question-encoder choice."""
+    context = browser.new_context(viewport=VIEWPORT)
+    try:
+        page = context.new_page()
+        page.set_default_timeout(TIMEOUT_MS)
+        page.goto(train_server)
+        page.locator("#ask-btn").wait_for()
+        expect(page.locator("#question-encoder")).to_be_hidden()
     finally:
         context.close()

@@ -80,6 +80,7 @@ kb_opt = mostly(st.just("tiny"), choice)
 beams_opt = mostly(st.integers(1, 3), numberish)
 decoding_opt = mostly(st.sampled_from(["thorough", "fast"]), choice)
 question_opt = mostly(st.sampled_from(["who wrote a farewell to arms?", "where is lake baikal"]), any_text)
+encoder_opt = mostly(st.sampled_from(["packaged", "trained"]), choice)  # "trained": none was, so a note
 
 
 def status_is_clear(status: object) -> bool:
@@ -92,11 +93,12 @@ def status_is_clear(status: object) -> bool:
 
 @FUZZ
 @given(question=question_opt, variant=variant_opt, k=k_opt, index=index_opt, kb=kb_opt, beams=beams_opt,
-       decoding=decoding_opt)
-def test_ask_event_answers_or_explains(engine, question, variant, k, index, kb, beams, decoding):
+       decoding=decoding_opt, question_encoder=encoder_opt)
+def test_ask_event_answers_or_explains(engine, question, variant, k, index, kb, beams, decoding, question_encoder):
     TRIED["ask event"] += 1
-    out = DemoActions(engine).ask(question, variant, k, index, kb, beams, decoding, None)
-    assert len(out) == 8 and status_is_clear(out[0]), out[0]
+    out = DemoActions(engine).ask(question, variant, k, index, kb, beams, decoding, None,
+                                  question_encoder=question_encoder)
+    assert len(out) == 9 and status_is_clear(out[0]), out[0]
     if out[0] == "":
         assert "<script" not in out[1] and "<script" not in out[2]
 

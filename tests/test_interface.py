@@ -21,7 +21,16 @@ def test_the_declaration_lists_what_the_page_and_cli_call():
     assert set(ENGINE_FIELDS) == {"kb_names", "default_kb", "lexical_weight", "retrievers"}
     assert set(ENGINE_CALLS) == {"ask", "score", "compare_retrievers", "index_reports", "build_kb",
                                  "example_questions", "memory_logit", "release_kb"}
-    assert set(TRAINING_CALLS) == {"train_kbs", "train_begin", "train_advance", "train_end"}
+    assert set(TRAINING_CALLS) == {"train_kbs", "train_begin", "train_advance", "train_end", "train_ask", "train_score"}
+
+
+@pytest.mark.parametrize("asking, engine_call", [("train_ask", "ask"), ("train_score", "score")])
+def test_asking_with_a_trained_encoder_takes_the_engine_calls_options_after_the_session(asking, engine_call):
+    """What the Ask and Score tabs give `ask` and `score` they can give the trained encoder's calls too."""
+    declared = list(call_signature(asking).parameters.values())
+    engine = list(call_signature(engine_call).parameters.values())
+    assert [p.name for p in declared[:2]] == ["self", "session"]
+    assert [(p.name, p.kind, p.default) for p in declared[2:]] == [(p.name, p.kind, p.default) for p in engine[1:]]
 
 
 @pytest.mark.parametrize("name", TRAINING_CALLS)

@@ -115,19 +115,33 @@ def test_the_page_has_a_train_tab(ui_engine):
 
 
 def test_the_train_calls_cross_the_engines_process(tmp_path):
-    """Through `EngineProcess` the page reaches the child's runs: what it offers, and a refusal as itself."""
+    """Through `EngineProcess` the page reaches the child's runs: what it offers, a run, an ask with its encoder,
+    and a refusal as itself."""
     import functools
 
     from rag_demo.errors import InputError
+    from rag_demo.serving.interface import NoTrainedEncoder
     from tests import process_engines
     from tests.test_engine_process import _started
 
-    engine = _started(functools.partial(process_engines.tiny_rag_engine, folder=str(tmp_path)))
+    engine = _started(functools.partial(process_engines.tiny_rag_engine_with_training_questions, folder=str(tmp_path),
+                                        pairs=(TRAIN, HELD_OUT)))
     try:
-        assert engine.train_kbs() == ()  # the tiny bases have no question sets of their own
+        assert engine.train_kbs() == ("nq-wiki",)  # nq-counterfactual has no question sets
         with pytest.raises(InputError, match="no training questions for the page"):
-            engine.train_begin("a", objective="rag-token", questions=4, kb="nq-wiki")
+            engine.train_begin("a", objective="rag-token", questions=4, kb="nq-counterfactual")
+        with pytest.raises(NoTrainedEncoder, match="train one on the Train tab"):
+            engine.train_ask("a", "Who won the 2018 FIFA World Cup?")
+        engine.train_begin("a", objective="rag-token", questions=4, kb="nq-wiki")
+        assert engine.train_advance("a", steps=2).question_encoder == "trained on this page (RAG-Token, 2 steps)"
+        trained = engine.train_ask("a", "Who won the 2018 FIFA World Cup?", kb="nq-wiki", k=3, retriever="dense")
+        scored = engine.train_score("a", "Who won the 2018 FIFA World Cup?", "France", kb="nq-wiki", k=3, retriever="dense")
+        default = engine.ask("Who won the 2018 FIFA World Cup?", kb="nq-wiki", k=3, retriever="dense")
+        assert trained.question_encoder == scored.question_encoder == "trained on this page (RAG-Token, 2 steps)"
+        assert default.question_encoder == "tiny-dpr"
         engine.train_end("a")
+        with pytest.raises(NoTrainedEncoder):
+            engine.train_ask("a", "Who won the 2018 FIFA World Cup?")
     finally:
         engine.stop()
 

@@ -236,7 +236,7 @@ def test_figures_have_titles_axes_and_legends(actions):
 
 
 def test_ask_returns_every_output(actions):
-    status, answer, passages, prob_fig, heat_token, heat_seq, gain, last = ask(actions, k=3)
+    status, answer, passages, prob_fig, heat_token, heat_seq, gain, question_encoder, last = ask(actions, k=3)
     assert status == ""
     result = unwrap(last)
     assert isinstance(last, Held) and isinstance(result, AskResult)
@@ -247,6 +247,8 @@ def test_ask_returns_every_output(actions):
         assert v.tokens and f"p(y|x) = <b>{fmt_prob(math.exp(v.logprob))}</b>" in answer
     assert f"p(y|x) = <b>{fmt_prob(math.exp(result.closed_book.logprob))}</b>" in answer
     assert "Closed-book" in answer and "encode" in answer and "exact search" in answer
+    assert "question encoder: tiny-dpr" in answer and result.question_encoder == "tiny-dpr"
+    assert question_encoder == {"__type__": "update"}  # the choice stays as the visitor left it
     assert passages.count('class="rag-passage"') == 3
     titles = re.findall(r'<span class="rag-passage-title">(.*?)</span>', passages)
     assert titles == [esc(p.title) for p in result.passages]
@@ -414,7 +416,8 @@ def test_demo_builds_with_named_endpoints_and_one_engine_lane(ui_engine):
                                                                                  "retriever", "extractive", "memory"]
     assert [p["parameter_name"] for p in endpoints["/score_json"]["parameters"]] == [
         "question", "answer", "kb", "k", "index", "variant", "retriever", "memory"]
-    assert [p["parameter_name"] for p in endpoints["/ask"]["parameters"]][-1] == "memory"
+    # and the question encoder after it, for the same reason
+    assert [p["parameter_name"] for p in endpoints["/ask"]["parameters"]][-2:] == ["memory", "question_encoder"]
     assert [p["parameter_name"] for p in endpoints["/compare_json"]["parameters"]] == ["question", "kb", "k"]
     engine_fns = [fn for fn in demo.fns.values() if fn.concurrency_id == ENGINE_GROUP]
     assert len(engine_fns) >= 10 and all(fn.concurrency_limit == 1 for fn in engine_fns)

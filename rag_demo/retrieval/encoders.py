@@ -71,19 +71,32 @@ class Encoder:
         config = self.question_model.config
         return int(getattr(config, "projection_dim", 0) or config.hidden_size)
 
-    def _embed(self, model, tokenizer, first: list[str], second: list[str] | None = None) -> torch.Tensor:
-        batch = tokenizer(
-            first, second, padding=True, truncation=True, max_length=self.max_length, return_tensors="pt"
-        ).to(self.device)
-        with torch.inference_mode():
-            output = model(**batch)
+    @property
+    def description(self) -> str:
+        """What computes q(x), as results name it: the encoder, and its fine-tuned question weights if any."""
+        return f"{self.name}, question side {self.question_weights}" if self.question_weights else self.name
+
+    def vectors(self, model: torch.nn.Module, tokenizer, first: list[str], second: list[str] | None = None) -> torch.Tensor:
+        """(B, D) float32 vectors of texts read by `model` on its own device, with gradients when grad mode is on:
+        DPR's pooled output (unnormalized, as trained), or a sentence-transformers model's unit mean-pooled output."""
+        device = next(model.parameters()).device
+        batch = tokenizer(first, second, padding=True, truncation=True, max_length=self.max_length,
+                          return_tensors="pt").to(device)
+        output = model(**batch)
         if self.kind == "dpr":
-            return output.pooler_output.float()  # (B, D) unnormalized, as trained
+            return output.pooler_output.float()
         return mean_pooled(output.last_hidden_state.float(), batch["attention_mask"])
 
-    def encode_questions(self, questions: list[str]) -> torch.Tensor:
-        """(B, D) float32 question vectors."""
-        return self._embed(self.question_model, self.tokenizer, list(questions))
+    def _embed(self, model, tokenizer, first: list[str], second: list[str] | None = None) -> torch.Tensor:
+        with torch.inference_mode():
+            return self.vectors(model, tokenizer, first, second)
+
+    def encode_questions(self, questions: list[str], *, question_model: torch.nn.Module | None = None) -> torch.Tensor:
+        """(B, D) float32 question vectors from the encoder's question side, or from `question_model` in its
+        place (a copy being trained, `training.end_to_end`; put it in eval mode): the same tokenizer, length
+        and pooling either way, so its vectors meet the same passage vectors."""
+        return self._embed(self.question_model if question_model is None else question_model, self.tokenizer,
+                           list(questions))
 
     def _passage_texts(self, passages: list[Passage]) -> tuple[list[str], list[str] | None]:
         if self.kind == "dpr":  # DPR's context encoder reads (title, text) as a sentence pair

@@ -44,6 +44,8 @@ log = logging.getLogger(__name__)
 # rows HNSW took 4 minutes and 2.2 GB on 2 cores (docs/scale.md); `build-index` builds it once.
 BUILD_WHILE_SERVING_MAX_ROWS = 1_000_000
 PRIVATE_INDEX_SLOTS = 16  # indexes of visitors' own KBs kept in memory, least recently used dropped
+# A result's `question_encoder` when the call gave its own question side; the caller, who knows what it is, names it
+GIVEN_QUESTION_MODEL = "a question side given for this call"
 
 
 class Retriever:
@@ -297,11 +299,15 @@ class Retriever:
         return retriever
 
     def retrieve(self, question: str, *, kb: str | KnowledgeBase | None = None, k: int = ASK.k, index: str = ASK.index,
-                 retriever: str | None = None, rows: Sequence[int] | None = None) -> Retrieval:
+                 retriever: str | None = None, rows: Sequence[int] | None = None,
+                 question_model: torch.nn.Module | None = None) -> Retrieval:
         """The top k passages of a knowledge base for `question` and their p(z|x) under `retriever`.
 
         `rows` names the passages instead of searching for them (k = len(rows)): p(z|x) is then the
-        same softmax over just those rows, e.g. 1 for a single gold passage (`eval --gold-passage`)."""
+        same softmax over just those rows, e.g. 1 for a single gold passage (`eval --gold-passage`).
+        `question_model` computes q(x) for this call in place of the encoder's question side (a copy trained
+        end to end, in eval mode; `Encoder.encode_questions`); the passage vectors and indexes stay the KB's,
+        so it serves every index variant. BM25 reads no vector and ignores it."""
         knowledge = self.resolve_kb(kb)
         retriever = self.resolve_retriever(retriever)
         if rows is not None:
@@ -323,17 +329,18 @@ class Retriever:
             return replace(retrieval, notices=(notice, *retrieval.notices))
         if retriever == "bm25":
             return self._retrieve_bm25(question, knowledge, k=k, index=index, rows=rows)
-        return self._retrieve_dense(question, knowledge, k=k, index=index, hybrid=retriever == "hybrid", rows=rows)
+        return self._retrieve_dense(question, knowledge, k=k, index=index, hybrid=retriever == "hybrid", rows=rows,
+                                    question_model=question_model)
 
     def _retrieve_dense(self, question: str, knowledge: KnowledgeBase, *, k: int, index: str, hybrid: bool,
-                        rows: list[int] | None) -> Retrieval:
+                        rows: list[int] | None, question_model: torch.nn.Module | None) -> Retrieval:
         """Dense (the paper's) or hybrid: the index finds the candidates, exact inner products weigh them."""
         notices = []
         started = time.perf_counter()
         question_tokens = len(self.encoder.tokenizer(question)["input_ids"])
         if question_tokens > self.encoder.max_length:
             notices.append(f"the question is {question_tokens} tokens; the retriever read its first {self.encoder.max_length}")
-        xq = self.encoder.encode_questions([question]).float().cpu()  # (1, D)
+        xq = self.encoder.encode_questions([question], question_model=question_model).float().cpu()  # (1, D)
         encode_ms = (time.perf_counter() - started) * 1000
         started = time.perf_counter()
         query = xq.numpy()
@@ -357,6 +364,7 @@ class Retriever:
             kb=knowledge.name, passages=passages, doc_lp=doc_lp, generator_question=self.generator_question(question),
             retriever="hybrid" if hybrid else "dense", scale=self.encoder.scale, lexical_weight=weight,
             index_recall=recall, notices=tuple(notices), encode_ms=encode_ms, search_ms=(time.perf_counter() - started) * 1000,
+            question_encoder=self.encoder.description if question_model is None else GIVEN_QUESTION_MODEL,
         )
 
     def _candidates(self, knowledge: KnowledgeBase, query, k: int, index: str, lexical) -> tuple[list[int], float | None]:

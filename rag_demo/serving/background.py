@@ -214,8 +214,8 @@ class BackgroundEngine:
         """`name(*args, **kwargs)` on the engine serving now, which answers the whole call whatever is
         swapped in meanwhile; a visitor's call makes the build step aside, and its notices say which
         parts answered while the rest builds."""
-        if name in TRAINING_CALLS:  # the runs find the engine serving now themselves, when they need one
-            stage, call = None, getattr(self._training_runs(), name)
+        if name in TRAINING_CALLS:  # the runs find the engine serving now themselves; an ask's notices name it
+            stage, call = self._current, getattr(self._training_runs(), name)
         else:
             stage = self._get()
             call = getattr(stage.engine, name)

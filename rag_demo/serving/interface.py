@@ -81,6 +81,19 @@ class Trainer(Protocol):
 
     def train_end(self, session: str) -> None: ...
 
+    # `Engine.ask` and `.score` with the question encoder the session's run trained, for that call only; the
+    # result's `question_encoder` names it. No trained encoder: `NoTrainedEncoder`
+    def train_ask(self, session: str, question: str, *, kb: str | KnowledgeBase | None = None, k: int = ASK.k,
+                  index: str = ASK.index, variants: str | Sequence[str] = VARIANTS, num_beams: int | None = None,
+                  sequence_decoding: str | None = None, max_new_tokens: int | None = None, closed_book: bool = True,
+                  retriever: str | None = None, extractive: bool | None = None, memory: bool | None = None,
+                  progress: Progress | None = None) -> AskResult: ...
+
+    def train_score(self, session: str, question: str, answer: str, *, kb: str | KnowledgeBase | None = None,
+                    k: int = ASK.k, index: str = ASK.index, variants: str | Sequence[str] = VARIANTS,
+                    retriever: str | None = None, memory: bool | None = None,
+                    progress: Progress | None = None) -> AskResult: ...
+
 
 def _declared(protocol: type) -> tuple[tuple[str, ...], dict[str, inspect.Signature]]:
     fields, calls = [], {}
@@ -164,6 +177,11 @@ def _forwarder(name: str) -> Callable[..., Any]:
 
 class EngineNotReady(RagDemoError):
     """The engine is still being prepared (first start) or failed to start."""
+
+
+class NoTrainedEncoder(InputError):
+    """A visitor asked with the question encoder their Train run trained, and no run of theirs holds one (none was
+    trained, or the run ended: a new run, or the session's end)."""
 
 
 def not_ready(status_text: str, *, failed: bool) -> EngineNotReady:

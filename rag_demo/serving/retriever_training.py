@@ -18,17 +18,22 @@ import random
 import re
 import uuid
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..config import GENERAL_KB, EndToEndConfig, cache_root
+from ..config import ASK, GENERAL_KB, VARIANTS, EndToEndConfig, cache_root
 from ..errors import InputError
+from ..progress import counted
 from ..training.pairs import QAPair, load_pairs
+from .interface import NoTrainedEncoder
 
 if TYPE_CHECKING:  # the page's process unpickles this module's views without loading torch
+    from ..progress import Progress
+    from ..results import AskResult
+    from ..retrieval.corpus import KnowledgeBase
     from ..training.end_to_end import CandidateReading, HeldOutCheck, ReadQuestion
 
 log = logging.getLogger(__name__)
@@ -173,6 +178,17 @@ def save_question_encoder(model, name: str, record: dict) -> Path:
 
 # ---- the page's runs: one per visitor, stepped a few steps per call, as plain data ---------------------------
 
+OBJECTIVE_NAMES = {"rag-token": "RAG-Token", "rag-sequence": "RAG-Sequence", "gold-passage": "gold passage"}
+
+
+def trained_encoder_name(objective: str, steps: int) -> str:
+    """How results and the page name the question encoder a visitor's run trained.
+
+    >>> trained_encoder_name("rag-token", 60), trained_encoder_name("gold-passage", 1)
+    ('trained on this page (RAG-Token, 60 steps)', 'trained on this page (gold passage, 1 step)')
+    """
+    return f"trained on this page ({OBJECTIVE_NAMES.get(objective, objective)}, {counted(steps, 'step')})"
+
 
 @dataclass(frozen=True)
 class RankedPassages:
@@ -218,6 +234,11 @@ class TrainingView:
     def finished(self) -> bool:
         return self.step >= self.steps
 
+    @property
+    def question_encoder(self) -> str:
+        """The trained encoder's name, as an ask with it (`TrainingRuns.train_ask`) says it now."""
+        return trained_encoder_name(self.objective, self.step)
+
 
 @dataclass(frozen=True)
 class PageRunConfig:
@@ -235,16 +256,22 @@ class PageRunConfig:
 
 class _Run:
     def __init__(self, data: TrainingData, trainer, *, followed: int, before: RankedPassages, config: PageRunConfig):
+        import threading
+
         self.data, self.trainer, self.followed, self.before, self.config = data, trainer, followed, before, config
         self.losses: list[float] = []
         self.checks: list[tuple[int, float, float]] = []
         self.step_seconds = 0.0
+        # the encoder is stepped and asked with from different calls (the Train and Ask tabs run side by side):
+        # an ask never sees a step half taken, nor dropout on (a step sets train mode)
+        self.model_lock = threading.Lock()
 
 
 class TrainingRuns:
     """Each visitor's run on the page (by session id): `train_begin`, then `train_advance` until finished or
-    stopped, and `train_end` when the visitor leaves. The trained encoder lives here only, for that visitor;
-    the engine's own encoder is never changed. `engine()` gives the engine serving now."""
+    stopped, and `train_end` when the visitor leaves. The trained encoder lives here only, for that visitor:
+    `train_ask` and `train_score` hand it to the engine for one call, and the engine's own encoder is never
+    changed. `engine()` gives the engine serving now."""
 
     def __init__(self, engine: Callable[[], object], *, config: PageRunConfig = PageRunConfig(),
                  question_sets: dict[str, tuple[str | Path | Sequence[QAPair], str | Path | Sequence[QAPair]]] | None = None):
@@ -317,7 +344,7 @@ class TrainingRuns:
                 best, least = i, mass
         return best
 
-    def train_advance(self, session: str, *, steps: int, progress=None) -> TrainingView:
+    def train_advance(self, session: str, *, steps: int, progress: Progress | None = None) -> TrainingView:
         """Take up to `steps` more steps of the session's run; the held-out sample is measured every `check_every`.
         `progress(stage, done, total)` hears of the reading when the candidates are widened (not timed as a step)."""
         import time
@@ -327,18 +354,63 @@ class TrainingRuns:
         if run is None:
             raise InputError("no training run for this page; press Train to start one")
         for _ in range(max(0, min(steps, self.config.steps - run.trainer.steps_taken))):
-            if run.trainer.widening_due:
-                run.trainer.widen(progress=progress)
-            started = time.perf_counter()
-            run.losses.append(run.trainer.step())
-            taken = run.trainer.steps_taken
-            run.step_seconds += (time.perf_counter() - started - run.step_seconds) / taken  # running mean
-            if taken % self.config.check_every == 0 or taken == self.config.steps:
-                figures = run.data.check.measure(run.trainer.model)
-                run.checks.append((taken, figures.recall[5], figures.answer_mass))
-            if taken == self.config.steps:  # kept only to be shown now: AdamW's moments are twice the encoder
-                run.trainer.optimizer.state.clear()
-        return self._view(run)
+            with run.model_lock:
+                if run.trainer.widening_due:
+                    run.trainer.widen(progress=progress)
+                started = time.perf_counter()
+                run.losses.append(run.trainer.step())
+                taken = run.trainer.steps_taken
+                run.step_seconds += (time.perf_counter() - started - run.step_seconds) / taken  # running mean
+                if taken % self.config.check_every == 0 or taken == self.config.steps:
+                    figures = run.data.check.measure(run.trainer.model)
+                    run.checks.append((taken, figures.recall[5], figures.answer_mass))
+                if taken == self.config.steps:  # kept only to be shown now: AdamW's moments are twice the encoder
+                    run.trainer.optimizer.state.clear()
+        with run.model_lock:
+            return self._view(run)
+
+    def _trained(self, session: str) -> _Run:
+        with self._lock:
+            run = self._runs.get(session)
+        if run is None:
+            raise NoTrainedEncoder("this page holds no trained question encoder (none was trained, or its run ended); "
+                                   "train one on the Train tab, or ask with the packaged encoder")
+        return run
+
+    def train_ask(self, session: str, question: str, *, kb: str | KnowledgeBase | None = None, k: int = ASK.k,
+                  index: str = ASK.index, variants: str | Sequence[str] = VARIANTS, num_beams: int | None = None,
+                  sequence_decoding: str | None = None, max_new_tokens: int | None = None, closed_book: bool = True,
+                  retriever: str | None = None, extractive: bool | None = None, memory: bool | None = None,
+                  progress: Progress | None = None) -> AskResult:
+        """The engine's `ask` with the question encoder the session's run trained (as it stands now), for this ask
+        alone; its result names the encoder. Raises `NoTrainedEncoder` when the session has no run."""
+        run = self._trained(session)
+        with run.model_lock:  # held for the whole ask: a step waits for it (an ask takes about as long as a few steps)
+            model = run.trainer.model.eval()
+            result = self._engine().ask(
+                question, kb=kb, k=k, index=index, variants=variants, num_beams=num_beams,
+                sequence_decoding=sequence_decoding, max_new_tokens=max_new_tokens, closed_book=closed_book,
+                retriever=retriever, extractive=extractive, memory=memory, progress=progress, question_model=model)
+            return self._named(result, run)
+
+    def train_score(self, session: str, question: str, answer: str, *, kb: str | KnowledgeBase | None = None,
+                    k: int = ASK.k, index: str = ASK.index, variants: str | Sequence[str] = VARIANTS,
+                    retriever: str | None = None, memory: bool | None = None,
+                    progress: Progress | None = None) -> AskResult:
+        """The engine's `score` with the session's trained question encoder, as `train_ask` asks with it."""
+        run = self._trained(session)
+        with run.model_lock:
+            model = run.trainer.model.eval()
+            result = self._engine().score(question, answer, kb=kb, k=k, index=index, variants=variants,
+                                          retriever=retriever, memory=memory, progress=progress, question_model=model)
+            return self._named(result, run)
+
+    @staticmethod
+    def _named(result: AskResult, run: _Run) -> AskResult:
+        """The result, its `question_encoder` naming the run's encoder where one computed q(x) (not for BM25)."""
+        if not result.question_encoder:
+            return result
+        return replace(result, question_encoder=trained_encoder_name(run.trainer.config.objective, run.trainer.steps_taken))
 
     def train_end(self, session: str) -> None:
         """Forget the session's run and its trained encoder."""

@@ -49,7 +49,7 @@ import torch
 from ..config import EndToEndConfig
 from ..marginalize import doc_logprobs, rag_sequence_logprob, rag_token_logprob
 from ..questions import answer_in_text
-from ..retrieval.encoders import Encoder, mean_pooled
+from ..retrieval.encoders import Encoder
 
 log = logging.getLogger(__name__)
 
@@ -156,14 +156,8 @@ def marginal_nll(logits: torch.Tensor, token_logprobs: torch.Tensor, mask: torch
 
 def question_vectors(model: torch.nn.Module, encoder: Encoder, questions: Sequence[str]) -> torch.Tensor:
     """(B, D) question vectors from `model` (the encoder's question side or a copy), with gradients when
-    grad mode is on: unit mean-pooled vectors for a sentence-transformers encoder, DPR's pooled output for DPR."""
-    device = next(model.parameters()).device
-    batch = encoder.tokenizer(list(questions), padding=True, truncation=True, max_length=encoder.max_length,
-                              return_tensors="pt").to(device)
-    output = model(**batch)
-    if encoder.kind == "dpr":
-        return output.pooler_output.float()
-    return mean_pooled(output.last_hidden_state.float(), batch["attention_mask"])
+    grad mode is on: as the retriever computes them at an ask (`Encoder.vectors`)."""
+    return encoder.vectors(model, encoder.tokenizer, list(questions))
 
 
 class EndToEndTrainer:

@@ -8,25 +8,24 @@ and leaves the other outputs as they were (`changed`).
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import replace
 from typing import Any
 
 import gradio as gr
 
 from .. import plots
-from ..serving.interface import Engine, EngineNotReady, engine_complete, engine_ready, engines_served
+from ..serving.interface import Engine, NoTrainedEncoder, engine_complete, engine_ready, engines_served
 from ..config import ASK, DECODING_DEFAULTS, INDEX_KINDS, RETRIEVER_NAMES, SWAP_PAIRS, VARIANTS
 from ..retrieval.corpus import KnowledgeBase, Passage
 from ..errors import InputError, RagDemoError
 from ..options import parse_variants
-from ..progress import Progress, counted
+from ..progress import counted
 from ..results import AskResult
 from ..text import plain_text
 from .html import (
-    MEMORY_UNAVAILABLE,
     format_answer_html,
     format_comparison_html,
     format_index_table,
@@ -41,24 +40,26 @@ from .html import (
 )
 from .exports import write_exports
 from .inputs import (
-    LANGUAGE_NOTE,
+    TRAINED,
     PageLink,
     SessionFiles,
     UploadLimits,
     link_query,
-    looks_english,
     memory_switch,
     parse_beams,
     parse_k,
     parse_link,
     parse_memory,
+    parse_question_encoder,
     parse_retriever,
     passages_from_inputs,
     require_answer,
     require_question,
 )
 from .learn import format_learn_html, learn_token_choices
+from .outcomes import api_json, failure_status, noted_language, noted_memory, part_of, plot_update, progress_reporter
 from .sentences import as_sentence
+from .train import GONE_NOTE, packaged_encoder, training_runs
 from .views import (
     AskView,
     CompareView,
@@ -85,82 +86,18 @@ PRIVATE_NAME = "my knowledge"  # as the dropdown calls it
 KB_MENUS = ("kb", "swap_left", "swap_right", "score_kb", "idx_kb")  # the knowledge-base dropdowns of every tab
 
 
-def _failure(err: Exception) -> str:
-    """The message box for an exception raised inside an event. Never a traceback."""
-    if isinstance(err, EngineNotReady):
-        return format_status(str(err), "wait")
-    if isinstance(err, RagDemoError):
-        return format_status(str(err))
-    log.exception("unexpected error in a UI event", exc_info=err)
-    return format_status(f"Something went wrong inside the demo ({type(err).__name__}). "
-                         "The server log has the details; try another question or setting.")
-
-
-def _plot_update(figure: Any, description: str = "") -> dict:
-    """A chart's new figure; `description`, one sentence, becomes its label: a screen reader's name for
-    the chart (the page's script copies it there, see page.ACCESSIBLE_NAMES_JS)."""
-    if description:
-        return gr.update(value=figure, visible=figure is not None, label=description)
-    return gr.update(value=figure, visible=figure is not None)
-
-
-def noted_language(result: AskResult) -> AskResult:
-    """The result, with a notice when its question does not look English (the default models read English)."""
-    if looks_english(result.question):
-        return result
-    return replace(result, notices=(*result.notices, LANGUAGE_NOTE))
-
-
-def noted_memory(result: AskResult, wanted: bool | None) -> AskResult:
-    """The result, with a notice when memory was wanted where available (None) and this setup had none,
-    so the visitor who left the switch on reads why no ∅ shows."""
-    if wanted is None and result.memory_prob is None and result.passages:
-        return replace(result, notices=(*result.notices, MEMORY_UNAVAILABLE))
-    return result
-
-
-def _api_json(endpoint: str, call: Callable[[], Any]) -> dict:
-    """`call()`'s result as JSON for an API endpoint; a user's error comes back as its message, anything
-    else as a short message for the caller with the details in the server log."""
-    try:
-        result = call()
-    except RagDemoError as err:
-        raise gr.Error(str(err), print_exception=False) from None
-    except Exception as err:  # the API boundary
-        log.exception("unexpected error in %s", endpoint, exc_info=err)
-        raise gr.Error(f"Something went wrong inside the demo ({type(err).__name__}); the server log has the details.",
-                       print_exception=False) from None
-    return result.to_json()
-
-
-def _progress_adapter(progress: gr.Progress | None) -> Progress | None:
-    if progress is None:
-        return None
-
-    def report(stage: str, done: int, total: int) -> None:
-        progress((done, total) if total else None, desc=stage)
-
-    return report
-
-
-def _part_of(report: Progress | None, part: int, parts: int, label: str) -> Progress | None:
-    """`report` for the `part`-th of `parts` equal jobs: one bar across all of them, each stage labelled."""
-    if report is None:
-        return None
-
-    def report_part(stage: str, done: int, total: int) -> None:
-        report(f"{label}: {stage}", part * total + done, parts * total)
-
-    return report_part
-
-
 class DemoActions:
-    """One method per page event. Each parses its inputs, makes one engine call and formats the result."""
+    """One method per page event. Each parses its inputs, makes one engine call and formats the result.
 
-    def __init__(self, engine: Engine, *, limits: UploadLimits = UploadLimits(), files: SessionFiles | None = None):
+    `runs` are the visitors' Train runs (`train.training_runs(engine)` unless given), whose trained encoders the
+    Ask tab asks with; the Train tab must train the same runs."""
+
+    def __init__(self, engine: Engine, *, limits: UploadLimits = UploadLimits(), files: SessionFiles | None = None,
+                 runs=None):
         self.engine = engine
         self.limits = limits
         self.files = files or SessionFiles()
+        self.runs = runs if runs is not None else training_runs(engine)
 
     # ---- helpers -----------------------------------------------------------------------------
     def kb_names(self) -> tuple[str, ...]:
@@ -230,15 +167,22 @@ class DemoActions:
         return gr.Dataset(samples=samples, visible=bool(samples))
 
     # ---- Ask ----------------------------------------------------------------------------------
+    def _asking(self, question_encoder: str | None, request: gr.Request | None) -> Callable[..., AskResult]:
+        """The engine's ask, or with `TRAINED` the ask with the encoder this visitor's Train run trained."""
+        if parse_question_encoder(question_encoder) != TRAINED:
+            return self.engine.ask
+        return functools.partial(self.runs.train_ask, getattr(request, "session_hash", None) or "")
+
     def ask(self, question: str, variant: str, k: float, index: str, kb_choice: str | None, num_beams: float,
             sequence_decoding: str, mine: Held | KnowledgeBase | None, retriever: str | None = None,
-            extractive: bool = False, memory: bool = True,
+            extractive: bool = False, memory: bool = True, question_encoder: str | None = None,
+            request: gr.Request | None = None,
             progress: gr.Progress = gr.Progress(),  # noqa: B008 (gradio injects a tracker here)
             ) -> AskView:
         try:
             knowledge = self.resolve_kb(kb_choice, mine)
             wanted = memory_switch(memory)
-            result = self.engine.ask(
+            result = self._asking(question_encoder, request)(
                 require_question(question),
                 kb=knowledge,
                 k=self.fit_k(k, knowledge),
@@ -250,11 +194,13 @@ class DemoActions:
                 retriever=parse_retriever(retriever),
                 extractive=bool(extractive),
                 memory=wanted,
-                progress=_progress_adapter(progress),
+                progress=progress_reporter(progress),
             )
+        except NoTrainedEncoder:  # the run ended (a new one, or the page's state expired): back to the packaged encoder
+            return changed(AskView, status=format_status(GONE_NOTE, "info"), question_encoder=packaged_encoder(GONE_NOTE))
         except Exception as err:  # the UI boundary: a message in the page, never a traceback
-            return changed(AskView, status=_failure(err))
-        result = noted_language(noted_memory(result, wanted))
+            return changed(AskView, status=failure_status(err))
+        result = noted_language(noted_memory(result, wanted, trained=question_encoder == TRAINED))
         heat = {name: plots.posterior_heatmap(v, result.passages) for name, v in result.variants.items()}
         words = {name: plots.describe_heatmap(v, result.passages) for name, v in result.variants.items()}
         variants = list(result.variants.values())
@@ -262,10 +208,11 @@ class DemoActions:
             status="",
             answer=format_answer_html(result),
             passages=format_result_passages(result),
-            doc_prob=_plot_update(plots.doc_prob_figure(result), plots.describe_doc_prob(result)),
-            heat_token=_plot_update(heat.get("token"), words.get("token", "")),
-            heat_seq=_plot_update(heat.get("sequence"), words.get("sequence", "")),
-            gain=_plot_update(plots.retrieval_gain_figure(variants), plots.describe_gain(variants)),
+            doc_prob=plot_update(plots.doc_prob_figure(result), plots.describe_doc_prob(result)),
+            heat_token=plot_update(heat.get("token"), words.get("token", "")),
+            heat_seq=plot_update(heat.get("sequence"), words.get("sequence", "")),
+            gain=plot_update(plots.retrieval_gain_figure(variants), plots.describe_gain(variants)),
+            question_encoder=gr.skip(),
             last=Held(result),
         )
 
@@ -273,7 +220,7 @@ class DemoActions:
                  retriever: str = "", extractive: bool = False, memory: bool | str | None = None) -> dict:
         """The API: the AskResult as JSON. Errors come back as a gradio error with the message.
         `memory` as `inputs.parse_memory` reads it: empty is on where available, true required, false off."""
-        return _api_json("/ask_json", lambda: self.engine.ask(
+        return api_json("/ask_json", lambda: self.engine.ask(
             require_question(question), kb=self.known_kb(kb) if kb else self.engine.default_kb, k=parse_k(k),
             index=index or ASK.index, variants=parse_variants(variant), retriever=parse_retriever(retriever),
             extractive=bool(extractive), memory=parse_memory(memory)))
@@ -285,12 +232,12 @@ class DemoActions:
             knowledge = self.resolve_kb(kb_choice, mine)
             comparison = self.engine.compare_retrievers(require_question(question), kb=knowledge, k=self.fit_k(k, knowledge))
         except Exception as err:  # the UI boundary
-            return changed(CompareView, status=_failure(err))
+            return changed(CompareView, status=failure_status(err))
         return CompareView(status="", comparison=format_comparison_html(comparison))
 
     def compare_json(self, question: str, kb: str = "", k: int = ASK.k) -> dict:
         """The API: the RetrieverComparison as JSON. Errors come back as a gradio error with the message."""
-        return _api_json("/compare_json", lambda: self.engine.compare_retrievers(
+        return api_json("/compare_json", lambda: self.engine.compare_retrievers(
             require_question(question), kb=self.known_kb(kb) if kb else self.engine.default_kb, k=parse_k(k)))
 
     # ---- Swap the index -----------------------------------------------------------------------
@@ -304,13 +251,13 @@ class DemoActions:
             question = require_question(question)
             sides = [self.resolve_kb(left, mine), self.resolve_kb(right, mine)]
             wanted = memory_switch(memory)
-            report = _progress_adapter(progress)
+            report = progress_reporter(progress)
             a, b = (noted_language(noted_memory(self.engine.ask(
                         question, kb=kb, k=self.fit_k(k, kb), variants=parse_variants(variant), closed_book=True,
-                        memory=wanted, progress=_part_of(report, side, len(sides), getattr(kb, "name", kb))), wanted))
+                        memory=wanted, progress=part_of(report, side, len(sides), getattr(kb, "name", kb))), wanted))
                     for side, kb in enumerate(sides))
         except Exception as err:  # the UI boundary
-            return changed(SwapView, status=_failure(err))
+            return changed(SwapView, status=failure_status(err))
         return SwapView(status="", summary=format_swap_summary(a, b), left=format_swap_column(a), right=format_swap_column(b))
 
     # ---- Your knowledge -----------------------------------------------------------------------
@@ -325,9 +272,9 @@ class DemoActions:
             if files and session:
                 files = self.files.adopt(session, files)
             passages = passages_from_inputs(files, paste_title, paste_text, limits=self.limits)
-            kb = self.engine.build_kb(PRIVATE_NAME, passages, progress=_progress_adapter(progress))
+            kb = self.engine.build_kb(PRIVATE_NAME, passages, progress=progress_reporter(progress))
         except Exception as err:  # the UI boundary: the session keeps its previous knowledge base
-            return changed(MineView, status=_failure(err), mine=mine)
+            return changed(MineView, status=failure_status(err), mine=mine)
         sources = len(files or []) + (1 if (paste_text or "").strip() else 0)
         status = format_status(
             f"Indexed {counted(len(kb), 'passage')} from {counted(sources, 'source')} in "
@@ -363,9 +310,9 @@ class DemoActions:
             else:
                 del passages[int(position)]
                 what = f"Removed passage {int(position) + 1}"
-            kb = self.engine.build_kb(PRIVATE_NAME, passages, progress=_progress_adapter(progress))
+            kb = self.engine.build_kb(PRIVATE_NAME, passages, progress=progress_reporter(progress))
         except Exception as err:  # the UI boundary
-            return changed(MineView, status=_failure(err), mine=mine)
+            return changed(MineView, status=failure_status(err), mine=mine)
         return self._mine_view(format_status(f"{what} and re-indexed {counted(len(kb), 'passage')}. Ask again.", "ok"), kb)
 
     def ask_mine(self, question: str, mine: Held | KnowledgeBase | None,
@@ -377,9 +324,9 @@ class DemoActions:
             if not isinstance(kb, KnowledgeBase):
                 raise InputError("Build your knowledge base first (upload or paste text above).")
             result = self.engine.ask(require_question(question), kb=kb, k=min(5, len(kb)),
-                                     variants=VARIANTS, progress=_progress_adapter(progress))
+                                     variants=VARIANTS, progress=progress_reporter(progress))
         except Exception as err:  # the UI boundary
-            return changed(MineAnswerView, status=_failure(err))
+            return changed(MineAnswerView, status=failure_status(err))
         result = noted_language(result)
         return MineAnswerView(status="", answer=format_answer_html(result), passages=format_result_passages(result))
 
@@ -396,22 +343,22 @@ class DemoActions:
             wanted = memory_switch(memory)
             result = self.engine.score(require_question(question), answer, kb=knowledge,
                                        k=self.fit_k(k, knowledge), index=index or ASK.index, variants=VARIANTS,
-                                       memory=wanted, progress=_progress_adapter(progress))
+                                       memory=wanted, progress=progress_reporter(progress))
         except Exception as err:  # the UI boundary
-            return changed(ScoreView, status=_failure(err))
+            return changed(ScoreView, status=failure_status(err))
         result = noted_memory(result, wanted)
         heat = {name: plots.posterior_heatmap(v, result.passages) for name, v in result.variants.items()}
         words = {name: plots.describe_heatmap(v, result.passages) for name, v in result.variants.items()}
         variants = list(result.variants.values())
         return ScoreView(status="", cards=format_score_html(result),
-                         heat_token=_plot_update(heat.get("token"), words.get("token", "")),
-                         heat_seq=_plot_update(heat.get("sequence"), words.get("sequence", "")),
-                         gain=_plot_update(plots.retrieval_gain_figure(variants), plots.describe_gain(variants)))
+                         heat_token=plot_update(heat.get("token"), words.get("token", "")),
+                         heat_seq=plot_update(heat.get("sequence"), words.get("sequence", "")),
+                         gain=plot_update(plots.retrieval_gain_figure(variants), plots.describe_gain(variants)))
 
     def score_json(self, question: str, answer: str, kb: str = "", k: int = ASK.k, index: str = ASK.index,
                    variant: str = ASK.variant, retriever: str = "", memory: bool | str | None = None) -> dict:
         """The API: log p(answer|question) with its provenance, the AskResult as JSON; `memory` as for `ask_json`."""
-        return _api_json("/score_json", lambda: self.engine.score(
+        return api_json("/score_json", lambda: self.engine.score(
             require_question(question), require_answer(answer), kb=self.known_kb(kb) if kb else self.engine.default_kb,
             k=parse_k(k), index=index or ASK.index, variants=parse_variants(variant), retriever=parse_retriever(retriever),
             memory=parse_memory(memory)))
@@ -424,10 +371,10 @@ class DemoActions:
             reports = self.engine.index_reports(kb)
             elapsed = time.perf_counter() - started
         except Exception as err:  # the UI boundary
-            return changed(IndexView, status=_failure(err))
+            return changed(IndexView, status=failure_status(err))
         name = kb.name if isinstance(kb, KnowledgeBase) else kb
         return IndexView(status="", table=format_index_table(reports, name, click_seconds=elapsed),
-                         figure=_plot_update(plots.index_report_figure(reports), plots.describe_index_reports(reports)))
+                         figure=plot_update(plots.index_report_figure(reports), plots.describe_index_reports(reports)))
 
     # ---- links and downloads --------------------------------------------------------------------
     def open_link(self, request: gr.Request | None = None) -> LinkView:

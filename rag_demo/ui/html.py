@@ -119,6 +119,10 @@ MEMORY_MEANS = ("The generator's own memory: the question read with no passage b
                 "and both RAG variants mix it in as one more source.")
 MEMORY_UNAVAILABLE = ("The generator's memory is not a source here: this setup has no fitted logit for it, so p(z|x) "
                       "is over the k passages alone, as in the paper.")
+# its logit θ is fitted for the packaged question encoder, whose logits a trained one moves (`RagEngine.ask`)
+MEMORY_UNAVAILABLE_TRAINED = ("The generator's memory is not a source here: it has no fitted logit with a question "
+                              "encoder trained on this page, so p(z|x) is over the k passages alone, as in the paper "
+                              "and in training.")
 
 
 def memory_switch_info(logit: float | None) -> str:
@@ -253,7 +257,17 @@ def format_retriever_badge(result: AskResult | RetrieverRanking) -> str:
             f'{esc(what)}">{esc(text)}</span>')
 
 
+def format_encoder_badge(result: AskResult) -> str:
+    """Which question encoder computed q(x) ('question encoder: minilm'); "" when none did (BM25)."""
+    if not result.question_encoder:
+        return ""
+    return ('<span class="rag-badge rag-badge-encoder" title="the question encoder that computed q(x), the '
+            "question's vector; the passages' vectors and the index are the knowledge base's\">"
+            f"question encoder: {esc(result.question_encoder)}</span>")
+
+
 def format_index_badge(result: AskResult) -> str:
+    """The index variant's badge, then the retriever's and the question encoder's."""
     if result.retriever == "bm25":  # BM25 reads no vector index: say so, whatever index was chosen
         return ('<span class="rag-badge" title="BM25 scores every passage; the index variants hold dense vectors">'
                 f"exact search · no index</span>{format_retriever_badge(result)}")
@@ -262,7 +276,8 @@ def format_index_badge(result: AskResult) -> str:
     else:
         recall = "exact search" if result.index == "flat" else f"recall@{result.k} n/a"
     return (f'<span class="rag-badge" title="recall@k of this index variant against exact (flat) search, '
-            f'for this question">index {esc(result.index)} · {recall}</span>{format_retriever_badge(result)}')
+            f'for this question">index {esc(result.index)} · {recall}</span>{format_retriever_badge(result)}'
+            f"{format_encoder_badge(result)}")
 
 
 def _variant_card(variant: VariantResult, passages: Sequence[RetrievedPassage], *, extra: str = "") -> str:

@@ -47,6 +47,20 @@ def parse_retriever(choice: object) -> str | None:
     return choice or None
 
 
+PACKAGED, TRAINED = "packaged", "trained"  # the Ask tab's question encoders: the engine's own, or this visitor's trained one
+
+
+def parse_question_encoder(choice: object) -> str:
+    """The Ask tab's question-encoder choice; empty means the packaged one.
+
+    >>> parse_question_encoder(None), parse_question_encoder("trained")
+    ('packaged', 'trained')
+    """
+    if choice in (None, "", PACKAGED, TRAINED):
+        return str(choice or PACKAGED)
+    raise InputError(f"unknown question encoder {str(choice)[:40]!r}; choose {PACKAGED} or {TRAINED}")
+
+
 MEMORY_WORDS = {"": None, "auto": None, "true": True, "on": True, "false": False, "off": False}
 
 

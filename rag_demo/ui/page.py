@@ -35,9 +35,9 @@ from .views import (
 )
 from ..options import BOTH
 from .html import esc, format_status
-from .inputs import SessionFiles, UploadLimits
+from .inputs import PACKAGED, SessionFiles, UploadLimits
 from .learn import format_glossary_html, format_learn_html
-from .train import train_tab
+from .train import PACKAGED_CHOICE, train_tab, training_runs
 
 ASSETS = Path(__file__).resolve().parents[2] / "assets"
 VARIANT_CHOICES = [*((variant.title(), variant) for variant in VARIANTS), ("Both", BOTH)]
@@ -170,7 +170,8 @@ def build_demo(engine: Engine, *, limits: UploadLimits = UploadLimits(), files: 
 
     `files` holds visitors' uploads (default: a new private temporary folder).
     """
-    actions = DemoActions(engine, limits=limits, files=files)
+    runs = training_runs(engine)  # the visitors' Train runs: the Train tab trains them, the Ask tab asks with them
+    actions = DemoActions(engine, limits=limits, files=files, runs=runs)
     default = actions.default_kb()
     left_default, right_default = actions.swap_pair()
     kb_choices = actions.kb_choices(None)
@@ -243,6 +244,9 @@ def build_demo(engine: Engine, *, limits: UploadLimits = UploadLimits(), files: 
                                             elem_id="seq-decoding")
                         retriever = gr.Radio(label="Retriever", elem_id="retriever",
                                              **{"choices": RETRIEVER_CHOICES, **actions.retriever_options()})
+                        # this visitor's Train run offers its encoder here once it has taken a step (train.offered_encoder)
+                        question_encoder = gr.Radio([PACKAGED_CHOICE], value=PACKAGED, label="Question encoder",
+                                                    elem_id="question-encoder", visible=False)
                         compare_btn = gr.Button("Compare retrievers", elem_id="compare-btn", size="sm")
                         extractive = gr.Checkbox(False, label="Answers copy a passage span", elem_id="extractive",
                                                  info="Decoding may only copy a run of a retrieved passage's words; "
@@ -386,7 +390,7 @@ def build_demo(engine: Engine, *, limits: UploadLimits = UploadLimits(), files: 
                 with gr.Accordion("Words used on this page", open=False, elem_id="glossary"):
                     gr.HTML(format_glossary_html(), js_on_load=None)
 
-            train_tab(engine)  # its own module: rag_demo.ui.train
+            train_tab(engine, runs=runs, ask_encoder=question_encoder)  # its own module: rag_demo.ui.train
 
         # ---------------------------------------------------------------- events
         # Each event's outputs, by name: the components an action's values go to (rag_demo.ui.actions)
@@ -394,7 +398,7 @@ def build_demo(engine: Engine, *, limits: UploadLimits = UploadLimits(), files: 
         poll_view = PollView(banner=banner, timer=timer, announced=announced, **kb_menus, examples=examples,
                              swap_examples=swap_examples, retriever=retriever, memory=memory)
         ask_view = AskView(status=ask_status, answer=answer, passages=passages, doc_prob=doc_prob, heat_token=heat_token,
-                           heat_seq=heat_seq, gain=gain, last=last)
+                           heat_seq=heat_seq, gain=gain, last=last, question_encoder=question_encoder)
         compare_view = CompareView(status=ask_status, comparison=comparison)
         swap_view = SwapView(status=swap_status, summary=swap_summary, left=swap_left_out, right=swap_right_out)
         mine_view = MineView(status=mine_status, mine=mine, picker=mine_pick, edit_title=mine_edit_title,
@@ -431,7 +435,7 @@ def build_demo(engine: Engine, *, limits: UploadLimits = UploadLimits(), files: 
         gr.on([ask_btn.click, question.submit, examples.click], **scroll_to["answer"])
         gr.on([swap_btn.click, swap_question.submit, swap_examples.click], **scroll_to["swap-summary"])
         gr.on([score_btn.click, score_answer.submit], **scroll_to["score-out"])
-        ask_inputs = [question, variant, k, index, kb, beams, decoding, mine, retriever, extractive, memory]
+        ask_inputs = [question, variant, k, index, kb, beams, decoding, mine, retriever, extractive, memory, question_encoder]
         opened.then(actions.ask_linked, inputs=[link, *ask_inputs], outputs=list(ask_view), api_visibility="private",
                     show_progress_on=answer, **engine_events)
         last.change(actions.exports, inputs=last, outputs=list(export_view), api_visibility="private", queue=False)

@@ -4,9 +4,10 @@ A visitor picks a loss and a number of training questions and presses Train: the
 for that visitor only, takes 60 steps while the tab plots the loss, held-out retrieval, and one
 held-out question's p(z|x) before and now. One run trains at a time across visitors; the next waits in
 line and sees its place. The run lives with the engine (`serving.retriever_training.TrainingRuns`) and is
-dropped when the visitor leaves.
+dropped when the visitor leaves. Once it has taken a step, the Ask tab's question-encoder choice offers
+it to that visitor (`offered_encoder`); a new run takes it back (`packaged_encoder`).
 
-    train_tab(engine)   # inside the page's `gr.Tabs()`: the tab and its events
+    train_tab(engine, runs=runs, ask_encoder=radio)   # inside the page's `gr.Tabs()`: the tab and its events
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import gradio as gr
 from ..errors import RagDemoError
 from ..serving.interface import EngineNotReady
 from .html import esc, format_status
+from .inputs import PACKAGED, TRAINED
 
 log = logging.getLogger(__name__)
 
@@ -37,10 +39,34 @@ HELP = ("<p class=\"rag-help\">RAG trains its retriever without passage labels: 
         "marginalized over the top passages, and its gradient reaches the question encoder through p(z|x) alone. "
         "Here the generator (the reader) is frozen and its reading of each training question's top 10 passages is "
         "computed once and kept (about 2 s a question, the first time only), so a step is the question encoder's "
-        "forward and backward pass plus a softmax: about 0.2 s on 2 CPU cores. The passages' vectors and the index never change. The trained encoder is yours alone "
-        "and is forgotten when you leave; the generator's memory is no source here (the paper's formulas). "
+        "forward and backward pass plus a softmax: about 0.2 s on 2 CPU cores. The passages' vectors and the index never change. The trained encoder is yours alone: "
+        "once it has taken a step the Ask tab offers it (Question encoder), and it is forgotten when you leave. The "
+        "generator's memory is no source here (the paper's formulas). "
         "Held-out questions are never trained on; with no passage labels, a passage that contains an answer counts "
         "as a hit.</p>")
+
+
+# The Ask tab's question-encoder choice: hidden until this visitor's run has taken a step
+PACKAGED_CHOICE = ("packaged", PACKAGED)
+ENCODER_INFO = ("Your Train run's encoder computes q(x) for your asks alone (Dense and Dense + BM25; BM25 reads words "
+                "only); nobody else on the page sees it. With it, the generator's memory is a source only where its "
+                "logit θ is configured: the fitted one is the packaged encoder's.")
+REPLACED_NOTE = ("A new run is training, so asks are back on the packaged encoder; the new run's encoder is offered "
+                 "here once it has taken a step (the last one is gone).")
+GONE_NOTE = ("Your trained question encoder is gone (it is kept while this page is open, for at most 2 hours after "
+             "its run), so asks are back on the packaged encoder. Press Ask again, or train anew on the Train tab.")
+
+
+def offered_encoder(view) -> dict:
+    """The Ask tab's choice once the run has taken a step: the packaged encoder, or the one trained, by name."""
+    if view.step < 1:
+        return gr.skip()
+    return gr.update(choices=[PACKAGED_CHOICE, (view.question_encoder, TRAINED)], visible=True, info=ENCODER_INFO)
+
+
+def packaged_encoder(note: str) -> dict:
+    """The Ask tab's choice back on the packaged encoder alone, and why."""
+    return gr.update(choices=[PACKAGED_CHOICE], value=PACKAGED, visible=True, info=note)
 
 
 class TrainView(NamedTuple):
@@ -50,6 +76,7 @@ class TrainView(NamedTuple):
     held_out: Any
     question: Any
     run: Any  # the session whose run the engine holds: gradio's deleting it frees the run (`train_tab`)
+    ask_encoder: Any  # the Ask tab's question-encoder choice (`offered_encoder`)
 
 
 class RunLine:
@@ -196,12 +223,12 @@ def _moves(gradient: float) -> str:
 
 def _view(run) -> TrainView:
     return TrainView(status=gr.skip(), summary=summary_html(run), loss=loss_figure(run), held_out=held_out_figure(run),
-                     question=question_figure(run), run=gr.skip())
+                     question=question_figure(run), run=gr.skip(), ask_encoder=offered_encoder(run))
 
 
 def _status_only(message: str, kind: str) -> TrainView:
     return TrainView(status=format_status(message, kind), summary=gr.skip(), loss=gr.skip(), held_out=gr.skip(),
-                     question=gr.skip(), run=gr.skip())
+                     question=gr.skip(), run=gr.skip(), ask_encoder=gr.skip())
 
 
 class TrainActions:
@@ -212,7 +239,9 @@ class TrainActions:
         self.runs, self.line = runs, line or RunLine()
         self.steps_per_update, self.wait_poll_s = steps_per_update, wait_poll_s
 
-    def train(self, objective: str, questions: float, request: gr.Request, progress=gr.Progress()):
+    def train(self, objective: str, questions: float, request: gr.Request, earlier: str | None = None,
+              progress=gr.Progress()):
+        """`earlier`: the session of this page's last run, if it had one (its encoder goes when this one begins)."""
         session = getattr(request, "session_hash", None) or "api"
         self.line.join(session)
         try:
@@ -225,7 +254,8 @@ class TrainActions:
                                    "by itself; keep this tab open.", "wait")
                 time.sleep(self.wait_poll_s)
             yield _status_only("Reading each training question's passages with the generator (once: cached for later "
-                               "runs), then measuring the packaged encoder…", "wait")
+                               "runs), then measuring the packaged encoder…", "wait")._replace(
+                ask_encoder=packaged_encoder(REPLACED_NOTE) if earlier else gr.skip())
 
             def report(stage: str, done: int, total: int) -> None:
                 self.line.heard(session)
@@ -238,8 +268,9 @@ class TrainActions:
                 run = self.runs.train_advance(session, steps=self.steps_per_update, progress=report)
                 yield _view(run)._replace(status=format_status(f"Training… step {run.step} of {run.steps}", "wait"))
             done = "Finished" if run.finished else f"Stopped at step {run.step}"
-            yield _view(run)._replace(status=format_status(f"{done}. This trained encoder is yours until you leave the page.",
-                                                           "ok"))
+            use = (" Ask with it on the Ask tab (Question encoder: trained)." if run.step else "")
+            yield _view(run)._replace(status=format_status(f"{done}. This trained encoder is yours until you leave the page."
+                                                           + use, "ok"))
         except EngineNotReady as err:
             yield _status_only(str(err), "wait")
         except RagDemoError as err:
@@ -274,8 +305,10 @@ def training_runs(engine):
     return TrainingRuns(lambda: engine)
 
 
-def train_tab(engine, *, runs=None) -> TrainActions:
-    """The Train tab and its events; call inside the page's `gr.Tabs()`. `runs` defaults to `training_runs(engine)`."""
+def train_tab(engine, *, ask_encoder: gr.Radio, runs=None) -> TrainActions:
+    """The Train tab and its events; call inside the page's `gr.Tabs()`. `ask_encoder` is the Ask tab's
+    question-encoder choice, which a run offers its encoder in; `runs` defaults to `training_runs(engine)`, and the
+    Ask tab must ask the same runs."""
     actions = TrainActions(runs if runs is not None else training_runs(engine))
 
     def end_session(session: str | None) -> None:
@@ -300,10 +333,11 @@ def train_tab(engine, *, runs=None) -> TrainActions:
         question = gr.Plot(elem_id="train-question", show_label=False)
         # the session holding a run; gradio deletes it when the visitor has left (or after STATE_TTL_S), and with it the run
         run = gr.State(None, time_to_live=STATE_TTL_S, delete_callback=end_session)
-    view = TrainView(status=status, summary=summary, loss=loss, held_out=held_out, question=question, run=run)
+    view = TrainView(status=status, summary=summary, loss=loss, held_out=held_out, question=question, run=run,
+                     ask_encoder=ask_encoder)
     # its own concurrency group, unlimited: a visitor in line is told their place (`RunLine`) instead of waiting
     # unseen in gradio's queue, and a run never holds up the other tabs' answers
-    train_btn.click(actions.train, inputs=[objective, questions], outputs=list(view), api_visibility="private",
+    train_btn.click(actions.train, inputs=[objective, questions, run], outputs=list(view), api_visibility="private",
                     concurrency_id="train", concurrency_limit=None, show_progress_on=status)
     stop_btn.click(actions.stop, api_visibility="private", queue=False)
     return actions

@@ -42,6 +42,7 @@ class AskView(NamedTuple):
     heat_token: Any
     heat_seq: Any
     gain: Any
+    question_encoder: Any  # the choice of question encoder: back on the packaged one when the trained one is gone
     last: Any  # Held(AskResult): the answer the Learn and Score tabs work with
 
 

@@ -1,0 +1,84 @@
+"""How far retrieval on the general-knowledge base can take a question set: the share of questions some
+passage answers at all, and the share whose answer-bearing passage each retriever ranks in its top k.
+
+    python -m benchmarks.general_retrieval --questions everyday-train
+    python -m benchmarks.general_retrieval --questions everyday-train --weights 0,0.1,0.2,0.3,0.5,1
+
+A passage "answers" a question when its text holds one of the question's aliases as whole words
+(`questions.answer_in_text`, the check `eval` uses). "Covered" is that check over every passage of the
+base: no retriever can do better, and what it misses is missing from the base or worded otherwise.
+The logits are the engine's: `scale · cos(q(x), d(z)) + β · BM25(x, z)` for each β (β = 0 is dense
+alone), and BM25 alone. Exhaustive (every passage scored), so the figures are the flat index's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+
+import numpy as np
+import torch
+
+from rag_demo.config import GENERAL_KB
+from rag_demo.evaluate import wilson_interval
+from rag_demo.questions import answer_in_text, load_question_set, normalize_answer
+
+KS = (1, 3, 5, 10, 20)
+
+
+def covering_rows(texts: list[str], normalized: list[str], answers: tuple[str, ...]) -> list[int]:
+    """Rows whose text holds one of `answers` as whole words: a substring test first, the exact check after."""
+    keys = [normalize_answer(a) for a in answers if normalize_answer(a)]
+    return [row for row, text in enumerate(normalized) if any(key in text for key in keys)
+            and answer_in_text(texts[row], answers)]
+
+
+def first_hits(logits: torch.Tensor, covering: list[set[int]], depth: int) -> list[int | None]:
+    """Each question's rank (0-based) of its first answer-bearing passage in the top `depth` of (Q, N) logits."""
+    ranks = []
+    for row_logits, rows in zip(logits, covering):
+        top = row_logits.topk(depth).indices.tolist()
+        ranks.append(next((rank for rank, row in enumerate(top) if row in rows), None))
+    return ranks
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--questions", default="everyday-train", help="a question set (name or JSONL file)")
+    parser.add_argument("--kb", default=GENERAL_KB)
+    parser.add_argument("--weights", default="0,0.1,0.2,0.3,0.5", help="comma-separated BM25 weights β")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING)
+
+    from rag_demo.serving.loading import engine_from_config
+
+    engine = engine_from_config()
+    knowledge = engine.resolve_kb(args.kb)
+    questions = load_question_set(args.questions)
+    encoder = engine.encoder
+    passages = torch.as_tensor(np.ascontiguousarray(knowledge.embeddings, dtype=np.float32))  # (N, D)
+    vectors = torch.cat([encoder.encode_questions([q.question for q in questions[i:i + 64]]).float().cpu()
+                         for i in range(0, len(questions), 64)])  # (Q, D)
+    dense = encoder.scale * vectors @ passages.T  # (Q, N)
+    bm25 = engine.retriever.lexical_index(knowledge)
+    lexical = torch.from_numpy(np.stack([bm25.scores(q.question) for q in questions]).astype(np.float32))  # (Q, N)
+
+    texts = list(knowledge.texts)
+    normalized = [f" {normalize_answer(t)} " for t in texts]
+    covering = [set(covering_rows(texts, normalized, q.answers)) for q in questions]
+    n = len(questions)
+    covered = sum(bool(rows) for rows in covering)
+    low, high = wilson_interval(covered, n)
+    print(f"{args.kb}: {len(texts):,} passages; {args.questions}: {n} questions; some passage answers "
+          f"{100 * covered / n:.1f}% ({100 * low:.1f}-{100 * high:.1f})\n")
+    print("| retriever | " + " | ".join(f"@{k}" for k in KS) + " |")
+    print("|---|" + "---|" * len(KS))
+    rows = [("BM25 alone", lexical)] + [
+        ("dense" if float(w) == 0 else f"dense + {w} · BM25", dense + float(w) * lexical) for w in args.weights.split(",")]
+    for name, logits in rows:
+        ranks = first_hits(logits, covering, max(KS))
+        print(f"| {name} | " + " | ".join(f"{100 * sum(r is not None and r < k for r in ranks) / n:.1f}" for k in KS) + " |")
+
+
+if __name__ == "__main__":
+    main()
