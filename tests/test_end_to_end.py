@@ -225,8 +225,10 @@ def test_reads_are_done_once_and_cached(tmp_path, tiny_kb):
     assert ReadingCache.open(tmp_path / "reads.pt").reads == {}  # a damaged cache is read again, not trusted
 
 
-def test_the_engine_reads_candidates_and_a_second_run_reads_nothing(ui_engine):
+def test_the_engine_reads_candidates_and_a_second_run_reads_nothing(ui_engine, monkeypatch, tmp_path):
     from rag_demo.serving.retriever_training import prepare_training
+
+    monkeypatch.setenv("RAG_DEMO_CACHE", str(tmp_path))  # a cache of its own: other tests read these passages too
 
     pairs = [("What is the capital of France?", ("Paris",)), ("Who wrote A Farewell to Arms?", ("Ernest Hemingway", "Hemingway"))]
     held = [("Who won the 2018 FIFA World Cup?", ("France",))]
