@@ -17,6 +17,11 @@ reads a few again to time it). Held out: everyday (the evaluation set, never tra
 of a passage that contains an answer, in the top k of the whole base; the mean p(z|x) the top 5 give
 such passages; and end-to-end RAG-Token exact match (greedy, k = 5) on a seeded `--em` of them. 95% Wilson
 intervals. Every objective takes the same steps on the same batches' schedule; seconds are measured.
+
+`--widen-every N` adds RAG-Token with its candidates widened every N steps (`EndToEndTrainer.widen`): each
+question's top 10 over the whole base under the encoder as it learns join its candidates, and only passages
+never read for that question are read (cached too). The same steps and batches; the reading is timed apart
+from the steps and counted.
 """
 
 from __future__ import annotations
@@ -89,6 +94,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--em", type=int, default=100, help="held-out questions asked end to end (0: none)")
     parser.add_argument("--time-reads", type=int, default=3, help="training questions read again, uncached, to time it")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--widen-every", type=int, default=0, metavar="N",
+                        help="also train RAG-Token widening its candidates every N steps (0: not)")
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--sweep", type=int, default=0, metavar="N",
                         help="instead: a learning rate and k sweep, validated on the last N training questions")
@@ -116,16 +123,33 @@ def main(argv: list[str] | None = None) -> int:
     reads = read_timing(engine, train[: args.time_reads], candidates=EndToEndConfig().candidates) if args.time_reads else None
     packaged = engine.encoder
     models = {"packaged": (packaged.question_model, None)}
-    for objective in OBJECTIVES:
-        config = EndToEndConfig(objective=objective, steps=args.steps, seed=args.seed)
+    runs = [(objective, EndToEndConfig(objective=objective, steps=args.steps, seed=args.seed, widen_every=0))
+            for objective in OBJECTIVES]
+    if args.widen_every:
+        runs.append((f"rag-token, widened every {args.widen_every}",
+                     EndToEndConfig(objective="rag-token", steps=args.steps, seed=args.seed, widen_every=args.widen_every)))
+    for name, config in runs:
         trainer = EndToEndTrainer(packaged, data.kb.embeddings, data.examples, lexical_weight=data.lexical_weight,
-                                  config=config, kb_lexical=data.kb_lexical)
-        started = time.perf_counter()
-        losses = [trainer.step() for _ in range(config.steps)]
-        seconds = time.perf_counter() - started
-        models[objective] = (trainer.model.eval(), {"steps": config.steps, "seconds": seconds, "training_questions":
-                                                    len(trainer.examples), "first_loss": losses[0], "last_loss": losses[-1]})
-        print(f"{objective}: {config.steps} steps in {seconds:.1f} s", file=sys.stderr)
+                                  config=config, kb_lexical=data.kb_lexical, reading=data.reading)
+        seconds, losses = 0.0, []
+        for _ in range(config.steps):
+            if trainer.widening_due:
+                widening = trainer.widen(progress=ConsoleProgress())
+                print(f"{name}: widened at step {widening.step}: {widening.added} candidates added, {widening.read} "
+                      f"passages read in {widening.seconds:.0f} s", file=sys.stderr)
+            started = time.perf_counter()
+            losses.append(trainer.step())
+            seconds += time.perf_counter() - started
+        trained = {"steps": config.steps, "seconds": seconds, "training_questions": len(trainer.examples),
+                   "first_loss": losses[0], "last_loss": losses[-1]}
+        if trainer.widenings:
+            trained |= {"widenings": [w.__dict__ for w in trainer.widenings],
+                        "candidates_added": sum(w.added for w in trainer.widenings),
+                        "passages_read": sum(w.read for w in trainer.widenings),
+                        "widen_seconds": sum(w.seconds for w in trainer.widenings),
+                        "mean_candidates": sum(len(e.rows) for e in trainer.examples) / len(trainer.examples)}
+        models[name] = (trainer.model.eval(), trained)
+        print(f"{name}: {config.steps} steps in {seconds:.1f} s", file=sys.stderr)
     rows = []
     for name, (model, trained) in models.items():
         figures = data.check.measure(model)
@@ -161,6 +185,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"| {row['encoder']} | {steps} | {per_step} | " + " | ".join(
             f"{pct(row[f'recall@{k}'])} ({ci(row[f'recall@{k}_interval'])})" for k in (1, 5, 20))
               + f" | {pct(row['answer_mass'])} | {em} |")
+    for row in rows:
+        if "widenings" in row:
+            print(f"{row['encoder']}: {len(row['widenings'])} widenings added {row['candidates_added']} candidates "
+                  f"({row['mean_candidates']:.1f} a question at the end), reading {row['passages_read']} new passages in "
+                  f"{row['widen_seconds']:.0f} s")
     return 0
 
 

@@ -178,12 +178,20 @@ class EndToEndConfig:
     # A read costs the reader a pass per passage: about 0.3 s a passage for Gemma-3-270m on 2 CPU cores
     candidates: int = 10
     seed: int = 0
+    # every widen_every steps (0: never), each question's top `candidates` over the whole base under the encoder as it
+    # learns join its candidates; only passages not read before are read. The marginal losses only: the gold-passage
+    # loss already scores the whole base
+    widen_every: int = 20
+    # passages read at most per widening (None: every unread one), the best-ranked first; the rest wait for the next
+    widen_max_reads: int | None = None
 
     def __post_init__(self):
         if self.objective not in END_TO_END_OBJECTIVES:
             raise ValueError(f"unknown objective {self.objective!r}; choose one of {', '.join(END_TO_END_OBJECTIVES)}")
         if self.steps < 0 or self.batch_size < 1 or self.k < 1 or self.candidates < 1 or not self.learning_rate > 0:
             raise ValueError("steps must be 0 or more; batch_size, k and candidates at least 1; learning_rate above 0")
+        if self.widen_every < 0 or (self.widen_max_reads is not None and self.widen_max_reads < 0):
+            raise ValueError("widen_every (0: never) and widen_max_reads must be 0 or more")
 
 
 @dataclass(frozen=True)

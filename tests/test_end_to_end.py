@@ -4,6 +4,7 @@ reading once, and the `train` command's refusals."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -13,14 +14,17 @@ import torch
 from rag_demo.config import EndToEndConfig
 from rag_demo.retrieval.encoders import Encoder
 from rag_demo.training.end_to_end import (
+    CandidateReading,
     EndToEndTrainer,
     HeldOutCheck,
     ReadingCache,
     ReadQuestion,
     marginal_nll,
+    merged_candidates,
     padded_batch,
     question_vectors,
     read_candidates,
+    whole_reading_key,
 )
 from rag_demo.training.pairs import load_pairs
 
@@ -207,10 +211,13 @@ def test_reads_are_done_once_and_cached(tmp_path, tiny_kb):
         return torch.full((len(rows), 2), -1.0)
 
     pairs = [(q, (a,)) for q, a, _ in QUESTIONS[:2]]
-    options = dict(candidates=lambda q: [0, 1, 2], read=read, lexical=lambda q: np.arange(len(tiny_kb), dtype=float),
-                   passage_text=lambda row: tiny_kb.texts[row])
-    first = read_candidates(pairs, cache=ReadingCache.open(tmp_path / "reads.pt"), **options)
-    again = read_candidates(pairs, cache=ReadingCache.open(tmp_path / "reads.pt"), **options)
+
+    def reading() -> CandidateReading:
+        return CandidateReading(read, lambda q: np.arange(len(tiny_kb), dtype=float), lambda row: tiny_kb.texts[row],
+                                ReadingCache.open(tmp_path / "reads.pt"))
+
+    first = read_candidates(pairs, candidates=lambda q: [0, 1, 2], reading=reading())
+    again = read_candidates(pairs, candidates=lambda q: [0, 1, 2], reading=reading())
     assert len(calls) == 2
     assert [e.answer_bearing for e in again] == [(True, False, False), (False, True, False)]
     assert torch.equal(first[1].token_logprobs, again[1].token_logprobs) and again[0].lexical.tolist() == [0.0, 1.0, 2.0]
@@ -218,13 +225,15 @@ def test_reads_are_done_once_and_cached(tmp_path, tiny_kb):
     assert ReadingCache.open(tmp_path / "reads.pt").reads == {}  # a damaged cache is read again, not trusted
 
 
-def test_the_engine_reads_candidates_and_a_second_run_reads_nothing(ui_engine):
+def test_the_engine_reads_candidates_and_a_second_run_reads_nothing(ui_engine, monkeypatch, tmp_path):
     from rag_demo.serving.retriever_training import prepare_training
+
+    monkeypatch.setenv("RAG_DEMO_CACHE", str(tmp_path))  # a cache of its own: other tests read these passages too
 
     pairs = [("What is the capital of France?", ("Paris",)), ("Who wrote A Farewell to Arms?", ("Ernest Hemingway", "Hemingway"))]
     held = [("Who won the 2018 FIFA World Cup?", ("France",))]
     data = prepare_training(ui_engine, kb="nq-wiki", pairs=pairs, held_out=held, candidates=3)
-    assert [len(e.rows) for e in data.examples] == [3, 3] and data.fresh_reads == 2
+    assert [len(e.rows) for e in data.examples] == [3, 3] and data.fresh_reads == 6
     first = data.examples[0]
     result = ui_engine.score(first.question, first.answer, kb="nq-wiki", rows=list(first.rows), memory=False)
     assert torch.allclose(first.token_logprobs, torch.tensor(result.variants["token"].doc_token_logprobs).T)
@@ -270,6 +279,8 @@ def test_bad_train_options_are_refused_before_loading(capsys):
     from rag_demo.cli import main
 
     assert main(["train", "--objective", "rag-both"]) == 2
+    assert main(["train", "--widen-every", "-1"]) == 2
+    assert "widen_every" in capsys.readouterr().err
     assert main(["train", "--save", "../elsewhere"]) == 2
     assert "cannot name a question encoder" in capsys.readouterr().err
     assert main(["train", "--kb", "mine"]) == 2  # a KB without question sets of its own needs --questions
@@ -286,9 +297,10 @@ def test_train_saves_a_named_encoder_that_ask_can_load(ui_engine, tmp_path, caps
         ("How tall is the Eiffel Tower?", "330 metres"), ("Who created Python?", "Guido van Rossum"),
         ("What is the largest planet?", "Jupiter")]), encoding="utf-8")
     assert cli.main(["train", "--kb", "nq-wiki", "--questions", str(pairs), "--steps", "2", "--batch-size", "2",
-                     "--check-every", "1", "--save", "mine", "--json"]) == 0
+                     "--check-every", "1", "--candidates", "3", "--widen-every", "1", "--save", "mine", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["steps"] == 2 and set(out["before"]) == {"recall@1", "recall@5", "recall@20", "answer_mass", "questions"}
+    assert [w["step"] for w in out["widenings"]] == [1]  # before the second step
     assert out["before"]["questions"] == 1  # a fifth of the file, held out
     args = cli.build_parser().parse_args(["ask", "q", "--question-encoder", "mine"])
     config = cli.engine_config(args)
@@ -326,3 +338,206 @@ def test_train_on_the_default_base_and_ask_with_it(capsys):
         assert json.loads(capsys.readouterr().out)["passages"]
     finally:
         shutil.rmtree(encoders_folder() / name, ignore_errors=True)
+
+
+# ---- widening the candidates as the encoder learns ----------------------------------------------------------
+
+
+def _kb_probs(model, encoder, kb, k: int) -> torch.Tensor:
+    """(Q, N) p(z|x) of every QUESTIONS question over the whole base's top k under `model` (0 outside them)."""
+    model.eval()
+    with torch.no_grad():
+        logits = encoder.scale * question_vectors(model, encoder, [q for q, _, _ in QUESTIONS]) @ torch.from_numpy(kb.embeddings).T
+    top = logits.topk(k, dim=1).indices
+    probs = torch.zeros_like(logits)
+    probs.scatter_(1, top, torch.softmax(logits.gather(1, top), 1))
+    return probs
+
+
+def _graded_reading(kb, calls: list | None = None, cache: ReadingCache | None = None) -> CandidateReading:
+    """A reader for QUESTIONS that reads a question's answer best from the passage that holds it, and the better
+    from another passage the closer that passage's vector is to the answer-bearing one's (what a passage on the
+    same subject does): log p(y_t|x,z,y<t) = −4 + 3.8 · cos(d(z), d(answer-bearing))₊, two tokens."""
+    vectors = torch.nn.functional.normalize(torch.from_numpy(kb.embeddings).float(), dim=1)
+    answer_row = {q: row for q, _, row in QUESTIONS}
+
+    def read(question, answer, rows):
+        if calls is not None:
+            calls.append((question, tuple(rows)))
+        closeness = (vectors[list(rows)] @ vectors[answer_row[question]]).clamp(min=0)  # (C,)
+        return (-4.0 + 3.8 * closeness)[:, None].expand(-1, 2).clone()  # (C, T)
+
+    return CandidateReading(read, lambda q: np.zeros(len(kb)), lambda row: kb.texts[row], cache or ReadingCache(None))
+
+
+def _missing_the_answer(reading: CandidateReading, model, encoder, kb, c: int) -> list[ReadQuestion]:
+    """Each question read with the c passages `model` ranks highest other than the one that holds its answer."""
+    ranked = _kb_probs(model, encoder, kb, len(kb)).argsort(1, descending=True)
+    return [reading.question(q, (a,), [int(r) for r in ranked[i] if int(r) != row][:c])
+            for i, (q, a, row) in enumerate(QUESTIONS)]
+
+
+def test_widening_adds_the_top_passages_of_the_encoder_now_reading_only_unread_ones(tiny_encoder, tiny_kb):
+    calls = []
+    reading = _graded_reading(tiny_kb, calls)
+    reads = _missing_the_answer(reading, tiny_encoder.question_model, tiny_encoder, tiny_kb, 2)
+    first_read = list(calls)
+    config = EndToEndConfig(batch_size=5, k=3, candidates=3, widen_every=1)
+    trainer = EndToEndTrainer(tiny_encoder, tiny_kb.embeddings, reads, lexical_weight=0.0, config=config, reading=reading)
+    top = trainer.top_rows(3)
+    q, a, _ = QUESTIONS[0]
+    already = next(r for r in top[0] if r not in reads[0].rows)
+    reading.question(q, (a,), [already])  # read earlier for this question and answer (by another run, say)
+    calls.clear()
+    widening = trainer.widen()
+    for before, after, ranked in zip(reads, trainer.examples, top):
+        new = tuple(r for r in ranked if r not in before.rows)
+        assert after.rows == before.rows + new  # merged after the old, best first
+        assert torch.equal(after.token_logprobs[: len(before.rows)], before.token_logprobs)
+        assert after.answer_bearing == tuple(r == QUESTIONS[reads.index(before)][2] for r in after.rows)
+        assert set(ranked) <= set(after.rows)  # the encoder's top 3 are all candidates now
+    gained = [i for i, (e, before) in enumerate(zip(trainer.examples, reads)) if QUESTIONS[i][2] in e.rows[len(before.rows):]]
+    assert gained  # answer-bearing passages joined
+    read_now = [(question, r) for question, rows in calls for r in rows]
+    expected = [(e.question, r) for e, before in zip(trainer.examples, reads) for r in e.rows[len(before.rows):]
+                if (e.question, r) != (q, already)]
+    assert sorted(read_now) == sorted(expected) and len(read_now) == len(set(read_now))  # each unread row once
+    assert (q, already) not in read_now and not set(read_now) & {(e.question, r) for e in reads for r in e.rows}
+    assert widening.read == len(read_now) and widening.added == len(expected) + 1
+    assert len(first_read) == len(QUESTIONS)  # the first reads: one reader call per question
+    calls.clear()
+    assert trainer.widen().added == 0 and calls == []  # nothing new under an encoder that has not moved
+
+
+def test_widening_reads_at_most_widen_max_reads_the_best_ranked_first(tiny_encoder, tiny_kb):
+    calls = []
+    reading = _graded_reading(tiny_kb, calls)
+    reads = _missing_the_answer(reading, tiny_encoder.question_model, tiny_encoder, tiny_kb, 1)
+    calls.clear()
+    config = EndToEndConfig(batch_size=5, k=3, candidates=3, widen_every=1, widen_max_reads=4)
+    trainer = EndToEndTrainer(tiny_encoder, tiny_kb.embeddings, reads, lexical_weight=0.0, config=config, reading=reading)
+    top = trainer.top_rows(3)
+    unread = sorted((rank, i) for i, (e, rows) in enumerate(zip(reads, top)) for rank, r in enumerate(rows)
+                    if r not in e.rows)
+    widening = trainer.widen()
+    assert widening.read == 4 and widening.passed_over == len(unread) - 4
+    read_ranks = sorted(top[[e.question for e in reads].index(question)].index(r) for question, rows in calls for r in rows)
+    assert read_ranks == sorted(rank for rank, _ in unread[:4])  # rank 1 of every question before any rank 2
+    assert trainer.widen().read == min(4, len(unread) - 4)  # the rest wait for the next widening
+
+
+def test_a_widened_batch_has_the_papers_loss_and_gradient_over_each_questions_own_candidates(tiny_encoder, tiny_kb):
+    """Questions with different numbers of candidates in one batch: each question's loss is the written-out formula
+    over the top k of its own candidates under the logits now, and the encoder's gradient that of the sum of the
+    questions taken one at a time (padding adds nothing)."""
+    reading = _graded_reading(tiny_kb)
+    reads = _missing_the_answer(reading, tiny_encoder.question_model, tiny_encoder, tiny_kb, 2)
+    reads[1] = merged_candidates(reads[1], reading.question(reads[1].question, (reads[1].answer,),
+                                                             [r for r in range(len(tiny_kb)) if r not in reads[1].rows][:3]))
+    for objective in ("rag-token", "rag-sequence"):
+        trainer = EndToEndTrainer(tiny_encoder, tiny_kb.embeddings, reads, lexical_weight=0.0,
+                                  config=EndToEndConfig(objective=objective, k=4, widen_every=0))
+        assert sorted({len(e.rows) for e in reads}) == [2, 5]
+        expected = []
+        for e in reads:
+            logits = trainer.logits(e)
+            top = logits.topk(min(4, len(logits))).indices
+            expected.append(_written_out_nll(logits[top][None], e.token_logprobs[top][None],
+                                             torch.ones(1, e.token_logprobs.shape[1], dtype=torch.bool), objective))
+        trainer.model.eval()  # no dropout: the same encoder as the logits above
+        batch_loss = trainer.loss(reads)
+        torch.testing.assert_close(batch_loss.double(), torch.cat(expected).mean(), rtol=1e-5, atol=1e-6)
+        trainer.model.zero_grad()
+        batch_loss.backward()
+        together = [p.grad.clone() for p in trainer.model.parameters() if p.grad is not None]
+        trainer.model.zero_grad()
+        for e in reads:
+            (trainer.loss([e]) / len(reads)).backward()
+        alone = [p.grad.clone() for p in trainer.model.parameters() if p.grad is not None]
+        assert all(torch.isfinite(g).all() for g in together)
+        for g, h in zip(together, alone):
+            torch.testing.assert_close(g, h, rtol=1e-4, atol=1e-6)
+
+
+def test_padding_logits_with_minus_infinity_leaves_each_questions_loss_and_gradient():
+    """More k than a question has candidates: its padding weighs 0, the rest is its own formula; no NaN."""
+    logits, token_logprobs, mask = _case(seed=5, b=2, k=4, t=3)
+    present = torch.tensor([[True, True, True, True], [True, True, False, False]])
+    padded = logits.masked_fill(~present, float("-inf")).requires_grad_(True)
+    token_logprobs = token_logprobs * present[:, :, None]
+    for objective in ("rag-token", "rag-sequence"):
+        padded.grad = None
+        loss = marginal_nll(padded, token_logprobs, mask, objective=objective, k=3)
+        loss.sum().backward()
+        oracle = logits[1:, :2].double().clone().requires_grad_(True)
+        expected = _written_out_nll(oracle, token_logprobs[1:, :2], mask[1:], objective)
+        torch.testing.assert_close(loss[1].double(), expected[0], rtol=1e-5, atol=1e-6)
+        expected.sum().backward()
+        torch.testing.assert_close(padded.grad[1, :2].double(), oracle.grad[0], rtol=1e-4, atol=1e-6)
+        assert torch.isfinite(padded.grad).all() and padded.grad[1, 2:].abs().max() == 0
+
+
+def test_reads_are_kept_per_passage_and_older_whole_reads_are_split_not_read_again(tmp_path, tiny_kb):
+    calls = []
+
+    def read(question, answer, rows):
+        calls.append(tuple(rows))
+        return torch.tensor([[float(-r), -1.0] for r in rows])  # (C, T)
+
+    path = tmp_path / "reads.pt"
+    q, a = QUESTIONS[0][:2]
+    torch.save({whole_reading_key(q, a, [4, 5]): torch.tensor([[-4.0, -1.0], [-5.0, -1.0]])}, path)  # an older file
+    reading = CandidateReading(read, lambda question: np.zeros(len(tiny_kb)), lambda row: tiny_kb.texts[row],
+                               ReadingCache.open(path))
+    assert reading.question(q, (a,), [4, 5]).token_logprobs[:, 0].tolist() == [-4.0, -5.0] and calls == []
+    first = reading.question(q, (a,), [0, 1, 2])
+    again = reading.question(q, (a,), [2, 1, 3, 5])
+    assert calls == [(0, 1, 2), (3,)]  # only row 3 was new for this question and answer
+    assert again.token_logprobs[:, 0].tolist() == [-2.0, -1.0, -3.0, -5.0]
+    assert torch.equal(first.token_logprobs[[2, 1]], again.token_logprobs[:2])
+    reading.question(q, ("another answer",), [3])  # another answer is another read
+    assert calls[-1] == (3,) and reading.cache.fresh == 5
+    reading.cache.save()
+    assert ReadingCache.open(path).get(q, a, 3).tolist() == [-3.0, -1.0]
+
+
+def test_the_step_widens_every_widen_every_steps(tiny_encoder, tiny_kb):
+    reading = _graded_reading(tiny_kb)
+    reads = _missing_the_answer(reading, tiny_encoder.question_model, tiny_encoder, tiny_kb, 2)
+    config = EndToEndConfig(steps=5, batch_size=2, learning_rate=1e-3, k=3, candidates=3, widen_every=2)
+    trainer = EndToEndTrainer(tiny_encoder, tiny_kb.embeddings, reads, lexical_weight=0.0, config=config, reading=reading)
+    for _ in range(config.steps):
+        trainer.step()
+    assert [w.step for w in trainer.widenings] == [2, 4]
+    assert not EndToEndTrainer(tiny_encoder, tiny_kb.embeddings, reads, lexical_weight=0.0, config=config).widening_due
+    unwidened = EndToEndTrainer(tiny_encoder, tiny_kb.embeddings, _reads(tiny_kb), lexical_weight=0.0,
+                                config=replace(config, objective="gold-passage"), reading=reading)
+    unwidened.steps_taken = 2
+    assert not unwidened.widening_due  # the gold-passage loss scores the whole base already
+
+
+@pytest.mark.parametrize("objective", ["rag-token", "rag-sequence"])
+def test_only_widening_brings_an_answer_bearing_passage_outside_the_candidates_into_the_top_k(objective, tiny_encoder, tiny_kb):
+    """Each question starts with the two passages the encoder ranks highest other than the one that holds its answer.
+    Without widening that passage is never marginalized over; with it, it joins once the encoder, pulled toward the
+    passages that read the answer better, ranks it in its top 3, and training then gives it most of p(z|x) over the
+    whole base's top 3 for most questions (the tiny random encoder cannot separate all five questions)."""
+    k = 3
+
+    def run(widen_every: int) -> tuple[torch.Tensor, EndToEndTrainer]:
+        reading = _graded_reading(tiny_kb)
+        reads = _missing_the_answer(reading, tiny_encoder.question_model, tiny_encoder, tiny_kb, 2)
+        config = EndToEndConfig(objective=objective, steps=40, batch_size=5, learning_rate=1e-2, k=k, candidates=k,
+                                widen_every=widen_every)
+        trainer = EndToEndTrainer(tiny_encoder, tiny_kb.embeddings, reads, lexical_weight=0.0, config=config, reading=reading)
+        for _ in range(config.steps):
+            trainer.step()
+        probs = _kb_probs(trainer.model, tiny_encoder, tiny_kb, k)  # (Q, N)
+        return probs[torch.arange(len(QUESTIONS)), torch.tensor([row for _, _, row in QUESTIONS])], trainer  # (Q,)
+
+    widened, trainer = run(5)
+    fixed, unwidened = run(0)
+    assert all(row in e.rows for e, (_, _, row) in zip(trainer.examples, QUESTIONS))
+    assert not any(row in e.rows for e, (_, _, row) in zip(unwidened.examples, QUESTIONS))
+    assert int((widened > 0.5).sum()) >= 3 > int((fixed > 0.5).sum()), (widened, fixed)  # most of p(z|x), most questions
+    assert float(widened.mean()) > 0.5 and float(fixed.mean()) < float(widened.mean()) - 0.3, (widened, fixed)

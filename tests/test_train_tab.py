@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
+import numpy as np
+
 import pytest
 
 from rag_demo.serving.retriever_training import PageRunConfig, TrainingRuns
@@ -152,3 +154,22 @@ def test_doctests():
 
     for module in (rag_demo.ui.train, rag_demo.training.end_to_end):
         assert doctest.testmod(module).failed == 0
+
+
+def test_a_run_widens_its_candidates_and_says_it_is_reading(ui_engine, monkeypatch, tmp_path):
+    """At step 2 the candidates are widened with what the encoder then ranks first (here, as if it had moved far:
+    the base's last two passages), reading at most `widen_max_reads` of them, and the progress says so."""
+    from rag_demo.training.end_to_end import EndToEndTrainer
+
+    monkeypatch.setenv("RAG_DEMO_CACHE", str(tmp_path))  # no reads from other tests: these passages are unread
+    moved = tuple(range(len(ui_engine.resolve_kb("nq-wiki"))))[::-1]
+    monkeypatch.setattr(EndToEndTrainer, "top_rows", lambda self, depth: [moved[:depth]] * len(self.examples))
+    config = PageRunConfig(steps=4, check_every=2, held_out_sample=2, top_k=3, candidates=2, widen_every=2, widen_max_reads=3)
+    runs = TrainingRuns(lambda: ui_engine, config=config, question_sets={"nq-wiki": (TRAIN, HELD_OUT)})
+    heard = []
+    runs.train_begin("a", objective="rag-token", questions=4)
+    view = runs.train_advance("a", steps=4, progress=lambda stage, done, total: heard.append((stage, done, total)))
+    assert view.finished and np.isfinite(view.losses).all()
+    assert heard and {stage for stage, _, _ in heard} == {"reading 3 new passages the trained encoder ranks in its top 2 "
+                                                         "(once; cached)"}
+    assert heard[-1][1] == heard[-1][2]

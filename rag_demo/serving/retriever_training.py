@@ -4,8 +4,9 @@ question encoders that `ask`, `eval` and the page load (`--question-encoder NAME
 The engine supplies what the training loop takes as plain callables: each question's candidate passages
 (its top C under the engine's retriever, Dense + BM25 by default), the frozen reader's log-likelihood
 of the answer under each (`RagEngine.score` over those rows, the generator's memory off: the paper's
-formulas), and BM25 scores. Reads are cached on disk per knowledge base and reader, so a second run on
-the same questions starts at once.
+formulas), and BM25 scores. Reads are cached on disk per knowledge base and reader, one entry per question,
+answer and passage, so a second run on the same questions starts at once, and widening the candidates
+reads only passages never read before.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ if TYPE_CHECKING:  # the page's process unpickles this module's views without lo
     from ..progress import Progress
     from ..results import AskResult
     from ..retrieval.corpus import KnowledgeBase
-    from ..training.end_to_end import HeldOutCheck, ReadQuestion
+    from ..training.end_to_end import CandidateReading, HeldOutCheck, ReadQuestion
 
 log = logging.getLogger(__name__)
 
@@ -102,7 +103,8 @@ class TrainingData:
     lexical_weight: float
     kb_lexical: Callable[[str], np.ndarray]
     read_seconds: float
-    fresh_reads: int
+    fresh_reads: int  # passages the reader read (the rest came from the cache)
+    reading: CandidateReading  # how new candidates are read, for widening them as the encoder learns
 
 
 def prepare_training(engine, *, kb: str | None, pairs: Sequence[QAPair], held_out: Sequence[QAPair],
@@ -114,7 +116,7 @@ def prepare_training(engine, *, kb: str | None, pairs: Sequence[QAPair], held_ou
     """
     import time
 
-    from ..training.end_to_end import HeldOutCheck, ReadingCache, read_candidates
+    from ..training.end_to_end import CandidateReading, HeldOutCheck, ReadingCache, read_candidates
 
     knowledge = engine.resolve_kb(kb)
     if not knowledge.has_vectors:
@@ -123,20 +125,19 @@ def prepare_training(engine, *, kb: str | None, pairs: Sequence[QAPair], held_ou
     retriever = engine.resolve_retriever(None)
     lexical_weight = engine.lexical_weight if retriever == "hybrid" else 0.0
     bm25 = engine.retriever.lexical_index(knowledge)
-    cache = ReadingCache.open(reading_cache_path(engine, knowledge))
-    before = len(cache.reads)
+    reading = CandidateReading(engine_reader(engine, knowledge), bm25.scores, lambda row: knowledge.texts[row],
+                               ReadingCache.open(reading_cache_path(engine, knowledge)))
     started = time.perf_counter()
     stage = f"reading {len(pairs)} questions' top {candidates} passages (once; cached)"
     examples = read_candidates(
         pairs, candidates=lambda q: [p.id for p in engine.retrieve(q, kb=knowledge, k=candidates, retriever=retriever).passages],
-        read=engine_reader(engine, knowledge), lexical=bm25.scores, passage_text=lambda row: knowledge.texts[row],
-        cache=cache, progress=None if progress is None else (lambda done, total: progress(stage, done, total)),
+        reading=reading, progress=None if progress is None else (lambda done, total: progress(stage, done, total)),
         should_stop=should_stop)
     read_seconds = time.perf_counter() - started
     lexical_scores = np.stack([bm25.scores(q) for q, _ in held_out]) if held_out else np.zeros((0, len(knowledge)))
     check = HeldOutCheck(engine.encoder, knowledge.embeddings, held_out, lexical_scores, lambda row: knowledge.texts[row],
                          lexical_weight=lexical_weight)
-    return TrainingData(knowledge, examples, check, lexical_weight, bm25.scores, read_seconds, len(cache.reads) - before)
+    return TrainingData(knowledge, examples, check, lexical_weight, bm25.scores, read_seconds, reading.cache.fresh, reading)
 
 
 # ---- named question encoders --------------------------------------------------------------------------------
@@ -248,6 +249,9 @@ class PageRunConfig:
     held_out_sample: int = 60
     top_k: int = 5  # the followed question's passages shown, and recall@k's k
     max_questions: int = 200
+    candidates: int = EndToEndConfig().candidates  # passages read per training question, the first time
+    widen_every: int = 20  # steps between widenings of the candidates (`EndToEndConfig.widen_every`; 0: never)
+    widen_max_reads: int = 20  # passages read at most per widening: about 4 s on 2 CPU cores, the first time only
 
 
 class _Run:
@@ -312,11 +316,13 @@ class TrainingRuns:
         engine = self._engine()
         kb = kb or next(iter(self.train_kbs()), engine.default_kb)
         train, held = self._pairs(kb)
-        data = prepare_training(engine, kb=kb, pairs=train[:questions], held_out=held, progress=progress)
-        config = EndToEndConfig(objective=objective, steps=self.config.steps, seed=0)
+        data = prepare_training(engine, kb=kb, pairs=train[:questions], held_out=held, candidates=self.config.candidates,
+                                progress=progress)
+        config = EndToEndConfig(objective=objective, steps=self.config.steps, seed=0, candidates=self.config.candidates,
+                                widen_every=self.config.widen_every, widen_max_reads=self.config.widen_max_reads)
         try:
             trainer = EndToEndTrainer(engine.encoder, data.kb.embeddings, data.examples, lexical_weight=data.lexical_weight,
-                                      config=config, kb_lexical=data.kb_lexical)
+                                      config=config, kb_lexical=data.kb_lexical, reading=data.reading)
         except ValueError as err:
             raise InputError(f"{err}; train on more questions") from None
         followed = self._followed(data, trainer.model)
@@ -338,8 +344,9 @@ class TrainingRuns:
                 best, least = i, mass
         return best
 
-    def train_advance(self, session: str, *, steps: int) -> TrainingView:
-        """Take up to `steps` more steps of the session's run; the held-out sample is measured every `check_every`."""
+    def train_advance(self, session: str, *, steps: int, progress: Progress | None = None) -> TrainingView:
+        """Take up to `steps` more steps of the session's run; the held-out sample is measured every `check_every`.
+        `progress(stage, done, total)` hears of the reading when the candidates are widened (not timed as a step)."""
         import time
 
         with self._lock:
@@ -348,6 +355,8 @@ class TrainingRuns:
             raise InputError("no training run for this page; press Train to start one")
         for _ in range(max(0, min(steps, self.config.steps - run.trainer.steps_taken))):
             with run.model_lock:
+                if run.trainer.widening_due:
+                    run.trainer.widen(progress=progress)
                 started = time.perf_counter()
                 run.losses.append(run.trainer.step())
                 taken = run.trainer.steps_taken

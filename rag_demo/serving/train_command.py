@@ -39,6 +39,12 @@ def add_train_command(commands, *, count: Callable[..., Callable[[str], int]]) -
                        help="passages marginalized over per question (default %(default)s)")
     train.add_argument("--candidates", type=count(LIMITS.max_k), default=EndToEndConfig().candidates,
                        help="passages read per training question, once (default %(default)s)")
+    train.add_argument("--widen-every", type=int, default=EndToEndConfig().widen_every, metavar="N",
+                       help="every N steps, add to each question's candidates its top passages under the encoder as it "
+                            "learns, reading only passages not read before (0: keep the first candidates; default "
+                            "%(default)s)")
+    train.add_argument("--widen-max-reads", type=int, default=None, metavar="N",
+                       help="read at most N new passages per widening, the best-ranked first (default: all of them)")
     train.add_argument("--check-every", type=count(), default=20, metavar="N",
                        help="measure the held-out questions every N steps (default %(default)s)")
     train.add_argument("--seed", type=int, default=0)
@@ -62,7 +68,7 @@ def run_train(args, *, kb_paths: dict[str, str] | None, progress: Progress) -> i
     try:
         config = EndToEndConfig(objective=args.objective, steps=args.steps, batch_size=args.batch_size,
                                 learning_rate=args.learning_rate, k=min(args.top_k, args.candidates), candidates=args.candidates,
-                                seed=args.seed)
+                                seed=args.seed, widen_every=args.widen_every, widen_max_reads=args.widen_max_reads)
     except ValueError as err:
         raise InputError(str(err)) from None
     name = check_encoder_name(args.save or args.objective)
@@ -76,7 +82,7 @@ def run_train(args, *, kb_paths: dict[str, str] | None, progress: Progress) -> i
                             progress=progress)
     try:
         trainer = EndToEndTrainer(engine.encoder, data.kb.embeddings, data.examples, lexical_weight=data.lexical_weight,
-                                  config=config, kb_lexical=data.kb_lexical)
+                                  config=config, kb_lexical=data.kb_lexical, reading=data.reading)
     except ValueError as err:
         raise InputError(f"{err}; give pairs whose answers the knowledge base holds") from None
     before = data.check.measure(trainer.model)
@@ -88,20 +94,26 @@ def run_train(args, *, kb_paths: dict[str, str] | None, progress: Progress) -> i
     figures(0, None, before)
     started, losses = time.perf_counter(), []
     for step in range(1, config.steps + 1):
+        if trainer.widening_due:
+            widening = trainer.widen(progress=progress)
+            print(f"step {step - 1}: widened the candidates: {widening.added} added, {widening.read} of them read "
+                  f"({widening.seconds:.1f} s)", file=sys.stderr)
         losses.append(trainer.step())
         progress(f"training ({config.objective})", step, config.steps)
         if step % args.check_every == 0 and step < config.steps:
             figures(step, sum(losses[-args.check_every:]) / len(losses[-args.check_every:]), data.check.measure(trainer.model))
-    seconds = time.perf_counter() - started
+    widen_seconds = sum(w.seconds for w in trainer.widenings)
+    seconds = time.perf_counter() - started - widen_seconds
     after = data.check.measure(trainer.model)
     figures(config.steps, sum(losses[-args.check_every:]) / len(losses[-args.check_every:]), after)
     record = {"before": before.to_json(), "after": after.to_json(), "steps": config.steps, "seconds": round(seconds, 2),
               "objective": config.objective, "config": {**config.__dict__}, "kb": data.kb.name,
               "training_questions": len(trainer.examples), "read_seconds": round(data.read_seconds, 1),
+              "widenings": [{**w.__dict__, "seconds": round(w.seconds, 1)} for w in trainer.widenings],
               "losses": [round(x, 4) for x in losses]}
     folder = save_question_encoder(trainer.model, name, record)
     if args.json:
-        print(json.dumps({key: record[key] for key in ("before", "after", "steps", "seconds", "objective")}
+        print(json.dumps({key: record[key] for key in ("before", "after", "steps", "seconds", "objective", "widenings")}
                          | {"question_encoder": name, "path": str(folder)}))
     else:
         print(f"saved as {name!r} ({folder}); ask with it: python -m rag_demo ask QUESTION --question-encoder {name}")

@@ -265,7 +265,7 @@ class TrainActions:
             yield _view(run)._replace(status=format_status("Training…", "wait"), run=session)
             while not run.finished and not self.line.stopping(session):
                 self.line.heard(session)
-                run = self.runs.train_advance(session, steps=self.steps_per_update)
+                run = self.runs.train_advance(session, steps=self.steps_per_update, progress=report)
                 yield _view(run)._replace(status=format_status(f"Training… step {run.step} of {run.steps}", "wait"))
             done = "Finished" if run.finished else f"Stopped at step {run.step}"
             use = (" Ask with it on the Ask tab (Question encoder: trained)." if run.step else "")
