@@ -173,3 +173,28 @@ def test_a_run_widens_its_candidates_and_says_it_is_reading(ui_engine, monkeypat
     assert heard and {stage for stage, _, _ in heard} == {"reading 3 new passages the trained encoder ranks in its top 2 "
                                                          "(once; cached)"}
     assert heard[-1][1] == heard[-1][2]
+
+
+def test_reading_ahead_leaves_the_default_run_nothing_to_read(ui_engine, monkeypatch, tmp_path):
+    """A first start reads the default run's questions ahead; a run of that size then reads nothing itself."""
+    from rag_demo.serving.retriever_training import reading_cache_path
+    from rag_demo.training.end_to_end import ReadingCache
+
+    monkeypatch.setenv("RAG_DEMO_CACHE", str(tmp_path))
+    config = PageRunConfig(steps=2, check_every=2, held_out_sample=2, top_k=3, default_questions=3)
+    runs = TrainingRuns(lambda: ui_engine, config=config, question_sets={"nq-wiki": (TRAIN, HELD_OUT)})
+    assert runs.read_ahead() > 0
+    assert runs.read_ahead() == 0  # cached
+    cache_file = reading_cache_path(ui_engine, ui_engine.resolve_kb("nq-wiki"))
+    held = len(ReadingCache.open(cache_file).reads)
+    runs.train_begin("a", objective="rag-token", questions=3)
+    assert len(ReadingCache.open(cache_file).reads) == held
+    runs.train_begin("b", objective="rag-token", questions=4)  # one question more than was read ahead
+    assert len(ReadingCache.open(cache_file).reads) > held
+
+
+def test_a_failed_read_ahead_leaves_the_start_serving(caplog):
+    from rag_demo.serving.background import _read_ahead_for_training
+
+    _read_ahead_for_training(SimpleNamespace(), _no_progress)  # an engine without knowledge bases
+    assert "reading the Train tab's questions ahead failed" in caplog.text

@@ -265,4 +265,20 @@ def default_engines(progress: Progress, *, extra_kb_paths: dict[str, str] | None
         seconds = engine.warm_up()
         progress("warming up: one example question", 1, 1)
         log.info("warm-up ask took %.1f s", seconds)
+        _read_ahead_for_training(engine, progress)
         heap.release_free_memory()  # loading parsed large files (the tokenizer's JSON) into memory now free
+
+
+def _read_ahead_for_training(engine, progress: Progress) -> None:
+    """The Train tab's default run reads its questions' passages first (minutes on 2 cores): do it now, once, so a
+    visitor's first run trains at once. Best effort: a failure leaves the reading to the run, as before."""
+    from .retriever_training import TrainingRuns
+
+    started = time.perf_counter()
+    try:
+        read = TrainingRuns(lambda: engine).read_ahead(progress=progress)
+    except Exception:  # noqa: BLE001 - the page serves at full quality already; a run reads what it needs itself
+        log.exception("reading the Train tab's questions ahead failed; a run will read them itself")
+        return
+    if read:
+        log.info("read %d passages ahead for the Train tab in %.0f s", read, time.perf_counter() - started)

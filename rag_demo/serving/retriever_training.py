@@ -249,6 +249,7 @@ class PageRunConfig:
     held_out_sample: int = 60
     top_k: int = 5  # the followed question's passages shown, and recall@k's k
     max_questions: int = 200
+    default_questions: int = 100  # the page's first choice, whose reads a first start does ahead (`read_ahead`)
     candidates: int = EndToEndConfig().candidates  # passages read per training question, the first time
     widen_every: int = 20  # steps between widenings of the candidates (`EndToEndConfig.widen_every`; 0: never)
     widen_max_reads: int = 20  # passages read at most per widening: about 4 s on 2 CPU cores, the first time only
@@ -296,6 +297,20 @@ class TrainingRuns:
         train = [p for p in train if p[0].lower() not in seen]
         random.Random(0).shuffle(train)  # the same draw as `train`: the page's reads are the command's
         return train, held[: self.config.held_out_sample]
+
+    def read_ahead(self, *, questions: int | None = None, progress=None) -> int:
+        """Read the candidates of the page's first `questions` training questions (the default choice) on every
+        knowledge base the page trains on, so that a visitor's run of that size starts training at once; the
+        passages read (0 once cached). A first start does this after full quality (`background.default_engines`)."""
+        engine, read = self._engine(), 0
+        for kb in self.train_kbs():
+            if not engine.resolve_kb(kb).has_vectors:
+                continue
+            train, _ = self._pairs(kb)
+            data = prepare_training(engine, kb=kb, pairs=train[: questions or self.config.default_questions],
+                                    held_out=[], candidates=self.config.candidates, progress=progress)
+            read += data.fresh_reads
+        return read
 
     def _ranked(self, run_data: TrainingData, model, question: int) -> RankedPassages:
         top = run_data.check.top(model, question, min(self.config.top_k, len(run_data.kb)))

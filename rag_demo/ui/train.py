@@ -22,6 +22,7 @@ import gradio as gr
 
 from ..errors import RagDemoError
 from ..serving.interface import EngineNotReady
+from ..serving.retriever_training import PageRunConfig
 from .html import esc, format_status
 from .inputs import PACKAGED, TRAINED
 
@@ -318,8 +319,11 @@ def train_tab(engine, *, ask_encoder: gr.Radio, runs=None) -> TrainActions:
         gr.HTML(HELP, js_on_load=None)
         with gr.Row(equal_height=True):
             objective = gr.Radio(OBJECTIVE_CHOICES, value="rag-token", label="Loss", elem_id="train-objective", scale=3)
-            questions = gr.Slider(10, 200, value=100, step=10, label="Training questions", elem_id="train-questions",
-                                  scale=2, info="each is read once with its top 10 passages (~3 s the first time)")
+            page_runs = PageRunConfig()
+            questions = gr.Slider(10, page_runs.max_questions, value=page_runs.default_questions, step=10,
+                                  label="Training questions", elem_id="train-questions",
+                                  scale=2, info="each is read once with its top 10 passages (~3 s the first time; "
+                                  f"the first {page_runs.default_questions} are read as the page starts)")
             with gr.Column(scale=1, min_width=120):
                 train_btn = gr.Button("Train", variant="primary", elem_id="train-btn")
                 stop_btn = gr.Button("Stop", elem_id="train-stop")
