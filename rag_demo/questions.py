@@ -24,7 +24,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-from .errors import KnowledgeBaseError
+from .errors import InputError, KnowledgeBaseError
+from .text import jsonl_objects
 
 QUESTIONS_FILE = "questions.jsonl"
 HELD_OUT_ONE_IN = 5  # about one question in five is held out of training: those are the evaluation's
@@ -295,23 +296,20 @@ def contains_answer(prediction: str, gold: str) -> bool:
 
 @lru_cache(maxsize=8)
 def load_question_set(name: str | Path) -> tuple[SetQuestion, ...]:
-    """The questions of a set, in file order; a malformed line is an error that names it."""
+    """The questions of a set, in file order; a malformed line is an InputError that names it."""
     path = question_set_path(name)
+    shape = '{"question": ..., "answers": [...]}'
     questions = []
-    with path.open(encoding="utf-8") as handle:
-        for number, line in enumerate(handle, start=1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-                answers = tuple(str(a).strip() for a in row["answers"] if str(a).strip())
-                if not str(row["question"]).strip() or not answers or isinstance(row["answers"], str):
-                    raise ValueError
-                questions.append(SetQuestion(str(row["question"]).strip(), answers, str(row.get("topic", ""))))
-            except (ValueError, KeyError, TypeError):
-                raise KnowledgeBaseError(f'{path} line {number} is not {{"question": ..., "answers": [...]}}') from None
+    for number, row in jsonl_objects(path, shape=shape):
+        answers = row.get("answers")
+        if not isinstance(answers, list) or not str(row.get("question") or "").strip():
+            raise InputError(f"{path.name} line {number} needs {shape}")
+        answers = tuple(str(a).strip() for a in answers if str(a).strip())
+        if not answers:
+            raise InputError(f"{path.name} line {number} gives no answer; each line needs {shape}")
+        questions.append(SetQuestion(str(row["question"]).strip(), answers, str(row.get("topic", ""))))
     if not questions:
-        raise KnowledgeBaseError(f"{path} holds no questions")
+        raise InputError(f"{path} holds no questions")
     return tuple(questions)
 
 

@@ -141,3 +141,30 @@ def test_example_questions_read_only_the_flagged_lines(tmp_path: Path):
     assert [q.question for q in qs.example_questions(tmp_path)] == ["who sang it first", "last"]
     with pytest.raises(KnowledgeBaseError, match="line 4 is malformed"):
         qs.load_questions(tmp_path)
+
+
+@pytest.mark.parametrize("line, message", [
+    ('{"question": "who?", "answers": "Ada"}', "line 2 needs"),
+    ('{"question": "", "answers": ["Ada"]}', "line 2 needs"),
+    ('{"question": "who?", "answers": [" "]}', "line 2 gives no answer"),
+    ("[" * 100_000 + "]" * 100_000, "line 2 is nested too deeply"),
+    ("not json", "line 2 is not valid JSON"),
+])
+def test_a_malformed_question_file_is_a_message_naming_its_line(tmp_path, line, message):
+    from rag_demo.errors import InputError
+    from rag_demo.questions import load_question_set
+
+    path = tmp_path / "mine.jsonl"
+    path.write_text('{"question": "who wrote hamlet?", "answers": ["Shakespeare"]}\n' + line + "\n", encoding="utf-8")
+    with pytest.raises(InputError, match=message):
+        load_question_set(path)
+
+
+def test_a_question_file_loads_in_order(tmp_path):
+    from rag_demo.questions import load_question_set
+
+    path = tmp_path / "mine.jsonl"
+    path.write_text('{"question": "who wrote hamlet?", "answers": ["Shakespeare", " "]}\n\n'
+                    '{"question": "capital of peru?", "answers": ["Lima"], "topic": "geography"}\n', encoding="utf-8")
+    assert [(q.question, q.answers, q.topic) for q in load_question_set(path)] == [
+        ("who wrote hamlet?", ("Shakespeare",), ""), ("capital of peru?", ("Lima",), "geography")]
