@@ -322,7 +322,7 @@ def train_tab(engine, *, ask_encoder: gr.Radio, runs=None) -> TrainActions:
             page_runs = PageRunConfig()
             questions = gr.Slider(10, page_runs.max_questions, value=page_runs.default_questions, step=10,
                                   label="Training questions", elem_id="train-questions",
-                                  scale=2, info="each is read once with its top 10 passages (~3 s the first time; "
+                                  scale=2, info="each is read once with its top 10 passages (~2 s the first time; "
                                   f"the first {page_runs.default_questions} are read as the page starts)")
             with gr.Column(scale=1, min_width=120):
                 train_btn = gr.Button("Train", variant="primary", elem_id="train-btn")
