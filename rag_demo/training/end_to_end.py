@@ -203,6 +203,14 @@ class EndToEndTrainer:
             batch.append(self.examples[self._queue.pop()])
         return batch
 
+    def _base_logits(self, vectors: torch.Tensor, batch: Sequence[ReadQuestion]) -> torch.Tensor:
+        """(B, N) logits of every passage of the base for (B, D) question vectors: scale · cos + lexical_weight · BM25."""
+        logits = self.encoder.scale * vectors @ self.passages.T  # (B, N)
+        if self.lexical_weight:
+            lexical = np.stack([self.kb_lexical(e.question) for e in batch]).astype(np.float32)  # (B, N)
+            logits = logits + self.lexical_weight * torch.from_numpy(lexical).to(logits.device)
+        return logits
+
     def _candidate_logits(self, vectors: torch.Tensor, batch: Sequence[ReadQuestion]) -> torch.Tensor:
         """(B, C) logits of each question's candidates for (B, D) question vectors, −inf past its own."""
         device = self.passages.device
@@ -216,12 +224,8 @@ class EndToEndTrainer:
         device = self.passages.device
         vectors = question_vectors(self.model, self.encoder, [e.question for e in batch])  # (B, D)
         if self.config.objective == "gold-passage":
-            logits = self.encoder.scale * vectors @ self.passages.T  # (B, N)
-            if self.lexical_weight:
-                lexical = np.stack([self.kb_lexical(e.question) for e in batch])  # (B, N)
-                logits = logits + self.lexical_weight * torch.from_numpy(lexical).to(device)
             gold = torch.tensor([e.pseudo_gold for e in batch], device=device)
-            return torch.nn.functional.cross_entropy(logits, gold)
+            return torch.nn.functional.cross_entropy(self._base_logits(vectors, batch), gold)
         logits = self._candidate_logits(vectors, batch)  # (B, C)
         token_logprobs, mask = padded_batch(batch)
         return marginal_nll(logits, token_logprobs.to(device), mask.to(device), objective=self.config.objective,
@@ -267,10 +271,7 @@ class EndToEndTrainer:
             chunk = self.examples[start:start + batch]
             with torch.no_grad():
                 vectors = question_vectors(self.model, self.encoder, [e.question for e in chunk])  # (Q, D)
-                logits = self.encoder.scale * vectors @ self.passages.T  # (Q, N)
-            if self.lexical_weight:
-                lexical = np.stack([self.kb_lexical(e.question) for e in chunk]).astype(np.float32)  # (Q, N)
-                logits = logits + self.lexical_weight * torch.from_numpy(lexical).to(logits.device)
+                logits = self._base_logits(vectors, chunk)  # (Q, N)
             top += [tuple(int(r) for r in rows) for rows in logits.topk(depth, dim=1).indices.cpu()]
         return top
 
