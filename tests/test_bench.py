@@ -130,3 +130,22 @@ def test_posterior_sharpness_replays_rag_sequence_exactly(tiny_engine, monkeypat
         assert sharpness.best_answer(answers, per_doc, doc_lp, 1.0) == engine_answer
         flat = torch.logsumexp(per_doc, dim=-1).argmax()  # p(z|x) uniform
         assert sharpness.best_answer(answers, per_doc, doc_lp, 0.0) == answers[int(flat)]
+
+
+def test_memory_choice_threshold_picks_the_better_source_per_question():
+    import numpy as np
+
+    from benchmarks.memory_choice import best_threshold
+
+    signal = np.array([0.1, 0.9, 0.5, 0.7])
+    closed = np.array([False, True, False, True])
+    rag = np.array([True, False, True, False])
+    assert best_threshold(signal, closed, rag) == (1.0, 0.7)  # closed-book from 0.7 up: all four right
+    assert best_threshold(signal, closed & False, rag)[1] == float("inf")  # memory never helps: no threshold
+
+
+def test_everyday_reading_target_is_the_passage_s_own_spelling():
+    from benchmarks.everyday_reading import passage_form
+
+    assert passage_form("Its capital is OTTAWA, on the river.", "Ottawa") == "OTTAWA"
+    assert passage_form("Ottawans live here.", "Ottawa") == "Ottawa"  # not a whole word: the answer as given

@@ -275,10 +275,10 @@ def _reading_examples(generator, kbs: Mapping[str, KnowledgeBase], questions: li
 
     reads = [(name, question, question.gold_id, question.passage_answer) for name, question in questions]
     reads += [(name, question, row, NO_ANSWER) for name, question, row in distractors]
-    return [_reading_example(generator, kbs[name], question.question, row, target) for name, question, row, target in reads]
+    return [reading_example(generator, kbs[name], question.question, row, target) for name, question, row, target in reads]
 
 
-def _reading_example(generator, kb: KnowledgeBase, question: str, row: int, target: str):
+def reading_example(generator, kb: KnowledgeBase, question: str, row: int, target: str):
     """`question` read with passage `row` of `kb` in the generator's prompt, `target` the answer to learn."""
     from ..training.reader import ReadingExample
 
@@ -306,7 +306,7 @@ def marginal_examples(generator, kbs: Mapping[str, KnowledgeBase], questions: li
         if question.gold_id not in rows:
             missed += 1
             rows, doc_logprobs = retrieve(name, question.question, k, rows[:k - 1] + [question.gold_id])
-        reads = tuple(_reading_example(generator, kbs[name], question.question, row, question.passage_answer) for row in rows)
+        reads = tuple(reading_example(generator, kbs[name], question.question, row, question.passage_answer) for row in rows)
         examples.append(MarginalExample(reads, tuple(float(lp) for lp in doc_logprobs)))
     log.info("marginal training: %d of %d questions had their gold passage put in the last of their %d places", missed, len(questions), k)
     return examples
