@@ -1,4 +1,5 @@
-"""Asking with a question encoder trained on the page: for one call, for one visitor, never the engine's own.
+"""Asking and scoring with a question encoder trained on the page: for one call, for one visitor, never the
+engine's own; on the Ask, Score and Swap tabs alike.
 
 The oracle for p(z|x) is written out here: the question's vector straight from the model (DPR's pooled output),
 dotted with the knowledge base's stored passage vectors, a softmax over the top k. Nothing of `Encoder` or the
@@ -8,6 +9,7 @@ retriever computes it.
 from __future__ import annotations
 
 import copy
+import re
 from dataclasses import replace
 
 import numpy as np
@@ -28,20 +30,20 @@ QUESTION = "Who won the 2018 FIFA World Cup?"
 KB = "nq-wiki"
 
 
-def oracle_probs(model: torch.nn.Module, engine, question: str, rows) -> np.ndarray:
+def oracle_probs(model: torch.nn.Module, engine, question: str, rows, kb: str = KB) -> np.ndarray:
     """p(z|x) over `rows`: softmax of scale · q(x)ᵀd(z), q(x) the model's pooled output for the question."""
     with torch.no_grad():
         batch = engine.encoder.tokenizer([question], return_tensors="pt")
         vector = model.eval()(**batch).pooler_output[0].double().numpy()  # (D,)
-    logits = engine.encoder.scale * engine.kbs[KB].embeddings[list(rows)].astype(np.float64) @ vector  # (K,)
+    logits = engine.encoder.scale * engine.kbs[kb].embeddings[list(rows)].astype(np.float64) @ vector  # (K,)
     return np.exp(logits - logits.max()) / np.exp(logits - logits.max()).sum()
 
 
-def oracle_top(model: torch.nn.Module, engine, question: str, k: int) -> list[int]:
+def oracle_top(model: torch.nn.Module, engine, question: str, k: int, kb: str = KB) -> list[int]:
     """The exact top k rows under the model's question vector."""
     with torch.no_grad():
         vector = model.eval()(**engine.encoder.tokenizer([question], return_tensors="pt")).pooler_output[0].numpy()
-    return [int(r) for r in np.argsort(-(engine.kbs[KB].embeddings @ vector), kind="stable")[:k]]
+    return [int(r) for r in np.argsort(-(engine.kbs[kb].embeddings @ vector), kind="stable")[:k]]
 
 
 def moved(model: torch.nn.Module, seed: int = 0) -> torch.nn.Module:
@@ -246,6 +248,9 @@ def test_a_run_offers_its_encoder_on_the_ask_tab_once_it_has_taken_a_step(runs):
     actions = TrainActions(runs, steps_per_update=2)
     updates = list(actions.train("rag-token", 4, _request("a"), progress=_no_progress))
     offers = [u.ask_encoder for u in updates]
+    for update in updates:  # the Score and Swap tabs are offered the same, each its own copy (gradio pops a value)
+        assert update.score_encoder == update.swap_encoder == update.ask_encoder
+        assert update.score_encoder is not update.ask_encoder and update.swap_encoder is not update.ask_encoder
     assert offers[0] == {"__type__": "update"}  # reading: nothing trained yet, the choice stays hidden
     assert offers[1] == {"__type__": "update"}  # step 0: the packaged encoder's copy, nothing to offer
     assert offers[2]["choices"] == [("packaged", "packaged"), ("trained on this page (RAG-Token, 2 steps)", "trained")]
@@ -256,6 +261,7 @@ def test_a_run_offers_its_encoder_on_the_ask_tab_once_it_has_taken_a_step(runs):
     reading = next(again)
     assert reading.ask_encoder["value"] == "packaged" and reading.ask_encoder["choices"] == [("packaged", "packaged")]
     assert reading.ask_encoder["info"] == REPLACED_NOTE
+    assert reading.score_encoder == reading.swap_encoder == reading.ask_encoder  # every tab goes back to packaged
     assert list(again)[-1].ask_encoder["choices"][1] == ("trained on this page (RAG-Sequence, 4 steps)", "trained")
 
 
@@ -303,8 +309,134 @@ def test_another_visitor_has_no_trained_encoder_and_the_choice_goes_back_to_pack
 
 
 def test_the_page_has_a_question_encoder_choice_hidden_until_a_run_offers_one(ui_engine):
+    """Every visitor's page starts with each tab's choice hidden: only their own run's updates show it."""
     from rag_demo.ui import build_demo
 
     demo = build_demo(ui_engine)
-    radio = next(block for block in demo.blocks.values() if getattr(block, "elem_id", None) == "question-encoder")
-    assert radio.value == "packaged" and not radio.visible
+    by_id = {getattr(block, "elem_id", None): block for block in demo.blocks.values()}
+    for elem_id in ("question-encoder", "score-question-encoder", "swap-question-encoder"):
+        radio = by_id[elem_id]
+        assert radio.value == "packaged" and not radio.visible and radio.choices == [("packaged", "packaged")]
+    train_fn = next(fn for fn in demo.fns.values() if getattr(fn.fn, "__name__", "") == "train")
+    assert {getattr(block, "elem_id", None) for block in train_fn.outputs} >= {
+        "question-encoder", "score-question-encoder", "swap-question-encoder"}
+
+
+# ---- the Score and Swap tabs: the same choice ---------------------------------------------------------------------
+
+
+def _page_score(actions, session: str, question_encoder: str, *, memory: bool = False):
+    return actions.score(QUESTION, "France", KB, 3, "flat", None, memory, question_encoder, request=_request(session),
+                         progress=_no_progress)
+
+
+def _page_swap(actions, session: str, question_encoder: str):
+    return actions.swap(QUESTION, KB, "nq-counterfactual", "token", 3, None, False, question_encoder,
+                        request=_request(session), progress=_no_progress)
+
+
+def _shown_priors(markup: str) -> tuple[list[int], np.ndarray]:
+    """The rows and p(z|x) the Score tab's line of priors shows, in its order."""
+    found = re.findall(r'<span class="rag-prior" data-row="(\d+)">.*?<b>([0-9.]+)</b></span>', markup)
+    return [int(row) for row, _ in found], np.array([float(prob) for _, prob in found])
+
+
+def test_the_score_tab_scores_with_the_visitors_trained_encoder_and_says_so(runs, ui_engine):
+    from rag_demo.ui.actions import DemoActions
+    from rag_demo.ui.html import MEMORY_UNAVAILABLE, MEMORY_UNAVAILABLE_TRAINED, esc
+
+    runs.train_begin("a", objective="rag-token", questions=4)
+    runs.train_advance("a", steps=4)
+    actions = DemoActions(ui_engine, runs=runs)
+    trained, packaged = _page_score(actions, "a", "trained"), _page_score(actions, "a", "packaged")
+    assert trained.status == "" and trained.question_encoder == {"__type__": "update"}
+    assert "question encoder: trained on this page (RAG-Token, 4 steps)" in trained.cards
+    assert "question encoder: tiny-dpr" in packaged.cards and "trained on this page" not in packaged.cards
+    # the p(z|x) shown: softmax over the top k of the trained encoder's q(x) · the passages' vectors, by hand
+    model = _trained_model(runs, "a")
+    rows, shown = _shown_priors(trained.cards)
+    assert rows == oracle_top(model, ui_engine, QUESTION, 3)
+    np.testing.assert_allclose(shown, oracle_probs(model, ui_engine, QUESTION, rows), atol=6e-4)  # shown to 3 decimals
+    packaged_rows, packaged_shown = _shown_priors(packaged.cards)
+    own = ui_engine.encoder.question_model
+    np.testing.assert_allclose(packaged_shown, oracle_probs(own, ui_engine, QUESTION, packaged_rows), atol=6e-4)
+    # far enough apart that the test tells the two encoders apart at 3 decimals
+    assert rows != packaged_rows or np.abs(shown - packaged_shown).max() > 3e-3
+    # p(y|x) follows p(z|x): the score is the trained encoder's, the same as the engine's call with it
+    direct = runs.train_score("a", QUESTION, "France", kb=KB, k=3, memory=False)
+    assert direct.question_encoder == "trained on this page (RAG-Token, 4 steps)"
+    assert direct.to_json()["question_encoder"] == direct.question_encoder  # the score's JSON names it too
+    from rag_demo.ui.html import fmt_log
+
+    assert all(f"log {fmt_log(v.logprob)}" in trained.cards for v in direct.variants.values())
+    # the memory switch left on: memory is no source with a trained encoder, and the result says why
+    on = _page_score(actions, "a", "trained", memory=True)
+    assert esc(MEMORY_UNAVAILABLE_TRAINED) in on.cards and esc(MEMORY_UNAVAILABLE) not in on.cards
+    assert "∅ memory" not in on.cards
+
+
+def test_a_configured_memory_logit_makes_memory_a_source_of_a_trained_score(ui_engine):
+    from rag_demo.ui.actions import DemoActions
+    from tests.ui_engine import with_memory
+
+    engine = with_memory(ui_engine, 2.0)
+    runs = TrainingRuns(lambda: engine, config=PageRunConfig(steps=2, check_every=2, held_out_sample=2, top_k=3),
+                        question_sets={KB: (TRAIN, HELD_OUT)})
+    runs.train_begin("a", objective="rag-token", questions=4)
+    runs.train_advance("a", steps=1)
+    out = _page_score(DemoActions(engine, runs=runs), "a", "trained", memory=True)
+    assert out.status == "" and "question encoder: trained on this page (RAG-Token, 1 step)" in out.cards
+    assert "∅ memory" in out.cards and "no fitted logit" not in out.cards
+
+
+def test_the_score_tab_falls_back_to_packaged_when_the_trained_encoder_is_gone(runs, ui_engine):
+    from rag_demo.ui.actions import DemoActions
+    from rag_demo.ui.train import GONE_NOTE
+
+    runs.train_begin("a", objective="rag-token", questions=4)
+    runs.train_advance("a", steps=2)
+    actions = DemoActions(ui_engine, runs=runs)
+    for session in ("b", ""):  # another visitor never scores with a's encoder; nor does a call without a session
+        refused = _page_score(actions, session, "trained")
+        assert "trained question encoder is gone" in refused.status and "Traceback" not in refused.status
+        assert refused.question_encoder["value"] == "packaged" and refused.question_encoder["info"] == GONE_NOTE
+        assert refused.question_encoder["choices"] == [("packaged", "packaged")]
+        assert refused.cards == refused.heat_token == {"__type__": "update"}  # the last score stays as it was
+    runs.train_end("a")
+    assert "trained question encoder is gone" in _page_score(actions, "a", "trained").status
+    assert "unknown question encoder" in _page_score(actions, "a", "mine").status
+
+
+def test_the_swap_tab_asks_both_sides_with_the_trained_encoder(runs, ui_engine):
+    from rag_demo.ui.actions import DemoActions
+    from rag_demo.ui.train import GONE_NOTE
+
+    runs.train_begin("a", objective="rag-token", questions=4)
+    runs.train_advance("a", steps=4)
+    actions = DemoActions(ui_engine, runs=runs)
+    out = _page_swap(actions, "a", "trained")
+    assert out.status == "" and out.question_encoder == {"__type__": "update"}
+    model = _trained_model(runs, "a")
+    for column, kb in ((out.left, KB), (out.right, "nq-counterfactual")):
+        assert column.count("question encoder: trained on this page (RAG-Token, 4 steps)") == 1
+        shown = np.array([float(p) for p in re.findall(r"p\(z\|x\) <b>([0-9.]+)</b>", column)])
+        expected = oracle_probs(model, ui_engine, QUESTION, oracle_top(model, ui_engine, QUESTION, 3, kb), kb)
+        np.testing.assert_allclose(shown, expected, atol=6e-4)
+    assert "different question encoders" not in out.summary
+    packaged = _page_swap(actions, "a", "packaged")
+    assert "question encoder: tiny-dpr" in packaged.left and "trained on this page" not in packaged.left + packaged.right
+    refused = _page_swap(actions, "b", "trained")
+    assert "trained question encoder is gone" in refused.status and refused.question_encoder["info"] == GONE_NOTE
+    assert refused.left == refused.summary == {"__type__": "update"}
+
+
+def test_a_swap_whose_sides_had_different_encoders_says_so(runs, ui_engine):
+    """A run that steps between the swap's two asks leaves each side its own encoder: the summary says so."""
+    from rag_demo.ui.html import format_swap_summary
+
+    a, b = (ui_engine.ask(QUESTION, kb=kb, k=3, variants="token") for kb in (KB, "nq-counterfactual"))
+    assert "different question encoders" not in format_swap_summary(a, b)
+    stepped = format_swap_summary(replace(a, question_encoder="trained on this page (RAG-Token, 4 steps)"),
+                                  replace(b, question_encoder="trained on this page (RAG-Token, 5 steps)"))
+    assert ("different question encoders, nq-wiki with trained on this page (RAG-Token, 4 steps) and "
+            "nq-counterfactual with trained on this page (RAG-Token, 5 steps)") in stepped

@@ -1,5 +1,5 @@
 """The Train tab in a real Chromium (the harness of tests/test_browser.py): press Train, see the plots fill in, then
-ask with the trained encoder on the Ask tab.
+ask with the trained encoder on the Ask tab and score with it on the Score tab.
 
 Run: pytest -m browser tests/test_browser_train.py
 """
@@ -79,6 +79,16 @@ def test_pressing_train_draws_the_run(browser, train_server):  # noqa: F811
         expect(page.locator("#answer")).to_contain_text("question encoder: trained on this page (RAG-Token, 60 steps)")
         shot(page, "ask-trained-encoder")
 
+        # the Score tab offers it too, with a choice of its own (the question carried over from the ask)
+        open_tab(page, "Score your answer")
+        score_choice = page.locator("#score-question-encoder")
+        expect(score_choice).to_be_visible()
+        score_choice.get_by_text("trained on this page (RAG-Token, 60 steps)").click()
+        field(page, "score-answer").fill("France")
+        page.locator("#score-btn").click()
+        expect(page.locator("#score-out")).to_contain_text("question encoder: trained on this page (RAG-Token, 60 steps)")
+        expect(page.locator("#score-out")).to_contain_text("p(z|x) of the passages read")
+
         # a new run takes the chosen encoder back: the choice returns to the packaged one (with a note while the run
         # has taken no step, `REPLACED_NOTE`: too brief to catch on tiny models), and offers the new run's encoder
         open_tab(page, "Train")
@@ -87,6 +97,9 @@ def test_pressing_train_draws_the_run(browser, train_server):  # noqa: F811
         open_tab(page, "Ask")
         expect(choice).to_contain_text("trained on this page (RAG-Sequence, 60 steps)")
         expect(choice.get_by_label("packaged")).to_be_checked()
+        open_tab(page, "Score your answer")
+        expect(score_choice).to_contain_text("trained on this page (RAG-Sequence, 60 steps)")
+        expect(score_choice.get_by_label("packaged")).to_be_checked()
     finally:
         context.close()
 
@@ -99,6 +112,7 @@ def test_another_visitor_is_not_offered_the_trained_encoder(browser, train_serve
         page.set_default_timeout(TIMEOUT_MS)
         page.goto(train_server)
         page.locator("#ask-btn").wait_for()
-        expect(page.locator("#question-encoder")).to_be_hidden()
+        for choice in ("#question-encoder", "#score-question-encoder", "#swap-question-encoder"):
+            expect(page.locator(choice)).to_be_hidden()
     finally:
         context.close()

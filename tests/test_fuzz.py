@@ -123,7 +123,7 @@ def test_ask_json_answers_or_raises_a_message(engine, question, variant, k, inde
 def test_score_event_answers_or_explains(engine, question, answer, kb, k, index):
     TRIED["score event"] += 1
     out = DemoActions(engine).score(question, answer, kb, k, index, None)
-    assert len(out) == 5 and status_is_clear(out[0]), out[0]
+    assert len(out) == 6 and status_is_clear(out[0]), out[0]
 
 
 upload_name = st.one_of(st.sampled_from(["a.txt", "b.md", "c.jsonl", "d.csv", "e.pdf", "noext", "../../x.txt",

@@ -109,13 +109,17 @@ def evil_result() -> AskResult:
 
 
 def test_formatters_escape_every_string():
+    from dataclasses import replace
+
     result = evil_result()
     for markup in (
         format_answer_html(result),
         format_passages_html(result.passages),
         format_swap_column(result),
         format_swap_summary(result, result),
+        format_swap_summary(replace(result, question_encoder="<b>x</b>"), replace(result, question_encoder="<i>plain</i>")),
         format_score_html(result),
+        format_score_html(replace(result, question_encoder="<script>enc</script>")),
         format_learn_html(result, 1),
         format_status("<img src=x onerror=alert(1)>"),
         format_index_table([IndexReport("<b>flat</b>", 0.1, 10, 1.0, 5, 0.1)], "<kb>"),
@@ -304,8 +308,8 @@ def test_unexpected_engine_error_is_hidden(actions, monkeypatch):
 
 def test_kb_swap_changes_the_answer(actions, ui_engine):
     left_kb, right_kb = KB_NAMES
-    status, summary, left, right = actions.swap(QUESTION, left_kb, right_kb, "both", 5, None)
-    assert status == ""
+    status, summary, left, right, question_encoder = actions.swap(QUESTION, left_kb, right_kb, "both", 5, None)
+    assert status == "" and question_encoder == {"__type__": "update"}  # the choice stays as it was
     a, b = (ui_engine.ask(QUESTION, kb=kb, k=5, variants=("token", "sequence")) for kb in KB_NAMES)
     # the same random model reads different passages: the RAG-Token answer of this question differs
     assert a.variants["token"].answer != b.variants["token"].answer
@@ -417,7 +421,8 @@ def test_demo_builds_with_named_endpoints_and_one_engine_lane(ui_engine):
     assert [p["parameter_name"] for p in endpoints["/score_json"]["parameters"]] == [
         "question", "answer", "kb", "k", "index", "variant", "retriever", "memory"]
     # and the question encoder after it, for the same reason
-    assert [p["parameter_name"] for p in endpoints["/ask"]["parameters"]][-2:] == ["memory", "question_encoder"]
+    for name in ("/ask", "/score", "/swap"):
+        assert [p["parameter_name"] for p in endpoints[name]["parameters"]][-2:] == ["memory", "question_encoder"]
     assert [p["parameter_name"] for p in endpoints["/compare_json"]["parameters"]] == ["question", "kb", "k"]
     engine_fns = [fn for fn in demo.fns.values() if fn.concurrency_id == ENGINE_GROUP]
     assert len(engine_fns) >= 10 and all(fn.concurrency_limit == 1 for fn in engine_fns)
@@ -522,7 +527,9 @@ def test_private_kb_needs_building_first(actions):
 
 
 def test_score_your_answer(actions, ui_engine):
-    status, markup, heat_token, heat_seq, gain = actions.score(QUESTION, "Paris", actions.engine.default_kb, 3, "flat", None)
+    status, markup, heat_token, heat_seq, gain, question_encoder = actions.score(QUESTION, "Paris", actions.engine.default_kb,
+                                                                                3, "flat", None)
+    assert question_encoder == {"__type__": "update"}  # the choice stays as it was
     assert status == "" and "closed-book log p" in markup and "RAG-Token" in markup and "RAG-Sequence" in markup
     assert heat_token["visible"] and heat_seq["visible"]
     direct = ui_engine.score(QUESTION, "Paris", kb=ui_engine.default_kb, k=3)

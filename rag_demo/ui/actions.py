@@ -12,7 +12,7 @@ import functools
 import logging
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 import gradio as gr
 
@@ -59,7 +59,7 @@ from .inputs import (
 from .learn import format_learn_html, learn_token_choices
 from .outcomes import api_json, failure_status, noted_language, noted_memory, part_of, plot_update, progress_reporter
 from .sentences import as_sentence
-from .train import GONE_NOTE, packaged_encoder, training_runs
+from .train import encoder_gone, training_runs
 from .views import (
     AskView,
     CompareView,
@@ -86,11 +86,20 @@ PRIVATE_NAME = "my knowledge"  # as the dropdown calls it
 KB_MENUS = ("kb", "swap_left", "swap_right", "score_kb", "idx_kb")  # the knowledge-base dropdowns of every tab
 
 
+class EncoderCalls(NamedTuple):
+    """The engine's `ask` and `score`, or both with the question encoder this visitor's Train run trained: what the
+    Ask, Score and Swap tabs call, by their question-encoder choice (`DemoActions.encoder_calls`)."""
+
+    ask: Callable[..., AskResult]
+    score: Callable[..., AskResult]
+    trained: bool  # with the trained encoder: its memory notice says why ∅ is no source (`noted_memory`)
+
+
 class DemoActions:
     """One method per page event. Each parses its inputs, makes one engine call and formats the result.
 
     `runs` are the visitors' Train runs (`train.training_runs(engine)` unless given), whose trained encoders the
-    Ask tab asks with; the Train tab must train the same runs."""
+    Ask, Score and Swap tabs ask with; the Train tab must train the same runs."""
 
     def __init__(self, engine: Engine, *, limits: UploadLimits = UploadLimits(), files: SessionFiles | None = None,
                  runs=None):
@@ -166,12 +175,16 @@ class DemoActions:
         samples = [] if kb_choice == PRIVATE_KB else self.examples(kb_choice)
         return gr.Dataset(samples=samples, visible=bool(samples))
 
-    # ---- Ask ----------------------------------------------------------------------------------
-    def _asking(self, question_encoder: str | None, request: gr.Request | None) -> Callable[..., AskResult]:
-        """The engine's ask, or with `TRAINED` the ask with the encoder this visitor's Train run trained."""
+    def encoder_calls(self, question_encoder: str | None, request: gr.Request | None) -> EncoderCalls:
+        """The engine's calls for a tab's question-encoder choice: its own, or with `TRAINED` those with the encoder
+        this visitor's Train run trained (they raise `NoTrainedEncoder` when it has none; see `train.encoder_gone`)."""
         if parse_question_encoder(question_encoder) != TRAINED:
-            return self.engine.ask
-        return functools.partial(self.runs.train_ask, getattr(request, "session_hash", None) or "")
+            return EncoderCalls(ask=self.engine.ask, score=self.engine.score, trained=False)
+        session = getattr(request, "session_hash", None) or ""
+        return EncoderCalls(ask=functools.partial(self.runs.train_ask, session),
+                            score=functools.partial(self.runs.train_score, session), trained=True)
+
+    # ---- Ask ----------------------------------------------------------------------------------
 
     def ask(self, question: str, variant: str, k: float, index: str, kb_choice: str | None, num_beams: float,
             sequence_decoding: str, mine: Held | KnowledgeBase | None, retriever: str | None = None,
@@ -182,7 +195,8 @@ class DemoActions:
         try:
             knowledge = self.resolve_kb(kb_choice, mine)
             wanted = memory_switch(memory)
-            result = self._asking(question_encoder, request)(
+            calls = self.encoder_calls(question_encoder, request)
+            result = calls.ask(
                 require_question(question),
                 kb=knowledge,
                 k=self.fit_k(k, knowledge),
@@ -197,10 +211,10 @@ class DemoActions:
                 progress=progress_reporter(progress),
             )
         except NoTrainedEncoder:  # the run ended (a new one, or the page's state expired): back to the packaged encoder
-            return changed(AskView, status=format_status(GONE_NOTE, "info"), question_encoder=packaged_encoder(GONE_NOTE))
+            return encoder_gone(AskView)
         except Exception as err:  # the UI boundary: a message in the page, never a traceback
             return changed(AskView, status=failure_status(err))
-        result = noted_language(noted_memory(result, wanted, trained=question_encoder == TRAINED))
+        result = noted_language(noted_memory(result, wanted, trained=calls.trained))
         heat = {name: plots.posterior_heatmap(v, result.passages) for name, v in result.variants.items()}
         words = {name: plots.describe_heatmap(v, result.passages) for name, v in result.variants.items()}
         variants = list(result.variants.values())
@@ -242,7 +256,8 @@ class DemoActions:
 
     # ---- Swap the index -----------------------------------------------------------------------
     def swap(self, question: str, left: str | None, right: str | None, variant: str, k: float,
-             mine: Held | KnowledgeBase | None, memory: bool = True,
+             mine: Held | KnowledgeBase | None, memory: bool = True, question_encoder: str | None = None,
+             request: gr.Request | None = None,
              progress: gr.Progress = gr.Progress(),  # noqa: B008 (gradio injects a tracker here)
              ) -> SwapView:
         """Same question and model, two knowledge bases. The closed-book answer is asked too, so that an
@@ -252,13 +267,18 @@ class DemoActions:
             sides = [self.resolve_kb(left, mine), self.resolve_kb(right, mine)]
             wanted = memory_switch(memory)
             report = progress_reporter(progress)
-            a, b = (noted_language(noted_memory(self.engine.ask(
+            calls = self.encoder_calls(question_encoder, request)
+            a, b = (noted_language(noted_memory(calls.ask(
                         question, kb=kb, k=self.fit_k(k, kb), variants=parse_variants(variant), closed_book=True,
-                        memory=wanted, progress=part_of(report, side, len(sides), getattr(kb, "name", kb))), wanted))
+                        memory=wanted, progress=part_of(report, side, len(sides), getattr(kb, "name", kb))), wanted,
+                        trained=calls.trained))
                     for side, kb in enumerate(sides))
+        except NoTrainedEncoder:  # as for `ask`
+            return encoder_gone(SwapView)
         except Exception as err:  # the UI boundary
             return changed(SwapView, status=failure_status(err))
-        return SwapView(status="", summary=format_swap_summary(a, b), left=format_swap_column(a), right=format_swap_column(b))
+        return SwapView(status="", summary=format_swap_summary(a, b), left=format_swap_column(a), right=format_swap_column(b),
+                        question_encoder=gr.skip())
 
     # ---- Your knowledge -----------------------------------------------------------------------
     def build_mine(self, files: list[str] | None, paste_title: str, paste_text: str, mine: Held | KnowledgeBase | None,
@@ -332,7 +352,8 @@ class DemoActions:
 
     # ---- Score your answer ----------------------------------------------------------------------
     def score(self, question: str, answer: str, kb_choice: str | None, k: float, index: str,
-              mine: Held | KnowledgeBase | None, memory: bool = True,
+              mine: Held | KnowledgeBase | None, memory: bool = True, question_encoder: str | None = None,
+              request: gr.Request | None = None,
               progress: gr.Progress = gr.Progress(),  # noqa: B008 (gradio injects a tracker here)
               ) -> ScoreView:
         try:
@@ -341,19 +362,23 @@ class DemoActions:
             answer = require_answer(answer)
             knowledge = self.resolve_kb(kb_choice, mine)
             wanted = memory_switch(memory)
-            result = self.engine.score(require_question(question), answer, kb=knowledge,
-                                       k=self.fit_k(k, knowledge), index=index or ASK.index, variants=VARIANTS,
-                                       memory=wanted, progress=progress_reporter(progress))
+            calls = self.encoder_calls(question_encoder, request)
+            result = calls.score(require_question(question), answer, kb=knowledge,
+                                 k=self.fit_k(k, knowledge), index=index or ASK.index, variants=VARIANTS,
+                                 memory=wanted, progress=progress_reporter(progress))
+        except NoTrainedEncoder:  # as for `ask`
+            return encoder_gone(ScoreView)
         except Exception as err:  # the UI boundary
             return changed(ScoreView, status=failure_status(err))
-        result = noted_memory(result, wanted)
+        result = noted_memory(result, wanted, trained=calls.trained)
         heat = {name: plots.posterior_heatmap(v, result.passages) for name, v in result.variants.items()}
         words = {name: plots.describe_heatmap(v, result.passages) for name, v in result.variants.items()}
         variants = list(result.variants.values())
         return ScoreView(status="", cards=format_score_html(result),
                          heat_token=plot_update(heat.get("token"), words.get("token", "")),
                          heat_seq=plot_update(heat.get("sequence"), words.get("sequence", "")),
-                         gain=plot_update(plots.retrieval_gain_figure(variants), plots.describe_gain(variants)))
+                         gain=plot_update(plots.retrieval_gain_figure(variants), plots.describe_gain(variants)),
+                         question_encoder=gr.skip())
 
     def score_json(self, question: str, answer: str, kb: str = "", k: int = ASK.k, index: str = ASK.index,
                    variant: str = ASK.variant, retriever: str = "", memory: bool | str | None = None) -> dict:

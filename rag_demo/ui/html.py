@@ -17,7 +17,8 @@ from ..config import RETRIEVER_NAMES
 from ..retrieval.corpus import KnowledgeBase
 from ..progress import counted
 from ..results import AskResult, ClosedBookResult, IndexReport, RetrievedPassage, RetrieverComparison, RetrieverRanking, VariantResult
-from .sentences import LINE_BREAK_NOTE, disagreement_sentence, knowledge_conflicts, memory_sentence, swap_verdict
+from .sentences import (LINE_BREAK_NOTE, disagreement_sentence, encoders_differ_sentence, knowledge_conflicts,
+                        memory_sentence, swap_verdict)
 
 PARAMETRIC_P = 0.5  # closed-book p at or above which a token is marked as coming from parametric memory
 TIMING_ORDER = ("encode", "search", "generate", "total")
@@ -498,14 +499,29 @@ def format_swap_summary(left: AskResult, right: AskResult) -> str:
     closed = next((r.closed_book for r in (left, right) if r.closed_book is not None), None)
     memory = (f' &nbsp;|&nbsp; closed-book, no passages → “{esc(closed.answer)}”' if closed is not None else "")
     verdict = esc(swap_verdict(left, right))
+    encoders = encoders_differ_sentence(left, right)
+    encoders = f"<div>{esc(encoders)}</div>" if encoders else ""
     conflicts = "".join(f'<div class="rag-conflict">{esc(sentence)}</div>'
                         for side in (left, right) for sentence in knowledge_conflicts(side))
     return (f'<div class="rag-swap-summary"><b>{esc(left.kb)}</b> → {answers(left)} &nbsp;|&nbsp; '
-            f'<b>{esc(right.kb)}</b> → {answers(right)}{memory}<div>{verdict}</div>{conflicts}</div>')
+            f'<b>{esc(right.kb)}</b> → {answers(right)}{memory}<div>{verdict}</div>{encoders}{conflicts}</div>')
+
+
+def format_priors(result: AskResult) -> str:
+    """One line: p(z|x) of each passage read, in the colours that tint the tokens, and p(∅|x) when memory is a
+    source; "" with no passages. The question encoder (its badge) is what moves these."""
+    if not result.passages:
+        return ""
+    parts = [f'<span class="rag-prior" data-row="{esc(p.id)}">{swatch(p.rank)}{plots.passage_label(p, 28)} '
+             f"<b>{p.prob:.3f}</b></span>" for p in result.passages]
+    if result.memory_prob is not None:
+        parts.append(f'<span class="rag-prior">{MEMORY_SWATCH}{esc(plots.MEMORY_NAME)} <b>{result.memory_prob:.3f}</b></span>')
+    return f'<div class="rag-cands rag-priors">p(z|x) of the passages read: {" · ".join(parts)}</div>'
 
 
 def format_score_html(result: AskResult) -> str:
-    """log p(answer|x) under each variant against the closed-book model, with per-token provenance."""
+    """log p(answer|x) under each variant against the closed-book model, with per-token provenance, and the
+    p(z|x) it was marginalized over."""
     cards = []
     for v in result.variants.values():
         closed_lp = sum(v.closed_book_token_logprobs)
@@ -523,7 +539,8 @@ def format_score_html(result: AskResult) -> str:
     return (
         f'<div class="rag-answer-block"><div class="rag-question">Q: {esc(result.question)} '
         f'<span class="rag-kb">knowledge base <b>{esc(result.kb)}</b></span> {format_index_badge(result)}</div>'
-        f'{format_notices(result.notices)}{format_memory_line(result)}<div class="rag-cards">{"".join(cards)}</div>'
+        f'{format_notices(result.notices)}{format_memory_line(result)}{format_priors(result)}'
+        f'<div class="rag-cards">{"".join(cards)}</div>'
         f'{line_break_note([v.tokens for v in result.variants.values()])}{format_timings(result.timings_ms)}</div>'
     )
 

@@ -47,11 +47,12 @@ def parse_retriever(choice: object) -> str | None:
     return choice or None
 
 
-PACKAGED, TRAINED = "packaged", "trained"  # the Ask tab's question encoders: the engine's own, or this visitor's trained one
+# the question encoders of the Ask, Score and Swap tabs: the engine's own, or this visitor's trained one
+PACKAGED, TRAINED = "packaged", "trained"
 
 
 def parse_question_encoder(choice: object) -> str:
-    """The Ask tab's question-encoder choice; empty means the packaged one.
+    """A tab's question-encoder choice (Ask, Score, Swap); empty means the packaged one.
 
     >>> parse_question_encoder(None), parse_question_encoder("trained")
     ('packaged', 'trained')

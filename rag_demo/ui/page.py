@@ -35,9 +35,9 @@ from .views import (
 )
 from ..options import BOTH
 from .html import esc, format_status
-from .inputs import PACKAGED, SessionFiles, UploadLimits
+from .inputs import SessionFiles, UploadLimits
 from .learn import format_glossary_html, format_learn_html
-from .train import PACKAGED_CHOICE, train_tab, training_runs
+from .train import EncoderChoices, encoder_choice, train_tab, training_runs
 
 ASSETS = Path(__file__).resolve().parents[2] / "assets"
 VARIANT_CHOICES = [*((variant.title(), variant) for variant in VARIANTS), ("Both", BOTH)]
@@ -170,7 +170,7 @@ def build_demo(engine: Engine, *, limits: UploadLimits = UploadLimits(), files: 
 
     `files` holds visitors' uploads (default: a new private temporary folder).
     """
-    runs = training_runs(engine)  # the visitors' Train runs: the Train tab trains them, the Ask tab asks with them
+    runs = training_runs(engine)  # the visitors' Train runs: the Train tab trains them, Ask, Score and Swap ask with them
     actions = DemoActions(engine, limits=limits, files=files, runs=runs)
     default = actions.default_kb()
     left_default, right_default = actions.swap_pair()
@@ -245,8 +245,7 @@ def build_demo(engine: Engine, *, limits: UploadLimits = UploadLimits(), files: 
                         retriever = gr.Radio(label="Retriever", elem_id="retriever",
                                              **{"choices": RETRIEVER_CHOICES, **actions.retriever_options()})
                         # this visitor's Train run offers its encoder here once it has taken a step (train.offered_encoder)
-                        question_encoder = gr.Radio([PACKAGED_CHOICE], value=PACKAGED, label="Question encoder",
-                                                    elem_id="question-encoder", visible=False)
+                        question_encoder = encoder_choice("question-encoder")
                         compare_btn = gr.Button("Compare retrievers", elem_id="compare-btn", size="sm")
                         extractive = gr.Checkbox(False, label="Answers copy a passage span", elem_id="extractive",
                                                  info="Decoding may only copy a run of a retrieved passage's words; "
@@ -294,6 +293,7 @@ def build_demo(engine: Engine, *, limits: UploadLimits = UploadLimits(), files: 
                         swap_variant = gr.Radio(VARIANT_CHOICES, value="token", label="RAG variant",
                                                 elem_id="swap-variant")
                         swap_k = k_slider("swap-k")
+                        swap_encoder = encoder_choice("swap-question-encoder")  # as the Ask tab's
                         swap_examples = gr.Dataset(components=[swap_question], samples=swap_samples, label="Examples",
                                                    elem_id="swap-examples", samples_per_page=8, layout="gallery",
                                                    visible=bool(swap_samples))
@@ -359,6 +359,7 @@ def build_demo(engine: Engine, *, limits: UploadLimits = UploadLimits(), files: 
                     score_kb = kb_dropdown("score-kb", default)
                     score_k = k_slider("score-k")
                     score_index = index_dropdown("score-index")
+                    score_encoder = encoder_choice("score-question-encoder")  # as the Ask tab's
                 score_status = _status("score-status")
                 score_out = _html("score-out")
                 with gr.Row():
@@ -390,7 +391,8 @@ def build_demo(engine: Engine, *, limits: UploadLimits = UploadLimits(), files: 
                 with gr.Accordion("Words used on this page", open=False, elem_id="glossary"):
                     gr.HTML(format_glossary_html(), js_on_load=None)
 
-            train_tab(engine, runs=runs, ask_encoder=question_encoder)  # its own module: rag_demo.ui.train
+            train_tab(engine, runs=runs,  # its own module: rag_demo.ui.train
+                      encoders=EncoderChoices(ask=question_encoder, score=score_encoder, swap=swap_encoder))
 
         # ---------------------------------------------------------------- events
         # Each event's outputs, by name: the components an action's values go to (rag_demo.ui.actions)
@@ -400,12 +402,13 @@ def build_demo(engine: Engine, *, limits: UploadLimits = UploadLimits(), files: 
         ask_view = AskView(status=ask_status, answer=answer, passages=passages, doc_prob=doc_prob, heat_token=heat_token,
                            heat_seq=heat_seq, gain=gain, last=last, question_encoder=question_encoder)
         compare_view = CompareView(status=ask_status, comparison=comparison)
-        swap_view = SwapView(status=swap_status, summary=swap_summary, left=swap_left_out, right=swap_right_out)
+        swap_view = SwapView(status=swap_status, summary=swap_summary, left=swap_left_out, right=swap_right_out,
+                             question_encoder=swap_encoder)
         mine_view = MineView(status=mine_status, mine=mine, picker=mine_pick, edit_title=mine_edit_title,
                              edit_text=mine_edit_text, preview=mine_preview, **kb_menus)
         mine_answer_view = MineAnswerView(status=mine_ask_status, answer=mine_answer, passages=mine_passages)
         score_view = ScoreView(status=score_status, cards=score_out, heat_token=score_heat_token, heat_seq=score_heat_seq,
-                               gain=score_gain)
+                               gain=score_gain, question_encoder=score_encoder)
         index_view = IndexView(status=idx_status, table=idx_table, figure=idx_plot)
         learn_view = LearnView(token_picker=learn_token, walkthrough=learn_out)
 
@@ -464,7 +467,7 @@ def build_demo(engine: Engine, *, limits: UploadLimits = UploadLimits(), files: 
         learn_token.change(actions.learn, inputs=[last, learn_token], outputs=learn_out, api_visibility="private",
                            queue=False)
 
-        swap_inputs = [swap_question, swap_left, swap_right, swap_variant, swap_k, mine, memory]
+        swap_inputs = [swap_question, swap_left, swap_right, swap_variant, swap_k, mine, memory, swap_encoder]
         opened.then(actions.swap_linked, inputs=[link, *swap_inputs], outputs=list(swap_view), api_visibility="private",
                     show_progress_on=swap_summary, **engine_events)
         swap_share_btn.click(actions.share_swap_link, inputs=[swap_question, swap_left, swap_right, swap_variant, swap_k],
@@ -490,7 +493,8 @@ def build_demo(engine: Engine, *, limits: UploadLimits = UploadLimits(), files: 
               outputs=list(mine_answer_view), api_name="ask_mine", show_progress_on=mine_answer, **engine_events)
 
         gr.on([score_btn.click, score_answer.submit], actions.score,
-              inputs=[score_question, score_answer, score_kb, score_k, score_index, mine, memory], outputs=list(score_view),
+              inputs=[score_question, score_answer, score_kb, score_k, score_index, mine, memory, score_encoder],
+              outputs=list(score_view),
               api_name="score", show_progress_on=score_out, **engine_events, **latest).then(**scroll_to["score-out"])
         idx_btn.click(actions.index_reports, inputs=[idx_kb, mine], outputs=list(index_view), api_name="index_reports",
                       **engine_events)

@@ -95,6 +95,16 @@ def swap_verdict(left: AskResult, right: AskResult) -> str:
     return "The same answer on both sides, and it appears in neither side's passages: it comes from the model, not the index."
 
 
+def encoders_differ_sentence(left: AskResult, right: AskResult) -> str:
+    """When the swap's two sides computed q(x) with different question encoders (a visitor's Train run took a step
+    between them): a sentence saying so; "" when one encoder served both (or none: BM25)."""
+    if not (left.question_encoder and right.question_encoder) or left.question_encoder == right.question_encoder:
+        return ""
+    return (f"The two sides were asked with different question encoders, {left.kb} with {left.question_encoder} and "
+            f"{right.kb} with {right.question_encoder}: your run took a step in between. Ask both again once it has "
+            "finished for one model on both sides.")
+
+
 def _memory_share(variant: VariantResult) -> float | None:
     """How much of the answer ∅ memory explains: RAG-Sequence's running posterior after the whole answer,
     RAG-Token's mean over the tokens; None when memory is not a source."""

@@ -4,10 +4,12 @@ A visitor picks a loss and a number of training questions and presses Train: the
 for that visitor only, takes 60 steps while the tab plots the loss, held-out retrieval, and one
 held-out question's p(z|x) before and now. One run trains at a time across visitors; the next waits in
 line and sees its place. The run lives with the engine (`serving.retriever_training.TrainingRuns`) and is
-dropped when the visitor leaves. Once it has taken a step, the Ask tab's question-encoder choice offers
-it to that visitor (`offered_encoder`); a new run takes it back (`packaged_encoder`).
+dropped when the visitor leaves. Once it has taken a step, the question-encoder choice of the Ask, Score and
+Swap tabs (`encoder_choice`, one per tab) offers it to that visitor (`offered_encoder`); a new run takes it
+back (`packaged_encoder`), and so does a tab whose call finds it gone (`encoder_gone`).
 
-    train_tab(engine, runs=runs, ask_encoder=radio)   # inside the page's `gr.Tabs()`: the tab and its events
+    choices = EncoderChoices(ask=encoder_choice("question-encoder"), score=..., swap=...)   # in each tab
+    train_tab(engine, runs=runs, encoders=choices)   # inside the page's `gr.Tabs()`: the tab and its events
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from ..serving.interface import EngineNotReady
 from ..serving.retriever_training import PageRunConfig
 from .html import esc, format_status
 from .inputs import PACKAGED, TRAINED
+from .views import View, changed
 
 log = logging.getLogger(__name__)
 
@@ -41,33 +44,60 @@ HELP = ("<p class=\"rag-help\">RAG trains its retriever without passage labels: 
         "Here the generator (the reader) is frozen and its reading of each training question's top 10 passages is "
         "computed once and kept (about 2 s a question, the first time only), so a step is the question encoder's "
         "forward and backward pass plus a softmax: about 0.2 s on 2 CPU cores. The passages' vectors and the index never change. The trained encoder is yours alone: "
-        "once it has taken a step the Ask tab offers it (Question encoder), and it is forgotten when you leave. The "
+        "once it has taken a step the Ask, Score and Swap tabs offer it (Question encoder), and it is forgotten when "
+        "you leave. The "
         "generator's memory is no source here (the paper's formulas). "
         "Held-out questions are never trained on; with no passage labels, a passage that contains an answer counts "
         "as a hit.</p>")
 
 
-# The Ask tab's question-encoder choice: hidden until this visitor's run has taken a step
+# Each asking tab's question-encoder choice: hidden until this visitor's run has taken a step
 PACKAGED_CHOICE = ("packaged", PACKAGED)
-ENCODER_INFO = ("Your Train run's encoder computes q(x) for your asks alone (Dense and Dense + BM25; BM25 reads words "
-                "only); nobody else on the page sees it. With it, the generator's memory is a source only where its "
-                "logit θ is configured: the fitted one is the packaged encoder's.")
-REPLACED_NOTE = ("A new run is training, so asks are back on the packaged encoder; the new run's encoder is offered "
+ENCODER_INFO = ("Your Train run's encoder computes q(x) for your asks and scores alone (Dense and Dense + BM25; BM25 "
+                "reads words only); nobody else on the page sees it. With it, the generator's memory is a source only "
+                "where its logit θ is configured: the fitted one is the packaged encoder's.")
+REPLACED_NOTE = ("A new run is training, so this tab is back on the packaged encoder; the new run's encoder is offered "
                  "here once it has taken a step (the last one is gone).")
 GONE_NOTE = ("Your trained question encoder is gone (it is kept while this page is open, for at most 2 hours after "
-             "its run), so asks are back on the packaged encoder. Press Ask again, or train anew on the Train tab.")
+             "its run), so this tab is back on the packaged encoder. Try again, or train anew on the Train tab.")
+
+
+class EncoderChoices(NamedTuple):
+    """The question-encoder choice of each tab that asks the engine (`encoder_choice`): a run offers its encoder in
+    all of them, and a new run takes it back from all of them."""
+
+    ask: Any
+    score: Any
+    swap: Any
+
+
+def encoder_choice(elem_id: str) -> gr.Radio:
+    """A tab's question-encoder choice: hidden, on the packaged encoder, until this visitor's run offers its own."""
+    return gr.Radio([PACKAGED_CHOICE], value=PACKAGED, label="Question encoder", elem_id=elem_id, visible=False)
 
 
 def offered_encoder(view) -> dict:
-    """The Ask tab's choice once the run has taken a step: the packaged encoder, or the one trained, by name."""
+    """A tab's choice once the run has taken a step: the packaged encoder, or the one trained, by name."""
     if view.step < 1:
         return gr.skip()
     return gr.update(choices=[PACKAGED_CHOICE, (view.question_encoder, TRAINED)], visible=True, info=ENCODER_INFO)
 
 
 def packaged_encoder(note: str) -> dict:
-    """The Ask tab's choice back on the packaged encoder alone, and why."""
+    """A tab's choice back on the packaged encoder alone, and why."""
     return gr.update(choices=[PACKAGED_CHOICE], value=PACKAGED, visible=True, info=note)
+
+
+def encoder_gone(view: type[View]) -> View:
+    """A tab's outputs when its call asked for the visitor's trained encoder and none is left (a new run, the
+    session's end): the note in its message box, its choice back on the packaged encoder, all else as it was.
+    `view` names the tab's outputs, among them `status` and `question_encoder`."""
+    return changed(view, status=format_status(GONE_NOTE, "info"), question_encoder=packaged_encoder(GONE_NOTE))
+
+
+def _every_choice(update: dict) -> dict[str, dict]:
+    """`update` for each tab's choice, as TrainView names them; a copy each, since gradio pops an update's value."""
+    return {f"{tab}_encoder": dict(update) for tab in EncoderChoices._fields}
 
 
 class TrainView(NamedTuple):
@@ -77,7 +107,9 @@ class TrainView(NamedTuple):
     held_out: Any
     question: Any
     run: Any  # the session whose run the engine holds: gradio's deleting it frees the run (`train_tab`)
-    ask_encoder: Any  # the Ask tab's question-encoder choice (`offered_encoder`)
+    ask_encoder: Any  # each tab's question-encoder choice (`offered_encoder`), as `EncoderChoices` names the tabs
+    score_encoder: Any
+    swap_encoder: Any
 
 
 class RunLine:
@@ -224,12 +256,11 @@ def _moves(gradient: float) -> str:
 
 def _view(run) -> TrainView:
     return TrainView(status=gr.skip(), summary=summary_html(run), loss=loss_figure(run), held_out=held_out_figure(run),
-                     question=question_figure(run), run=gr.skip(), ask_encoder=offered_encoder(run))
+                     question=question_figure(run), run=gr.skip(), **_every_choice(offered_encoder(run)))
 
 
 def _status_only(message: str, kind: str) -> TrainView:
-    return TrainView(status=format_status(message, kind), summary=gr.skip(), loss=gr.skip(), held_out=gr.skip(),
-                     question=gr.skip(), run=gr.skip(), ask_encoder=gr.skip())
+    return changed(TrainView, status=format_status(message, kind))
 
 
 class TrainActions:
@@ -256,7 +287,7 @@ class TrainActions:
                 time.sleep(self.wait_poll_s)
             yield _status_only("Reading each training question's passages with the generator (once: cached for later "
                                "runs), then measuring the packaged encoder…", "wait")._replace(
-                ask_encoder=packaged_encoder(REPLACED_NOTE) if earlier else gr.skip())
+                **_every_choice(packaged_encoder(REPLACED_NOTE) if earlier else gr.skip()))
 
             def report(stage: str, done: int, total: int) -> None:
                 self.line.heard(session)
@@ -269,7 +300,8 @@ class TrainActions:
                 run = self.runs.train_advance(session, steps=self.steps_per_update, progress=report)
                 yield _view(run)._replace(status=format_status(f"Training… step {run.step} of {run.steps}", "wait"))
             done = "Finished" if run.finished else f"Stopped at step {run.step}"
-            use = (" Ask with it on the Ask tab (Question encoder: trained)." if run.step else "")
+            use = (" Ask with it on the Ask tab, or on the Score and Swap tabs (Question encoder: trained)."
+                   if run.step else "")
             yield _view(run)._replace(status=format_status(f"{done}. This trained encoder is yours until you leave the page."
                                                            + use, "ok"))
         except EngineNotReady as err:
@@ -306,10 +338,10 @@ def training_runs(engine):
     return TrainingRuns(lambda: engine)
 
 
-def train_tab(engine, *, ask_encoder: gr.Radio, runs=None) -> TrainActions:
-    """The Train tab and its events; call inside the page's `gr.Tabs()`. `ask_encoder` is the Ask tab's
-    question-encoder choice, which a run offers its encoder in; `runs` defaults to `training_runs(engine)`, and the
-    Ask tab must ask the same runs."""
+def train_tab(engine, *, encoders: EncoderChoices, runs=None) -> TrainActions:
+    """The Train tab and its events; call inside the page's `gr.Tabs()`. `encoders` are the tabs' question-encoder
+    choices, which a run offers its encoder in; `runs` defaults to `training_runs(engine)`, and those tabs must ask
+    the same runs."""
     actions = TrainActions(runs if runs is not None else training_runs(engine))
 
     def end_session(session: str | None) -> None:
@@ -338,7 +370,7 @@ def train_tab(engine, *, ask_encoder: gr.Radio, runs=None) -> TrainActions:
         # the session holding a run; gradio deletes it when the visitor has left (or after STATE_TTL_S), and with it the run
         run = gr.State(None, time_to_live=STATE_TTL_S, delete_callback=end_session)
     view = TrainView(status=status, summary=summary, loss=loss, held_out=held_out, question=question, run=run,
-                     ask_encoder=ask_encoder)
+                     ask_encoder=encoders.ask, score_encoder=encoders.score, swap_encoder=encoders.swap)
     # its own concurrency group, unlimited: a visitor in line is told their place (`RunLine`) instead of waiting
     # unseen in gradio's queue, and a run never holds up the other tabs' answers
     train_btn.click(actions.train, inputs=[objective, questions, run], outputs=list(view), api_visibility="private",

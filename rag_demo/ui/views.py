@@ -42,7 +42,7 @@ class AskView(NamedTuple):
     heat_token: Any
     heat_seq: Any
     gain: Any
-    question_encoder: Any  # the choice of question encoder: back on the packaged one when the trained one is gone
+    question_encoder: Any  # the tab's choice of question encoder: back on the packaged one when the trained one is gone
     last: Any  # Held(AskResult): the answer the Learn and Score tabs work with
 
 
@@ -84,6 +84,7 @@ class SwapView(NamedTuple):
     summary: Any
     left: Any
     right: Any
+    question_encoder: Any  # as AskView's
 
 
 class MineView(NamedTuple):
@@ -120,6 +121,7 @@ class ScoreView(NamedTuple):
     heat_token: Any
     heat_seq: Any
     gain: Any
+    question_encoder: Any  # as AskView's
 
 
 class IndexView(NamedTuple):
