@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 
-import numpy as np
 import torch
 
 from benchmarks.speed import table

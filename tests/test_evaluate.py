@@ -20,7 +20,6 @@ def test_squad_normalization_and_scores():
 
 
 def _questions(engine, kb):
-    knowledge = engine.resolve_kb(kb)
     items = []
     for row, question in enumerate(["what is the first passage about", "who is named in the second", "where is it"]):
         # the gold answer is what the engine says with k=1 for the first question, so EM is not all zeros
