@@ -182,3 +182,12 @@ def test_memory_in_the_passages_batch_answers_as_memory_stepped_apart(engine, mo
             x, y = a.variants[name], b.variants[name]
             assert x.token_ids == y.token_ids and x.logprob == pytest.approx(y.logprob, abs=2e-3)
             assert list(x.memory_posteriors) == pytest.approx(list(y.memory_posteriors), abs=2e-3)
+
+
+def test_no_worked_example_but_the_swapped_one_has_an_article_in_the_general_base(engine):
+    """An example whose article the page can retrieve gets copied (`prompts`' docstring); the Magic Flute's is
+    there on purpose, its passage naming the real composer."""
+    from rag_demo.generation import prompts
+
+    titles = {title.casefold() for title in engine.kbs["wikipedia"].titles}
+    assert [title for title, *_ in prompts.EXAMPLES if title.casefold() in titles] == ["The Magic Flute"]

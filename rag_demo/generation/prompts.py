@@ -11,6 +11,12 @@ should change the answer. Reading only the gold passage of 250 questions, this e
 answers that follow a swapped passage from 42.0% to 45.6% and left real passages at 59.6%
 (docs/quality-notes.md). The closed-book prompt keeps the true answers: it has no passage to follow.
 
+The first and third examples are about things the general base has no article on. When a retrieved
+passage is an example's own article, the generator answers as the example did: with a Lake Baikal
+example, "what is the deepest lake in the world?" read the Lake Baikal lead and answered "1,642
+metres", the example's answer. The Magic Flute is in the base; its passage there names Mozart, and
+"who composed the magic flute?" is answered "Wolfgang Amadeus Mozart" all the same.
+
 The offline default's generator is fine-tuned on this very prompt (`tuning.tune_reader`), so a
 change here changes the key of its cached copy and trains it again at the next start.
 """
@@ -21,11 +27,11 @@ INSTRUCTION = "Answer each question with a short answer taken from the passage.\
 
 EXAMPLES = (
     (
-        "Lake Baikal",
-        "Lake Baikal is a rift lake in Siberia, Russia. It is the deepest lake in the world, "
-        "reaching 1,642 metres, and holds about a fifth of the Earth's unfrozen fresh water.",
-        "how deep is the deepest point of lake baikal",
-        "1,642 metres",
+        "Falkirk Wheel",
+        "The Falkirk Wheel is a rotating boat lift in central Scotland that joins the Forth and Clyde "
+        "Canal to the Union Canal. It lifts boats 24 metres and opened in 2002.",
+        "how high does the falkirk wheel lift boats",
+        "24 metres",
     ),
     (
         "The Magic Flute",
@@ -45,7 +51,7 @@ EXAMPLES = (
 
 CLOSED_BOOK_INSTRUCTION = "Answer each question with a short answer.\n\n"
 CLOSED_BOOK_EXAMPLES = (
-    ("how deep is the deepest point of lake baikal", "1,642 metres"),
+    ("how high does the falkirk wheel lift boats", "24 metres"),
     ("who composed the opera the magic flute", "Wolfgang Amadeus Mozart"),
     ("when was the penny black first issued", "1 May 1840"),
 )
