@@ -2,6 +2,7 @@
 
     python -m benchmarks.posterior_sharpness --n 300 --seed 11
     python -m benchmarks.posterior_sharpness --n 300 --seed 11 --kb nq-wiki --multipliers 0.25,0.5,1,2
+    python -m benchmarks.posterior_sharpness --n 150 --seed 0 --kb wikipedia --questions everyday-train
 
 p(z|x) is the softmax of the top k's logits (scale * cosine + lexical weight * BM25 on the default).
 Multiplying every logit by m keeps the ranking and the retrieved passages, and moves only how much
@@ -14,7 +15,8 @@ question records each candidate's log p(y|x,z) for every z, and the marginal for
 recomputed exactly: argmax over candidates of logsumexp_z(log_softmax(m * logits)_z + log p(y|x,z)).
 RAG-Token decodes with p(z|x) at each step, so it cannot be replayed; ask it with the engine's own
 settings to check a choice. Prints one row per multiplier for each KB: exact match with its 95%
-interval, and how many answers differ from m = 1's.
+interval, and how many answers differ from m = 1's. The paper's k passages alone: memory is no source
+here. `--questions` asks a question set (any of its aliases counts) instead of the KB's own questions.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ import torch
 
 from rag_demo import engine as engine_module
 from rag_demo.evaluate import exact_match, sample_questions, wilson_interval
-from rag_demo.questions import load_eval_questions
+from rag_demo.questions import load_eval_questions, set_eval_questions
 
 log = logging.getLogger(__name__)
 
@@ -47,7 +49,8 @@ class _Recorder:
 def candidate_table(engine, question: str, *, kb: str, k: int, recorder: _Recorder):
     """([candidate answers], (C, K) log p(y_c|x,z), (K,) log p(z|x)) of one thorough RAG-Sequence ask."""
     recorder.calls.clear()
-    result = engine.ask(question, kb=kb, k=k, variants=("sequence",), closed_book=False, sequence_decoding="thorough")
+    result = engine.ask(question, kb=kb, k=k, variants=("sequence",), closed_book=False, sequence_decoding="thorough",
+                        memory=False)
     by_score = {}
     for score, per_doc, doc_lp in recorder.calls:
         by_score.setdefault(score, (per_doc, doc_lp))
@@ -76,6 +79,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--k", type=int, default=5)
     parser.add_argument("--kb", action="append", help="repeatable; default: every KB")
     parser.add_argument("--multipliers", default="0,0.25,0.5,0.75,1,1.5,2,4")
+    parser.add_argument("--questions", help="a question set (e.g. everyday-train) instead of each KB's own questions")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
     from rag_demo.config import EngineConfig
@@ -87,11 +91,12 @@ def main(argv: list[str] | None = None) -> None:
     engine = engine_from_config(EngineConfig())
     recorder = _Recorder(engine_module.rag_sequence_logprob)
     engine_module.rag_sequence_logprob = recorder
-    print(f"RAG-Sequence (thorough), k = {args.k}, {args.n} held-out questions per KB, seed {args.seed}")
+    print(f"RAG-Sequence (thorough), k = {args.k}, {args.n} {args.questions or 'held-out'} questions per KB, seed {args.seed}")
     print("| KB | multiplier m | exact match, % (95% CI) | answers that differ from m = 1 |")
     print("|---|---:|---|---:|")
     for kb in args.kb or list(engine.kbs):
-        questions = sample_questions(load_eval_questions(engine.resolve_kb(kb).path), args.n, args.seed)
+        pool = set_eval_questions(args.questions) if args.questions else load_eval_questions(engine.resolve_kb(kb).path)
+        questions = sample_questions(pool, args.n, args.seed)
         answers_by_m = {m: [] for m in multipliers}
         for item in questions:
             answers, per_doc, doc_lp, engine_answer = candidate_table(engine, item.question, kb=kb, k=args.k, recorder=recorder)
@@ -100,7 +105,7 @@ def main(argv: list[str] | None = None) -> None:
             for m in multipliers:
                 answers_by_m[m].append(best_answer(answers, per_doc, doc_lp, m))
         for m in multipliers:
-            hits = sum(exact_match(a, q.answer) for a, q in zip(answers_by_m[m], questions))
+            hits = sum(any(exact_match(a, gold) for gold in q.answers) for a, q in zip(answers_by_m[m], questions))
             low, high = wilson_interval(hits, len(questions))
             differ = sum(a != b for a, b in zip(answers_by_m[m], answers_by_m[1.0]))
             print(f"| {kb} | {m:g} | {100 * hits / len(questions):.1f} ({100 * low:.1f}-{100 * high:.1f}) | {differ} |", flush=True)
