@@ -7,6 +7,7 @@ Run: pytest -m browser. Screenshots at 1280x720 land in artifacts/ (gitignored).
 
 from __future__ import annotations
 
+import contextlib
 import math
 import re
 import threading
@@ -67,17 +68,24 @@ def browser():
         playwright.stop()
 
 
-@pytest.fixture()
-def page(browser, server):
+@contextlib.contextmanager
+def visitor_page(browser, url: str):
+    """A new visitor's page of the demo at `url` (a context of its own: its own gradio session), once it has loaded."""
     context = browser.new_context(viewport=VIEWPORT)
     try:
         page = context.new_page()
         page.set_default_timeout(TIMEOUT_MS)
-        page.goto(server)
+        page.goto(url)
         page.locator("#ask-btn").wait_for()
         yield page
     finally:
         context.close()
+
+
+@pytest.fixture()
+def page(browser, server):
+    with visitor_page(browser, server) as page:
+        yield page
 
 
 def expect(locator):

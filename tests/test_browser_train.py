@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from rag_demo.ui import build_demo
-from tests.test_browser import TIMEOUT_MS, VIEWPORT, browser, expect, field, launch, open_tab, shot  # noqa: F401 (fixture)
+from tests.test_browser import TIMEOUT_MS, browser, expect, field, launch, open_tab, shot, visitor_page  # noqa: F401 (fixture)
 
 pytestmark = [pytest.mark.browser, pytest.mark.usefixtures("one_torch_thread")]
 
@@ -50,12 +50,16 @@ def plotted_points(page, elem_id: str) -> int:
                          "return p && p.data ? p.data[0].x.length : 0; }")
 
 
+def use_trained_encoder(page, tab: str, choice_id: str, label: str) -> None:
+    """On `tab`, pick this visitor's trained encoder (`label`) in that tab's question-encoder choice."""
+    open_tab(page, tab)
+    choice = page.locator(f"#{choice_id}")
+    expect(choice).to_be_visible()
+    choice.get_by_text(label).click()
+
+
 def test_pressing_train_draws_the_run(browser, train_server):  # noqa: F811
-    context = browser.new_context(viewport=VIEWPORT)
-    try:
-        page = context.new_page()
-        page.set_default_timeout(TIMEOUT_MS)
-        page.goto(train_server)
+    with visitor_page(browser, train_server) as page:
         open_tab(page, "Train")
         page.locator("#train-questions input[type=number]").fill("10")
         page.evaluate(RECORD_LOSS_POINTS)
@@ -70,49 +74,34 @@ def test_pressing_train_draws_the_run(browser, train_server):  # noqa: F811
         shot(page, "train-tab", full_page=True)
 
         # the Ask tab now offers this visitor's encoder; an answer with it says so
-        open_tab(page, "Ask")
-        choice = page.locator("#question-encoder")
-        expect(choice).to_be_visible()
-        choice.get_by_text("trained on this page (RAG-Token, 60 steps)").click()
+        trained = "trained on this page (RAG-Token, 60 steps)"
+        use_trained_encoder(page, "Ask", "question-encoder", trained)
         field(page, "question").fill("Who won the 2018 FIFA World Cup?")
         page.locator("#ask-btn").click()
-        expect(page.locator("#answer")).to_contain_text("question encoder: trained on this page (RAG-Token, 60 steps)")
+        expect(page.locator("#answer")).to_contain_text(f"question encoder: {trained}")
         shot(page, "ask-trained-encoder")
 
         # the Score tab offers it too, with a choice of its own (the question carried over from the ask)
-        open_tab(page, "Score your answer")
-        score_choice = page.locator("#score-question-encoder")
-        expect(score_choice).to_be_visible()
-        score_choice.get_by_text("trained on this page (RAG-Token, 60 steps)").click()
+        use_trained_encoder(page, "Score your answer", "score-question-encoder", trained)
         field(page, "score-answer").fill("France")
         page.locator("#score-btn").click()
-        expect(page.locator("#score-out")).to_contain_text("question encoder: trained on this page (RAG-Token, 60 steps)")
+        expect(page.locator("#score-out")).to_contain_text(f"question encoder: {trained}")
         expect(page.locator("#score-out")).to_contain_text("p(z|x) of the passages read")
 
-        # a new run takes the chosen encoder back: the choice returns to the packaged one (with a note while the run
-        # has taken no step, `REPLACED_NOTE`: too brief to catch on tiny models), and offers the new run's encoder
+        # a new run takes the chosen encoder back: each choice returns to the packaged one (with a note while the
+        # run has taken no step, `REPLACED_NOTE`: too brief to catch on tiny models), and offers the new run's encoder
         open_tab(page, "Train")
         page.locator("#train-objective").get_by_text("RAG-Sequence (the paper's, from answers)").click()
         page.locator("#train-btn").click()
-        open_tab(page, "Ask")
-        expect(choice).to_contain_text("trained on this page (RAG-Sequence, 60 steps)")
-        expect(choice.get_by_label("packaged")).to_be_checked()
-        open_tab(page, "Score your answer")
-        expect(score_choice).to_contain_text("trained on this page (RAG-Sequence, 60 steps)")
-        expect(score_choice.get_by_label("packaged")).to_be_checked()
-    finally:
-        context.close()
+        for tab, choice_id in (("Ask", "question-encoder"), ("Score your answer", "score-question-encoder")):
+            open_tab(page, tab)
+            choice = page.locator(f"#{choice_id}")
+            expect(choice).to_contain_text("trained on this page (RAG-Sequence, 60 steps)")
+            expect(choice.get_by_label("packaged")).to_be_checked()
 
 
 def test_another_visitor_is_not_offered_the_trained_encoder(browser, train_server):  # noqa: F811
     """The first test's run is another visitor's: a fresh page never sees a question-encoder choice."""
-    context = browser.new_context(viewport=VIEWPORT)
-    try:
-        page = context.new_page()
-        page.set_default_timeout(TIMEOUT_MS)
-        page.goto(train_server)
-        page.locator("#ask-btn").wait_for()
+    with visitor_page(browser, train_server) as page:
         for choice in ("#question-encoder", "#score-question-encoder", "#swap-question-encoder"):
             expect(page.locator(choice)).to_be_hidden()
-    finally:
-        context.close()
