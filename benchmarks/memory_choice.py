@@ -20,7 +20,7 @@ import logging
 import numpy as np
 
 from rag_demo.config import GENERAL_KB
-from rag_demo.evaluate import exact_match, sample_questions, wilson_interval
+from rag_demo.evaluate import matches_any, sample_questions, wilson_interval
 from rag_demo.offline.prepare import prepare
 from rag_demo.questions import set_eval_questions
 from rag_demo.serving.loading import engine_from_config
@@ -53,8 +53,8 @@ def main(argv=None) -> int:
     for number, item in enumerate(sample_questions(set_eval_questions(args.questions), args.n, args.seed), 1):
         result = engine.ask(item.question, kb=GENERAL_KB, k=5, variants=("token",), closed_book=True, memory=False)
         token, closed = result.variants["token"], result.closed_book
-        rag_right.append(any(exact_match(token.answer, a) for a in item.answers))
-        closed_right.append(any(exact_match(closed.answer, a) for a in item.answers))
+        rag_right.append(matches_any(token.answer, item.answers))
+        closed_right.append(matches_any(closed.answer, item.answers))
         top_logit.append(result.passages[0].logit)
         closed_conf.append(float(np.mean(closed.token_logprobs)) if closed.token_logprobs else -np.inf)
         rag_conf.append(float(np.mean(token.token_logprobs)) if token.token_logprobs else -np.inf)

@@ -27,7 +27,7 @@ import logging
 import torch
 
 from rag_demo import engine as engine_module
-from rag_demo.evaluate import exact_match, sample_questions, wilson_interval
+from rag_demo.evaluate import matches_any, sample_questions, wilson_interval
 from rag_demo.questions import load_eval_questions, set_eval_questions
 
 log = logging.getLogger(__name__)
@@ -105,7 +105,7 @@ def main(argv: list[str] | None = None) -> None:
             for m in multipliers:
                 answers_by_m[m].append(best_answer(answers, per_doc, doc_lp, m))
         for m in multipliers:
-            hits = sum(any(exact_match(a, gold) for gold in q.answers) for a, q in zip(answers_by_m[m], questions))
+            hits = sum(matches_any(a, q.answers) for a, q in zip(answers_by_m[m], questions))
             low, high = wilson_interval(hits, len(questions))
             differ = sum(a != b for a, b in zip(answers_by_m[m], answers_by_m[1.0]))
             print(f"| {kb} | {m:g} | {100 * hits / len(questions):.1f} ({100 * low:.1f}-{100 * high:.1f}) | {differ} |", flush=True)

@@ -17,11 +17,20 @@ from .offline.kbs import load_counterfactual_world
 from .offline.swapped import SwappedWorld, counterfactual_answer
 from .questions import EvalQuestion, answer_in_text, contains_answer, load_eval_questions, normalize_answer, set_eval_questions
 
-__all__ = ["EvalQuestion", "normalize_answer", "exact_match", "f1_score", "contains_answer", "evaluate", "evaluate_table", "answer_record"]
+__all__ = ["EvalQuestion", "normalize_answer", "exact_match", "matches_any", "f1_score", "contains_answer", "evaluate", "evaluate_table", "answer_record"]
 
 
 def exact_match(prediction: str, gold: str) -> bool:
     return normalize_answer(prediction) == normalize_answer(gold)
+
+
+def matches_any(prediction: str, answers) -> bool:
+    """Exact match with any of `answers` (a question's aliases).
+
+    >>> matches_any("the Tigris", ["Tigris River", "Tigris"]), matches_any("Euphrates", ["Tigris"])
+    (True, False)
+    """
+    return any(exact_match(prediction, answer) for answer in answers)
 
 
 def f1_score(prediction: str, gold: str) -> float:
@@ -44,8 +53,8 @@ def answer_record(item: EvalQuestion, prediction: str, *, kb: str, variant: str,
     swapped = normalize_answer(item.original_answer) != normalize_answer(item.answer)
     return {"kb": kb, "variant": variant, "k": k, "question": item.question, "answer": item.answer,
             "original_answer": item.original_answer, "answers": list(item.answers), "prediction": prediction,
-            "exact_match": any(exact_match(prediction, answer) for answer in item.answers),
-            "original_match": any(exact_match(prediction, a) for a in item.original_answers) if swapped else None,
+            "exact_match": matches_any(prediction, item.answers),
+            "original_match": matches_any(prediction, item.original_answers) if swapped else None,
             "retrieved": retrieved}
 
 
