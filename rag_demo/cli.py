@@ -104,6 +104,12 @@ def _model_options(parser: argparse.ArgumentParser, *, one_retriever: bool = Tru
     parser.add_argument("--json", action="store_true", help="print one JSON object")
 
 
+def _restatement_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--keep-restatements", action="store_true",
+                        help="keep answers that only restate the question (by default each is decoded again "
+                             "without its first word, a few times at most)")
+
+
 def _memory_options(parser: argparse.ArgumentParser) -> None:
     """--memory / --no-memory and --memory-logit: the generator's memory ∅ as a source beside the k passages."""
     switch = parser.add_mutually_exclusive_group()
@@ -131,6 +137,7 @@ def build_parser() -> argparse.ArgumentParser:
     ask.add_argument("--no-closed-book", action="store_true", help="skip the generator-only answer")
     ask.add_argument("--extractive", action="store_true", help="answers copy a run of a retrieved passage (causal generators)")
     _model_options(ask)
+    _restatement_option(ask)
     _memory_options(ask)
 
     score = commands.add_parser("score", help="log p(answer|question) under both variants")
@@ -193,6 +200,7 @@ def build_parser() -> argparse.ArgumentParser:
                                "(python -m benchmarks.paired_answers)")
     _memory_options(evaluate)
     _model_options(evaluate)
+    _restatement_option(evaluate)
 
     add_train_command(commands, count=_count)
     return parser
@@ -229,6 +237,8 @@ def engine_config(args) -> EngineConfig:
             max_new_tokens=getattr(args, "max_new_tokens", DECODING_DEFAULTS.max_new_tokens),
             num_beams=getattr(args, "num_beams", DECODING_DEFAULTS.num_beams),
             sequence_decoding=getattr(args, "decoding", DECODING_DEFAULTS.sequence_decoding)))
+    if getattr(args, "keep_restatements", False):
+        config = replace(config, decoding=replace(config.decoding, set_aside_restatements=False))
     return config
 
 
@@ -292,15 +302,27 @@ def print_summary(result, out=sys.stdout) -> None:
     w(f"{memory_line(result)}\n")
     for name, variant in result.variants.items():
         label = "RAG-Token" if name == "token" else "RAG-Sequence"
-        w(f"\n{label} ({variant.decoding}): {variant.answer!r}  log p(y|x)={variant.logprob:.3f}\n")
+        w(f"\n{label} ({variant.decoding}): {variant.answer!r}  log p(y|x)={variant.logprob:.3f}\n{set_aside_line(variant.set_aside)}")
         for t, (token, row) in enumerate(zip(variant.tokens, source_posteriors(variant))):
             closed = variant.closed_book_token_logprobs[t] if variant.closed_book_token_logprobs else float("nan")
             w(f"    {token!r:>16}  p={_fmt_prob(variant.token_logprobs[t])}  closed-book p={_fmt_prob(closed)}"
               f"  {_top_source(row, len(result.passages))}\n")
     if result.closed_book is not None:
-        w(f"\nClosed-book (no passages): {result.closed_book.answer!r}  log p={result.closed_book.logprob:.3f}\n")
+        w(f"\nClosed-book (no passages): {result.closed_book.answer!r}  log p={result.closed_book.logprob:.3f}\n"
+          f"{set_aside_line(result.closed_book.set_aside)}")
     t = result.timings_ms
     w(f"\nTimings: encode {t['encode']:.0f} ms, search {t['search']:.0f} ms, generate {t['generate']:.0f} ms, total {t['total']:.0f} ms\n")
+
+
+def set_aside_line(set_aside) -> str:
+    """The answers decoding set aside before this one as restating the question, on a line of their own.
+
+    >>> set_aside_line(("a baby frog",))
+    "    set aside, restates the question: 'a baby frog'\\n"
+    >>> set_aside_line(())
+    ''
+    """
+    return f"    set aside, restates the question: {', '.join(repr(text) for text in set_aside)}\n" if set_aside else ""
 
 
 def memory_line(result) -> str:

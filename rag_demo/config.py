@@ -299,6 +299,9 @@ class DecodingConfig:
     num_beams: int = 1
     sequence_decoding: str = "thorough"  # RAG-Sequence: "thorough" or "fast" (paper 2.5)
     extractive: bool = False  # answers may only copy a run of a retrieved passage's tokens (causal generators)
+    # an answer whose every word is in the question is decoded again without its first word
+    # (`generation.restatements`); False decodes as the paper does
+    set_aside_restatements: bool = True
 
 
 DECODING_DEFAULTS = DecodingConfig()  # what an ask decodes with where neither its caller nor the engine's config says

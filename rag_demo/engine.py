@@ -26,6 +26,7 @@ from .options import check_decoding, parse_variants
 from .generation.decode_state import DecodeState, Target, join_rows
 from .generation.decoding import Hypothesis, MemoryRows
 from .generation.generator import Generator, generator_from_model
+from .generation.restatements import RESTATEMENT_RETRIES, restates_question
 from .retrieval.index import SearchIndex
 from .marginalize import (
     doc_logprobs_with_memory,
@@ -244,7 +245,8 @@ class RagEngine:
         return out
 
     def _variant_result(self, variant: str, ids: tuple[int, ...], per_source: torch.Tensor, doc_lp: torch.Tensor,
-                        closed: torch.Tensor, *, decoding_name: str, candidates=(), memory: bool = False) -> VariantResult:
+                        closed: torch.Tensor, *, decoding_name: str, candidates=(), memory: bool = False,
+                        set_aside: tuple[str, ...] = ()) -> VariantResult:
         """per_source: (S, T) and doc_lp (S,) over the passages, then the memory when `memory`."""
         tl, lp = per_source[None], doc_lp[None]  # (1, S, T), (1, S)
         mask = torch.ones(1, per_source.shape[1], dtype=torch.bool)
@@ -270,38 +272,69 @@ class RagEngine:
             candidates=tuple(candidates),
             decoding=decoding_name,
             memory_posteriors=tuple(float(x) for x in posteriors[:, passages]) if memory else (),
+            set_aside=set_aside,
         )
 
     def _closed_book_state(self, question: str, prefix: tuple[int, ...]) -> DecodeState:
         return self.generator.start([self.generator.format_input(question, None)], prefix)
 
     # -- decoding -------------------------------------------------------------------------------
-    def _decode_token(self, state: DecodeState, doc_lp: torch.Tensor, prefix, *, num_beams: int,
-                      max_new_tokens: int, copy_from=None, closed_state: DecodeState | None = None,
-                      ) -> tuple[tuple[int, ...], dict[int, torch.Tensor]]:
-        """The answer and the per-source log-probs decoding already gave for it ({} after beam search).
-        With `closed_state`, the memory is the last of doc_lp's sources."""
-        gen = self.generator
-        branch = gen.fork(state, torch.arange(state.rows))
-        memory = None if closed_state is None else MemoryRows(gen, gen.fork(closed_state, torch.arange(1)))
-        stop = self._stop_ids()
-        options = dict(prefix=prefix, max_new_tokens=max_new_tokens, stop_ids=stop, generation_config=self.token_generation_config,
-                       copy_from=copy_from, memory=memory)
-        if num_beams == 1:
-            hyp = decoding.greedy(gen, branch, groups=1, doc_lp=doc_lp, **options)[0]
-            return hyp.ids, dict(enumerate(hyp.row_logprobs))
-        return decoding.beam_search(gen, branch, groups=1, doc_lp=doc_lp, num_beams=num_beams, **options)[0][0].ids, {}
+    def _restates(self, question: str, ids) -> bool:
+        return self.config.decoding.set_aside_restatements and restates_question(question, self.generator.decode(list(ids)))
 
-    def _decode_sequence(self, state: DecodeState, doc_lp: torch.Tensor, prefix, *, num_beams: int, max_new_tokens: int,
+    def _setting_aside_restatements(self, question: str, decode: Callable[[frozenset[int]], Hypothesis]) -> tuple[Hypothesis, tuple[str, ...]]:
+        """`decode(barred_first)`'s answer, decoded again while it restates `question` with its first word
+        barred (`restatements`), `RESTATEMENT_RETRIES` times at most. Returns the answer kept and the
+        answers set aside before it; where every try restates the question, the first answer and ()."""
+        gen = self.generator
+        barred: frozenset[int] = frozenset()
+        set_aside: list[str] = []
+        first = None
+        for _ in range(1 + RESTATEMENT_RETRIES):
+            hyp = decode(barred)
+            first = first or hyp
+            if not self._restates(question, hyp.ids):
+                return hyp, tuple(set_aside)
+            set_aside.append(gen.decode(list(hyp.ids)))
+            word = next((t for t in hyp.ids if t not in gen.special_ids), None)
+            if word is None:
+                break
+            barred = barred | gen.first_word_forms(word)
+        return first, ()
+
+    def _decode_token(self, state: DecodeState, doc_lp: torch.Tensor, prefix, *, question: str, num_beams: int,
+                      max_new_tokens: int, copy_from=None, closed_state: DecodeState | None = None,
+                      ) -> tuple[tuple[int, ...], dict[int, torch.Tensor], tuple[str, ...]]:
+        """The answer, the per-source log-probs decoding already gave for it ({} after beam search), and
+        the answers set aside before it as restating `question`. With `closed_state`, the memory is the
+        last of doc_lp's sources."""
+        gen = self.generator
+        stop = self._stop_ids()
+
+        def decode(barred_first: frozenset[int]) -> Hypothesis:
+            branch = gen.fork(state, torch.arange(state.rows))
+            memory = None if closed_state is None else MemoryRows(gen, gen.fork(closed_state, torch.arange(1)))
+            options = dict(prefix=prefix, max_new_tokens=max_new_tokens, stop_ids=stop, generation_config=self.token_generation_config,
+                           copy_from=copy_from, memory=memory, barred_first=barred_first)
+            if num_beams == 1:
+                return decoding.greedy(gen, branch, groups=1, doc_lp=doc_lp, **options)[0]
+            return decoding.beam_search(gen, branch, groups=1, doc_lp=doc_lp, num_beams=num_beams, **options)[0][0]
+
+        hyp, set_aside = self._setting_aside_restatements(question, decode)
+        return hyp.ids, ({} if hyp.row_logprobs is None else dict(enumerate(hyp.row_logprobs))), set_aside
+
+    def _decode_sequence(self, state: DecodeState, doc_lp: torch.Tensor, prefix, *, question: str, num_beams: int, max_new_tokens: int,
                          sequence_decoding: str, copy_from=None, step: Callable[[str], None] | None = None,
                          closed_state: DecodeState | None = None, recalled: list[Hypothesis] | None = None,
-                         ) -> tuple[tuple[int, ...], list[tuple[tuple[int, ...], float]], dict[int, torch.Tensor]]:
-        """Per-passage beams, then the marginal over passages (thorough) or over finders (fast).
+                         ) -> tuple[tuple[int, ...], list[tuple[tuple[int, ...], float]], dict[int, torch.Tensor], tuple[str, ...]]:
+        """Per-passage beams, then the marginal over passages (thorough) or over finders (fast); the best
+        candidate that does not restate `question` wins where there is one (`restatements`).
 
         With `closed_state`, the memory is a source too (the last of doc_lp's): `recalled` are its own
         hypotheses, the closed-book answers, and every candidate is scored under it as under a passage.
-        Returns the best answer, all candidates with their scores, and the best answer's per-source
-        log-probs known so far (greedy gives the finders'; thorough scoring gives every source's)."""
+        Returns the answer, all candidates with their scores, the answer's per-source log-probs known so
+        far (greedy gives the finders'; thorough scoring gives every source's), and the better-scored
+        candidates set aside as restating the question."""
         gen = self.generator
         docs = state.rows
         sources = docs + (closed_state is not None)
@@ -340,8 +373,10 @@ class RagEngine:
             # fast decoding sums over the finders alone: p(y|x,z) of the other sources is taken as 0
             marginal = rag_sequence_logprob(lps, doc_lp[zs][None], torch.ones(1, lps.shape[-1], dtype=torch.bool))
             scored.append((cand, float(marginal[0])))
-        best = max(range(len(scored)), key=lambda i: scored[i][1])
-        return scored[best][0], sorted(scored, key=lambda item: -item[1]), known[scored[best][0]]
+        ranked = sorted(scored, key=lambda item: -item[1])
+        kept = next((i for i, (cand, _) in enumerate(ranked) if not self._restates(question, cand)), 0)
+        best = ranked[kept][0]
+        return best, ranked, known[best], tuple(self.generator.decode(list(cand)) for cand, _ in ranked[:kept])
 
     def _stop_ids(self) -> frozenset[int]:
         return getattr(self.generator, "stop_ids", self.generator.eos_ids)
@@ -453,6 +488,7 @@ class RagEngine:
             state = gen.start(self._inputs(retrieval), prefix)
             no_answer = self._no_answer_probs(state)
             closed_state = closed_greedy = recalled = joined = None
+            closed_set_aside: tuple[str, ...] = ()
             if with_memory or closed_book:
                 with gen.base_weights():  # the model's own memory, without the reading adapter
                     closed_state = self._closed_book_state(retrieval.generator_question, prefix)
@@ -463,30 +499,33 @@ class RagEngine:
                 with gen.base_weights():
                     recalls = with_memory and joined is None and "sequence" in variants and not extractive
                     if closed_book or (recalls and num_beams == 1):  # RAG-Sequence's memory candidates
-                        closed_greedy = self._closed_book_hypotheses(closed_state, prefix, max_new_tokens)
+                        closed_greedy, closed_set_aside = self._closed_book_answer(question, closed_state, prefix, max_new_tokens)
                     if recalls:
-                        recalled = closed_greedy if num_beams == 1 else self._closed_book_hypotheses(
+                        recalled = [closed_greedy] if num_beams == 1 else self._closed_book_beams(
                             closed_state, prefix, max_new_tokens, num_beams=num_beams)
             if joined is not None:
                 state = joined  # memory is its last row, as a last passage
             memory_state = closed_state if with_memory and joined is None else None
-            answers: dict[str, tuple[tuple[int, ...], list, dict[int, torch.Tensor]]] = {}
+            # variant -> (answer ids, candidates with their scores, per-source log-probs known, answers set aside)
+            answers: dict[str, tuple[tuple[int, ...], list, dict[int, torch.Tensor], tuple[str, ...]]] = {}
             if "token" in variants:
                 step("RAG-Token: writing the answer, one token at a time over all "
                      + ("passages and the memory" if with_memory else "passages"))
-                ids, known = self._decode_token(state, retrieval.doc_lp, prefix, num_beams=num_beams, max_new_tokens=max_new_tokens,
-                                                copy_from=copy_from, closed_state=memory_state)
-                answers["token"] = (ids, [], known)
+                ids, known, set_aside = self._decode_token(state, retrieval.doc_lp, prefix, question=question, num_beams=num_beams,
+                                                           max_new_tokens=max_new_tokens, copy_from=copy_from,
+                                                           closed_state=memory_state)
+                answers["token"] = (ids, [], known, set_aside)
             if "sequence" in variants:
                 step("RAG-Sequence: an answer from each passage" + (" and from memory" if with_memory else ""))
-                answers["sequence"] = self._decode_sequence(state, retrieval.doc_lp, prefix, num_beams=num_beams,
-                                                            max_new_tokens=max_new_tokens, sequence_decoding=sequence_decoding,
-                                                            copy_from=copy_from, step=step, closed_state=memory_state,
-                                                            recalled=recalled)
+                ids, candidates, known, set_aside = self._decode_sequence(
+                    state, retrieval.doc_lp, prefix, question=question, num_beams=num_beams,
+                    max_new_tokens=max_new_tokens, sequence_decoding=sequence_decoding,
+                    copy_from=copy_from, step=step, closed_state=memory_state, recalled=recalled)
+                answers["sequence"] = (ids, candidates, known, set_aside)
             step("tracing each answer token to its passages")
-            targets = [ids for ids, _, _ in answers.values()]
+            targets = [ids for ids, _, _, _ in answers.values()]
             per_source = self._all_rows_logprobs(state, memory_state, docs + with_memory, targets,
-                                                 [known for _, _, known in answers.values()])
+                                                 [known for _, _, known, _ in answers.values()])
             if with_memory:  # the memory's row is the closed-book pass
                 closed_lps = [lps[-1:] for lps in per_source]
             elif closed_book:
@@ -495,14 +534,14 @@ class RagEngine:
                     closed_lps = self._doc_token_logprobs(closed_state, targets, [[0]] * len(targets))
             else:
                 closed_lps = [torch.full((1, len(t)), float("nan")) for t in targets]
-            closed_result = self._closed_book_result(closed_greedy[0]) if closed_book else None
+            closed_result = self._closed_book_result(closed_greedy, closed_set_aside) if closed_book else None
             results = {}
             decoding_name = ("greedy" if num_beams == 1 else f"beam {num_beams}") + (", copying" if extractive else "")
-            for (variant, (ids, candidates, _)), lps, closed in zip(answers.items(), per_source, closed_lps):
+            for (variant, (ids, candidates, _, set_aside)), lps, closed in zip(answers.items(), per_source, closed_lps):
                 name = decoding_name if variant == "token" else f"{decoding_name}, {sequence_decoding}"
                 results[variant] = self._variant_result(
                     variant, ids, lps, retrieval.doc_lp, closed[0], decoding_name=name,
-                    candidates=[(gen.decode(list(c)), s) for c, s in candidates], memory=with_memory,
+                    candidates=[(gen.decode(list(c)), s) for c, s in candidates], memory=with_memory, set_aside=set_aside,
                 )
         timings["generate"] = (time.perf_counter() - started) * 1000
         timings["total"] = (time.perf_counter() - total_started) * 1000
@@ -526,21 +565,27 @@ class RagEngine:
         first = state.logprobs[:, torch.tensor(sorted(ids), device=state.logprobs.device)]  # (K, M)
         return tuple(float(p) for p in first.logsumexp(-1).exp().cpu())
 
-    def _closed_book_hypotheses(self, state: DecodeState, prefix, max_new_tokens: int, *, num_beams: int = 1) -> list[Hypothesis]:
-        """The generator's answers from `state`, the closed-book prompt (call with the base weights):
-        greedy's one, with its own log-probs, or beam search's, best first. `state` stays usable."""
+    def _closed_book_beams(self, state: DecodeState, prefix, max_new_tokens: int, *, num_beams: int) -> list[Hypothesis]:
+        """Beam search's answers from `state`, the closed-book prompt (call with the base weights), best
+        first: RAG-Sequence's candidates from memory. `state` stays usable."""
+        gen = self.generator
+        return decoding.beam_search(gen, gen.fork(state, torch.arange(1)), groups=1, doc_lp=None, prefix=prefix,
+                                    max_new_tokens=max_new_tokens, stop_ids=self._stop_ids(), num_beams=num_beams)[0]
+
+    def _closed_book_answer(self, question: str, state: DecodeState, prefix, max_new_tokens: int) -> tuple[Hypothesis, tuple[str, ...]]:
+        """The closed-book greedy answer from `state` (call with the base weights) and the answers set
+        aside before it as restating `question`."""
         gen = self.generator
         options = dict(groups=1, doc_lp=None, prefix=prefix, max_new_tokens=max_new_tokens, stop_ids=self._stop_ids())
-        if num_beams == 1:
-            return decoding.greedy(gen, gen.fork(state, torch.arange(1)), **options)
-        return decoding.beam_search(gen, gen.fork(state, torch.arange(1)), num_beams=num_beams, **options)[0]
+        return self._setting_aside_restatements(
+            question, lambda barred: decoding.greedy(gen, gen.fork(state, torch.arange(1)), barred_first=barred, **options)[0])
 
-    def _closed_book_result(self, hyp: Hypothesis) -> ClosedBookResult:
+    def _closed_book_result(self, hyp: Hypothesis, set_aside: tuple[str, ...] = ()) -> ClosedBookResult:
         gen = self.generator
         lps = hyp.row_logprobs[0]  # greedy's own log-probs of its tokens
         return ClosedBookResult(
             answer=gen.decode(list(hyp.ids)), tokens=tuple(gen.token_text(i) for i in hyp.ids),
-            token_logprobs=tuple(float(x) for x in lps), logprob=float(lps.sum()),
+            token_logprobs=tuple(float(x) for x in lps), logprob=float(lps.sum()), set_aside=set_aside,
         )
 
     def closed_book(self, question: str, *, max_new_tokens: int | None = None) -> ClosedBookResult:
@@ -552,7 +597,7 @@ class RagEngine:
         prefix = self.generator.generation_prefix()
         with torch.inference_mode(), self.generator.base_weights():
             state = self._closed_book_state(self.retriever.generator_question(question), prefix)
-            return self._closed_book_result(self._closed_book_hypotheses(state, prefix, max_new_tokens)[0])
+            return self._closed_book_result(*self._closed_book_answer(question, state, prefix, max_new_tokens))
 
     @falls_back_to_cpu_on_gpu_oom
     def score(self, question: str, answer: str, *, kb: str | KnowledgeBase | None = None, k: int = ASK.k,

@@ -61,6 +61,9 @@ class VariantResult:
     # (T,) the memory's posterior at each token, beside `posteriors`' K columns (its per-token log-probs
     # are `closed_book_token_logprobs`); () when memory is not a source
     memory_posteriors: tuple[float, ...] = ()
+    # answers decoding set aside before this one because they only restated the question
+    # (`generation.restatements`), in the order they came; () when the first answer stood
+    set_aside: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -69,6 +72,7 @@ class ClosedBookResult:
     tokens: tuple[str, ...]
     token_logprobs: tuple[float, ...]
     logprob: float
+    set_aside: tuple[str, ...] = ()  # as VariantResult's
 
 
 @dataclass(frozen=True)

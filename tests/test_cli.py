@@ -274,6 +274,14 @@ def test_untuned_questions_option_keeps_the_packaged_question_encoder():
     assert (config.encoder.tuned, config.encoder.scale) == (False, 30.0)
 
 
+def test_keep_restatements_option_reaches_the_engine_config():
+    from rag_demo.cli import build_parser, engine_config
+
+    assert engine_config(build_parser().parse_args(["ask", "q"])).decoding.set_aside_restatements
+    for argv in (["ask", "q", "--keep-restatements", "--num-beams", "2"], ["eval", "--keep-restatements"]):
+        assert not engine_config(build_parser().parse_args(argv)).decoding.set_aside_restatements
+
+
 def test_untuned_generator_option_keeps_the_converted_generator():
     from rag_demo.cli import build_parser, engine_config
 

@@ -97,9 +97,10 @@ def evil_result() -> AskResult:
         variant="token", answer="<b>x</b>", tokens=("<b>", "x</b>"), token_ids=(1, 2), logprob=-1.0,
         token_logprobs=(-0.5, -0.5), doc_token_logprobs=((-0.2, -1.5), (-0.6, -0.4)), posteriors=posteriors,
         closed_book_token_logprobs=(-2.0, -0.1), candidates=(("<script>c</script>", -1.0),),
+        set_aside=("<script>set aside</script>",),
     )
     closed = ClosedBookResult(answer="<img src=x onerror=alert(1)>", tokens=("<img src=x onerror=alert(1)>",),
-                              token_logprobs=(-1.0,), logprob=-1.0)
+                              token_logprobs=(-1.0,), logprob=-1.0, set_aside=("<b>closed aside</b>",))
     return AskResult(question="<script>q</script>?", kb="<kb>", index="flat", k=2, passages=passages,
                      variants={"token": variant}, closed_book=closed, timings_ms={"encode": 1.0, "<x>": 2.0},
                      notices=("<img src=x onerror=alert(2)>",), index_recall=1.0, scale=1.0)
@@ -125,6 +126,11 @@ def test_formatters_escape_every_string():
         format_index_table([IndexReport("<b>flat</b>", 0.1, 10, 1.0, 5, 0.1)], "<kb>"),
     ):
         assert_no_raw_html(markup)
+    answer_html = format_answer_html(result)
+    assert "set aside, restates the question: “&lt;script&gt;set aside&lt;/script&gt;”" in answer_html
+    assert "“&lt;b&gt;closed aside&lt;/b&gt;”" in answer_html
+    assert "set aside" not in format_answer_html(replace(result, variants={"token": replace(result.variants["token"], set_aside=())},
+                                                         closed_book=replace(result.closed_book, set_aside=())))
     passages_html = format_passages_html(result.passages)
     assert "&lt;script&gt;window.__pwned=2&lt;/script&gt;" in passages_html
     assert "&lt;img src=x onerror=&quot;window.__pwned=1&quot;&gt;Evil &amp; co" in passages_html

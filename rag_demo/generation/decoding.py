@@ -33,9 +33,11 @@ class Hypothesis:
 
 
 def logits_processors(generator: Generator, *, prefix_len: int, max_new_tokens: int, generation_config=None,
-                      copy_from: list[list[int]] | None = None, stop_ids: frozenset[int] = frozenset()):
+                      copy_from: list[list[int]] | None = None, stop_ids: frozenset[int] = frozenset(),
+                      barred_first: frozenset[int] = frozenset()):
     """The generation-config constraints transformers applies (forced BOS/EOS, min length, n-gram bans),
-    then `CopySpans` over `copy_from` when answers must copy a passage."""
+    then `CopySpans` over `copy_from` when answers must copy a passage. No answer begins with one of
+    `barred_first` (first words of answers set aside, `restatements`) or with the no-answer marker."""
     from transformers import (
         ForcedBOSTokenLogitsProcessor,
         ForcedEOSTokenLogitsProcessor,
@@ -61,6 +63,8 @@ def logits_processors(generator: Generator, *, prefix_len: int, max_new_tokens: 
         processors.append(ForcedEOSTokenLogitsProcessor(max_length, config.forced_eos_token_id))
     if generator.no_answer_ids:
         processors.append(BanAtStart(generator.no_answer_ids, prefix_len=prefix_len))
+    if barred_first:
+        processors.append(BarFirstWord(barred_first, prefix_len=prefix_len, before=generator.special_ids))
     if copy_from is not None:
         processors.append(CopySpans(copy_from, prefix_len=prefix_len, stop_ids=stop_ids))
     return processors
@@ -78,6 +82,27 @@ class BanAtStart:
             return scores
         scores = scores.clone()
         scores[:, self.token_ids.to(scores.device)] = NEG
+        return scores
+
+
+class BarFirstWord:
+    """A logits processor that keeps an answer's first word off `token_ids`: it masks them wherever
+    everything generated after `prefix_len` so far is in `before` (special tokens a seq2seq decoder
+    is made to begin with, such as BART's forced BOS)."""
+
+    def __init__(self, token_ids: frozenset[int], *, prefix_len: int, before: frozenset[int]):
+        self.token_ids = torch.tensor(sorted(token_ids), dtype=torch.long)
+        self.prefix_len = prefix_len
+        self.before = torch.tensor(sorted(before), dtype=torch.long)
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        generated = input_ids[:, self.prefix_len :]
+        first = torch.isin(generated, self.before).all(dim=1)  # (N,) no word generated yet
+        if not bool(first.any()):
+            return scores
+        scores = scores.clone()
+        rows = first.nonzero()[:, 0].to(scores.device)
+        scores[rows[:, None], self.token_ids.to(scores.device)[None, :]] = NEG
         return scores
 
 
@@ -215,12 +240,14 @@ def greedy(
     generation_config=None,
     copy_from: list[list[int]] | None = None,
     memory: MemoryRows | None = None,
+    barred_first: frozenset[int] = frozenset(),
 ) -> list[Hypothesis]:
     """Greedy decoding of G groups at once; one hypothesis per group. `copy_from`: see `CopySpans`.
-    `memory`: the generator's memory as the last of doc_lp's sources (RAG-Token, G = 1)."""
+    `memory`: the generator's memory as the last of doc_lp's sources (RAG-Token, G = 1).
+    `barred_first`: tokens no answer may begin with."""
     search = _Search(generator, state, groups, doc_lp, memory)
     processors = logits_processors(generator, prefix_len=len(prefix), max_new_tokens=max_new_tokens, generation_config=generation_config,
-                                   copy_from=copy_from, stop_ids=stop_ids)
+                                   copy_from=copy_from, stop_ids=stop_ids, barred_first=barred_first)
     sequences = torch.tensor([list(prefix)] * groups, dtype=torch.long).view(groups, len(prefix))
     scores = torch.zeros(groups)
     done = torch.zeros(groups, dtype=torch.bool)
@@ -262,16 +289,17 @@ def beam_search(
     generation_config=None,
     copy_from: list[list[int]] | None = None,
     memory: MemoryRows | None = None,
+    barred_first: frozenset[int] = frozenset(),
 ) -> list[list[Hypothesis]]:
     """Beam search for G groups at once; returns each group's finished hypotheses, best first.
-    `copy_from`: see `CopySpans`; `memory`: as for `greedy`."""
+    `copy_from`: see `CopySpans`; `memory`, `barred_first`: as for `greedy`."""
     if length_penalty is None:
         length_penalty = float((generation_config or generator.model.generation_config).length_penalty or 1.0)
     B, G = num_beams, groups
     search = _Search(generator, state, groups, doc_lp, memory)
     search.expand(B)
     processors = logits_processors(generator, prefix_len=len(prefix), max_new_tokens=max_new_tokens, generation_config=generation_config,
-                                   copy_from=copy_from, stop_ids=stop_ids)
+                                   copy_from=copy_from, stop_ids=stop_ids, barred_first=barred_first)
     stop = torch.tensor(sorted(stop_ids), dtype=torch.long)
     keep = max(2, 1 + len(stop_ids)) * B
 

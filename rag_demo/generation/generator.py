@@ -23,6 +23,7 @@ from .adapters import adapters_active, base_weights, load_adapters, reads_no_ans
 from .tokenizing import drop_construction_tables, load_tokenizer
 from ..config import DEFAULT_GENERATOR, GeneratorConfig
 from ..retrieval.corpus import Passage
+from .restatements import first_word_forms
 from .decode_state import DecodeState, Target, copy_cache, index_rows, rebinding_layers, row_bytes
 from ..errors import ModelLoadError
 from .kernels import PACKED_ATTENTION, attention_windows, pack_rows, register_packed_attention, rows_fit_windows, use_few_rows_head
@@ -76,6 +77,15 @@ class Generator:
     @property
     def _no_answer_first(self) -> frozenset[int]:
         return frozenset()
+
+    @functools.cached_property
+    def special_ids(self) -> frozenset[int]:
+        """The tokenizer's special tokens (BOS, EOS, padding ...): none of them is a word of an answer."""
+        return frozenset(int(i) for i in self.tokenizer.all_special_ids)
+
+    def first_word_forms(self, token_id: int) -> frozenset[int]:
+        """See `restatements.first_word_forms`."""
+        return first_word_forms(self.tokenizer, token_id)
 
     def token_text(self, token_id: int) -> str:
         return self.tokenizer.decode([token_id])

@@ -281,6 +281,18 @@ def format_index_badge(result: AskResult) -> str:
             f"{format_encoder_badge(result)}")
 
 
+SET_ASIDE_MEANS = ("every word of these answers is already in the question, so decoding set them aside and "
+                   "decoded again without their first word; the answer shown is the model's next choice")
+
+
+def format_set_aside(set_aside: Sequence[str]) -> str:
+    """A line under an answer naming the answers decoding set aside as restating the question; "" for none."""
+    if not set_aside:
+        return ""
+    quoted = ", ".join(f"“{esc(plots.shorten(text, 40))}”" for text in set_aside)
+    return f'<div class="rag-cands rag-set-aside" title="{esc(SET_ASIDE_MEANS)}">set aside, restates the question: {quoted}</div>'
+
+
 def _variant_card(variant: VariantResult, passages: Sequence[RetrievedPassage], *, extra: str = "") -> str:
     name = plots.VARIANT_NAMES.get(variant.variant, variant.variant)
     candidates = ""
@@ -301,7 +313,8 @@ def _variant_card(variant: VariantResult, passages: Sequence[RetrievedPassage], 
         f'<div class="rag-card-head"><span class="rag-kind">{esc(name)}</span>'
         f'<span class="rag-meta">p(y|x) = <b>{fmt_prob(math.exp(variant.logprob))}</b> · log {fmt_log(variant.logprob)}'
         f' · {esc(variant.decoding)}</span></div>'
-        f'<div class="rag-answer-text">{format_token_spans(variant, passages)}</div>{candidates}{extra}</div>'
+        f'<div class="rag-answer-text">{format_token_spans(variant, passages)}</div>{format_set_aside(variant.set_aside)}'
+        f'{candidates}{extra}</div>'
     )
 
 
@@ -310,7 +323,7 @@ def _closed_card(closed: ClosedBookResult) -> str:
         '<div class="rag-card rag-card-closed">'
         '<div class="rag-card-head"><span class="rag-kind">Closed-book</span>'
         f'<span class="rag-meta">same generator, no passages · p(y|x) = <b>{fmt_prob(math.exp(closed.logprob))}</b></span></div>'
-        f'<div class="rag-answer-text">{format_closed_book_spans(closed)}</div></div>'
+        f'<div class="rag-answer-text">{format_closed_book_spans(closed)}</div>{format_set_aside(closed.set_aside)}</div>'
     )
 
 

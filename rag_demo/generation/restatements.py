@@ -1,0 +1,55 @@
+"""Answers that only restate the question, and setting them aside while decoding.
+
+A small reader often answers "what is a baby frog called?" with "a baby frog": every word of the
+answer is already in the question. Such an answer cannot be right unless the question offers it
+(a choice between named things: "which is bigger, the sun or the moon?"), so decoding sets it aside
+and decodes again with the set-aside answer's first word barred from starting the answer, a few
+times at most. The probabilities reported for the answer that stays are the model's own; only the
+choice among answers changes, as with any other decoding rule.
+
+Importing this module loads nothing heavy.
+"""
+
+from __future__ import annotations
+
+import re
+
+from ..questions import normalize_answer
+
+# Decodes after the first, at most: each bars one more first word (all its cases and spacings)
+RESTATEMENT_RETRIES = 3
+_CHOICE = re.compile(r"\bor\b", re.IGNORECASE)
+
+
+def restates_question(question: str, answer: str) -> bool:
+    """Whether every word of `answer` (SQuAD-normalized) is a word of `question`, where the
+    question offers no choice ("... or ...?") that an answer would have to repeat.
+
+    >>> restates_question("what is a baby frog called?", "A baby frog")
+    True
+    >>> restates_question("what is a baby frog called?", "tadpole")
+    False
+    >>> restates_question("which is bigger, the sun or the moon?", "the Sun")
+    False
+    """
+    words = normalize_answer(answer).split()
+    if not words or _CHOICE.search(question):
+        return False
+    asked = set(normalize_answer(question).split())
+    return all(word in asked for word in words)
+
+
+def first_word_forms(tokenizer, token_id: int) -> frozenset[int]:
+    """`token_id` and every single token spelling the same word in another case or with(out) a
+    leading space: what to bar so that a set-aside answer's first word cannot simply come back
+    as "The" for "the"."""
+    word = tokenizer.decode([token_id]).strip()
+    forms = {token_id}
+    if not word:
+        return frozenset(forms)
+    for spelling in {word, word.lower(), word.capitalize(), word.upper()}:
+        for text in (spelling, " " + spelling):
+            ids = tokenizer(text, add_special_tokens=False).input_ids
+            if len(ids) == 1:
+                forms.add(int(ids[0]))
+    return frozenset(forms)
