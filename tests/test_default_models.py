@@ -191,3 +191,17 @@ def test_no_worked_example_but_the_swapped_one_has_an_article_in_the_general_bas
 
     titles = {title.casefold() for title in engine.kbs["wikipedia"].titles}
     assert [title for title, *_ in prompts.EXAMPLES if title.casefold() in titles] == ["The Magic Flute"]
+
+
+def test_an_answer_restating_the_question_is_set_aside(engine):
+    """Gemma answers "what fruit are raisins made from?" with "raisins" from the passages; decoding sets
+    it aside and the answer that stays names something the question does not."""
+    from rag_demo.generation.restatements import restates_question
+
+    question = "what fruit are raisins made from?"
+    result = engine.ask(question, kb="wikipedia", variants=("token",))
+    token = result.variants["token"]
+    assert token.set_aside and all(restates_question(question, text) for text in token.set_aside)
+    assert token.answer.strip() and not restates_question(question, token.answer)
+    assert token.token_ids[0] not in engine.generator.first_word_forms(
+        engine.generator.answer_target(token.set_aside[0]).ids[0])
