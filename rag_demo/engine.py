@@ -18,7 +18,7 @@ from pathlib import Path
 import torch
 
 from .generation import decoding
-from .config import ASK, DEFAULT_ENCODER, DEFAULT_GENERATOR, DEFAULT_MEMORY_LOGITS, LIMITS, VARIANTS, EngineConfig
+from .config import ASK, DEFAULT_ENCODER, DEFAULT_GENERATOR, DEFAULT_KBS, DEFAULT_MEMORY_LOGITS, LIMITS, VARIANTS, EngineConfig
 from .retrieval.corpus import KnowledgeBase, Passage
 from .retrieval.encoders import Encoder
 from .errors import InputError
@@ -387,7 +387,8 @@ class RagEngine:
         (memory is then no source: see `config.MemoryConfig`)."""
         return self._memory_logit(retriever, own_question_side=True)
 
-    def _memory_logit(self, retriever: str | None, *, own_question_side: bool) -> float | None:
+    def _memory_logit(self, retriever: str | None, *, own_question_side: bool, kb: str | None = None) -> float | None:
+        """As `memory_logit`; with `kb`, for asks on that knowledge base."""
         memory = self.config.memory
         if not memory.enabled:
             return None
@@ -398,16 +399,22 @@ class RagEngine:
         if (self.encoder.name != DEFAULT_ENCODER or self.encoder.question_weights or not own_question_side
                 or self.generator.name != DEFAULT_GENERATOR or self.generator.has_adapter or self.config.rag_checkpoint):
             return None
+        # fitted against the packaged bases' logits: another base (a visitor's few passages, a folder of
+        # one's own) has BM25 statistics and passage lengths of its own, and θ would outweigh its passages
+        if kb is not None and kb not in DEFAULT_KBS:
+            return None
         return DEFAULT_MEMORY_LOGITS.get(self.resolve_retriever(retriever))
 
     def _with_memory(self, retrieval: Retrieval, memory: bool | None, *,
                      own_question_side: bool = True) -> tuple[Retrieval, float | None]:
         """The retrieval with p(z|x) over its passages and the memory (the last of doc_lp's K + 1), and
         the memory's logit; as it was, and None, when memory is not a source of this ask."""
-        logit = self._memory_logit(retrieval.retriever, own_question_side=own_question_side) if memory in (None, True) else None
+        logit = (self._memory_logit(retrieval.retriever, own_question_side=own_question_side, kb=retrieval.kb)
+                 if memory in (None, True) else None)
         if memory is True and logit is None:
             raise InputError("this setup has no fitted logit for the generator's memory"
                              + ("" if own_question_side else " with a question encoder of its own")
+                             + ("" if retrieval.kb in DEFAULT_KBS else f" on {retrieval.kb}")
                              + "; give one (--memory-logit) or ask without memory")
         if logit is None or not retrieval.passages:
             return retrieval, None

@@ -180,6 +180,14 @@ def test_the_fitted_logits_serve_only_the_setup_they_were_fitted_for(tmp_path, m
     monkeypatch.setattr(plain.generator, "name", DEFAULT_GENERATOR)
     assert plain.memory_logit("dense") == 3.0 and plain.memory_logit("bm25") == 1.0
     assert plain.ask(QUESTIONS[0], k=2, retriever="dense").memory_logit == 3.0
+    # a base of the visitor's own: θ would outweigh its passages, whose logits it was never fitted on
+    own = plain.build_kb("mine", [Passage("Okafor", "Mr. Okafor is the librarian of the school.")])
+    assert plain.ask(QUESTIONS[0], kb=own, k=1, retriever="dense").memory_prob is None
+    with pytest.raises(InputError, match="no fitted logit for the generator's memory on mine"):
+        plain.ask(QUESTIONS[0], kb=own, k=1, retriever="dense", memory=True)
+    plain.config = replace(plain.config, memory=MemoryConfig(logit=0.5))
+    assert plain.ask(QUESTIONS[0], kb=own, k=1, retriever="dense").memory_logit == 0.5  # a logit given serves it
+    plain.config = replace(plain.config, memory=MemoryConfig())
     monkeypatch.setattr(plain.encoder, "question_weights", "minilm-questions-0123")
     assert plain.memory_logit("dense") is None
     monkeypatch.setattr(plain.encoder, "question_weights", "")

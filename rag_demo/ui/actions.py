@@ -347,7 +347,7 @@ class DemoActions:
                                      variants=VARIANTS, progress=progress_reporter(progress))
         except Exception as err:  # the UI boundary
             return changed(MineAnswerView, status=failure_status(err))
-        result = noted_language(result)
+        result = noted_language(noted_memory(result, None))
         return MineAnswerView(status="", answer=format_answer_html(result), passages=format_result_passages(result))
 
     # ---- Score your answer ----------------------------------------------------------------------

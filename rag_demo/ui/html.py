@@ -120,6 +120,9 @@ MEMORY_MEANS = ("The generator's own memory: the question read with no passage b
                 "and both RAG variants mix it in as one more source.")
 MEMORY_UNAVAILABLE = ("The generator's memory is not a source here: this setup has no fitted logit for it, so p(z|x) "
                       "is over the k passages alone, as in the paper.")
+# θ is fitted against the packaged bases' logits (`RagEngine.ask`)
+MEMORY_UNAVAILABLE_OWN_KB = ("The generator's memory is not a source here: its logit was fitted on the packaged "
+                             "knowledge bases, not on this one, so p(z|x) is over these passages alone, as in the paper.")
 # its logit θ is fitted for the packaged question encoder, whose logits a trained one moves (`RagEngine.ask`)
 MEMORY_UNAVAILABLE_TRAINED = ("The generator's memory is not a source here: it has no fitted logit with a question "
                               "encoder trained on this page, so p(z|x) is over the k passages alone, as in the paper "

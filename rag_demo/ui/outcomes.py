@@ -14,11 +14,12 @@ from typing import Any
 
 import gradio as gr
 
+from ..config import DEFAULT_KBS
 from ..errors import RagDemoError
 from ..progress import Progress
 from ..results import AskResult
 from ..serving.interface import EngineNotReady
-from .html import MEMORY_UNAVAILABLE, MEMORY_UNAVAILABLE_TRAINED, format_status
+from .html import MEMORY_UNAVAILABLE, MEMORY_UNAVAILABLE_OWN_KB, MEMORY_UNAVAILABLE_TRAINED, format_status
 from .inputs import LANGUAGE_NOTE, looks_english
 
 log = logging.getLogger(__name__)
@@ -54,7 +55,8 @@ def noted_memory(result: AskResult, wanted: bool | None, *, trained: bool = Fals
     """The result, with a notice when memory was wanted where available (None) and this setup had none,
     so the visitor who left the switch on reads why no ∅ shows; `trained`: asked with a trained question encoder."""
     if wanted is None and result.memory_prob is None and result.passages:
-        why = MEMORY_UNAVAILABLE_TRAINED if trained and result.question_encoder else MEMORY_UNAVAILABLE
+        why = (MEMORY_UNAVAILABLE_TRAINED if trained and result.question_encoder
+               else MEMORY_UNAVAILABLE_OWN_KB if result.kb not in DEFAULT_KBS else MEMORY_UNAVAILABLE)
         return replace(result, notices=(*result.notices, why))
     return result
 
