@@ -276,6 +276,26 @@ def test_empty_question_shows_one_message(page):
     assert page.locator(".rag-status:visible").count() == 1
 
 
+def test_an_error_dims_the_earlier_answer_until_the_next_one(page):
+    def opacity(selector: str) -> float:
+        return float(page.locator(selector).evaluate("node => getComputedStyle(node).opacity"))
+
+    field(page, "question").fill(QUESTIONS[0])
+    page.locator("#ask-btn").click()
+    expect(page.locator("#answer .rag-card-token .rag-tok").first).to_be_visible()
+    assert opacity("#answer") == 1
+    field(page, "question").fill("")
+    page.locator("#ask-btn").click()
+    expect(page.locator("#ask-status")).to_contain_text("Type a question")
+    expect(page.locator("#answer .rag-card-token")).to_be_visible()  # kept, not wiped
+    page.wait_for_function("getComputedStyle(document.querySelector('#answer')).opacity < 0.5")
+    assert opacity("#passages") < 0.5
+    field(page, "question").fill(QUESTIONS[0])
+    page.locator("#ask-btn").click()
+    expect(page.locator("#ask-status")).not_to_contain_text("Type a question")
+    page.wait_for_function("getComputedStyle(document.querySelector('#answer')).opacity == 1")
+
+
 def test_swap_the_index_changes_the_answer(page, ui_engine):
     question = QUESTIONS[0]
     open_tab(page, "Swap the index")

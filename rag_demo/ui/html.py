@@ -165,6 +165,7 @@ def format_token_spans(variant: VariantResult, passages: Sequence[RetrievedPassa
     spans = []
     kind = "running posterior p(z | x, y≤i)" if variant.variant == "sequence" else "posterior p(z | x, yᵢ, y<i)"
     posteriors = plots.source_posteriors(variant)
+    leaders = [max(range(len(row)), key=row.__getitem__) if row else None for row in posteriors]
     for t, token in enumerate(variant.tokens):
         row = posteriors[t] if t < len(posteriors) else ()
         p_open = math.exp(variant.token_logprobs[t]) if t < len(variant.token_logprobs) else float("nan")
@@ -214,9 +215,12 @@ def format_token_spans(variant: VariantResult, passages: Sequence[RetrievedPassa
             + (f' · <b>{fmt_prob(p_closed)}</b> closed-book · gain {fmt_signed(gain)} nats' if closed_known else "")
             + f'</span><span class="rag-tip-kind">{esc(about)}</span>{"".join(rows)}{more}</span>'
         )
-        # the leading source's number beside its colour, for readers who cannot tell the colours apart
+        # the leading source's number beside its colour, for readers who cannot tell the colours apart; once
+        # at the end of a run of tokens from one source, so that "8,848.86 m" stays readable as a number
+        run_ends = (t + 1 >= len(leaders) or leaders[t + 1] != best
+                    or _is_special(variant.tokens[t + 1]) or _ends_answer(variant.tokens, t + 1))
         mark = (f'<span class="rag-tok-src" aria-hidden="true">{_source_mark(best, passages)}</span>'
-                if leader is not None else "")
+                if leader is not None and run_ends else "")
         spans.append(
             f'<span class="{" ".join(classes)}" tabindex="0" role="img" aria-roledescription="answer token" '
             f'aria-label="{esc(label)}"{style}><span class="rag-tok-text">{_token_text(token)}</span>{mark}{tip}</span>'
@@ -365,7 +369,7 @@ def format_answer_html(result: AskResult, *, closed_book: bool = True, legend: b
     legend_html = (
         f'<div class="rag-legend">Token colour = the passage{memory} that dominates its posterior (stronger = surer); '
         f'dotted underline = the closed-book model alone gives it p ≥ {PARAMETRIC_P:g} (parametric memory). '
-        "The small number beside a token is that passage's rank (∅: memory). "
+        "The small number after a run of tokens is the rank of the passage they lean on (∅: memory). "
         "Hover or focus a token for its posterior and closed-book probability.</div>"
         if legend else ""
     )
@@ -468,7 +472,7 @@ def format_comparison_html(comparison: RetrieverComparison, *, max_chars: int = 
     names = [RETRIEVER_NAMES.get(r.retriever, r.retriever) for r in comparison.rankings]
     if gold:
         found = " · ".join(f"{esc(name)} <b>{_gold_found(r, comparison.k)}</b>" for name, r in zip(names, comparison.rankings))
-        summary = f"The gold passage {GOLD_MARK}, the one this question was written from: {found}"
+        summary = f"The gold passage (marked {GOLD_MARK}), the one this question was written from: {found}"
     else:
         summary = ("No gold passage is known for this question: only the questions stored with the example "
                    "knowledge bases have one.")
@@ -486,6 +490,8 @@ def format_comparison_html(comparison: RetrieverComparison, *, max_chars: int = 
         f'<span class="rag-badge" title="every retriever scores every passage here; the Index variant setting '
         f'does not apply">top {comparison.k} · exact search</span></div>'
         f'{format_notices(comparison.notices)}<div class="rag-compare-summary">{summary}</div>'
+        '<div class="rag-cands">p(z|x) here is over each retriever\'s k passages alone, as in the paper; where the '
+        "generator's memory ∅ is a source of an ask, the ask's p(z|x) shares the weight with it and reads lower.</div>"
         f'<div class="rag-compare">{columns}</div>{format_timings(comparison.timings_ms)}</div>'
     )
 

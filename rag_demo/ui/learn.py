@@ -142,6 +142,7 @@ def format_learn_html(result: AskResult | None, position: int | None = 0) -> str
                f"over {over}, with the encoder's scale λ = {scale:g} and BM25's weight "
                f"β = {weight:g} (choose “Dense” in the Ask tab for the paper's retriever alone):</p>"
                f'<div class="rag-eq">p(z|x) = exp(λ·s(z) + β·b(z)) / {_sum_over("exp(λ·s(z′) + β·b(z′))", memory)}</div>')
+        others = "exp(λ·s(z′) + β·b(z′))"
         logit_head = "<th>bm25 b(z)</th><th>λ·s(z) + β·b(z)</th><th>exp(logit − max)</th>"
     elif bm25:
         how = (f"The retriever scores each passage <i>z</i> by BM25 word matching alone, <i>b(z)</i>: a sum over "
@@ -152,6 +153,7 @@ def format_learn_html(result: AskResult | None, position: int | None = 0) -> str
                "one rare word shared with the question would make p(z|x) all-or-nothing; λ is the weight the default "
                "Dense + BM25 gives a BM25 point (choose “Dense” in the Ask tab for the paper's retriever):</p>"
                f'<div class="rag-eq">p(z|x) = exp(λ·b(z)) / {_sum_over("exp(λ·b(z′))", memory)}</div>')
+        others = "exp(λ·b(z′))"
         score_head = "<th>bm25 b(z)</th>"
         logit_head = "<th>λ·b(z)</th><th>exp(λ·b − max)</th>"
     else:
@@ -159,6 +161,7 @@ def format_learn_html(result: AskResult | None, position: int | None = 0) -> str
                f"their vectors, <i>s(z)</i>). The top {k} become a distribution by a softmax over {over}, "
                f"with the encoder's scale λ = {scale:g}:</p>"
                f'<div class="rag-eq">p(z|x) = exp(λ·s(z)) / {_sum_over("exp(λ·s(z′))", memory)}</div>')
+        others = "exp(λ·s(z′))"
         logit_head = "<th>λ·s(z)</th><th>exp(λ·s − max)</th>"
     memory_how = ""
     if memory:
@@ -166,7 +169,7 @@ def format_learn_html(result: AskResult | None, position: int | None = 0) -> str
             "<p>∅, the generator's memory, is one more source: the question read with no passage by the base "
             f"generator. It has no score; its logit θ = {result.memory_logit:g} is fitted for this setup, so a passage "
             "whose logit is well below θ gives way to memory. p(∅|x) is large when no passage matches:</p>"
-            f'<div class="rag-eq">p(∅|x) = exp(θ) / {_sum_over("exp(ℓ(z′))", True)}</div>'
+            f'<div class="rag-eq">p(∅|x) = exp(θ) / {_sum_over(others, True)}</div>'
         )
     step1 = (
         "<h3>1 · Retrieval: how much each passage is trusted</h3>"

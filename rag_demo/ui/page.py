@@ -301,7 +301,7 @@ def build_demo(engine: Engine, *, limits: UploadLimits = UploadLimits(), files: 
                         gr.HTML('<p class="rag-help">The same model answers the same question against two knowledge '
                                 "bases. <b>wikipedia-counterfactual</b> holds the passages of <b>wikipedia</b> with "
                                 "people's names permuted: each person whose article is in the base takes another's "
-                                "name (a painter a painter's), everywhere that name appears. Its passages are false on "
+                                "name (within an occupation where it can: a painter takes a painter's), everywhere that name appears. Its passages are false on "
                                 "purpose, and consistently so: an answer that follows them was read from the index, "
                                 "not remembered by the model. (<b>nq-counterfactual</b>, where it is built, does the "
                                 "same to <b>nq-wiki</b>'s answers, from BIG-bench's knowledge-conflict task.) In the "

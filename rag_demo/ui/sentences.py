@@ -22,7 +22,8 @@ def memory_sentence(result: AskResult) -> str:
         return ""
     k = counted(len(result.passages), "passage")
     if plots.memory_leads(result):
-        return (f"∅ memory is the largest source: p(∅|x) = {result.memory_prob:.3f}, more than any of the {k}. "
+        than = "more than the passage" if len(result.passages) == 1 else f"more than any of the {k}"
+        return (f"∅ memory is the largest source: p(∅|x) = {result.memory_prob:.3f}, {than}. "
                 "No passage matches this question as well as the generator's own memory does, so the answer "
                 "leans on what the model remembers.")
     return f"∅ memory is a source beside the {k}: p(∅|x) = {result.memory_prob:.3f}."
