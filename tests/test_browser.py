@@ -7,7 +7,6 @@ Run: pytest -m browser. Screenshots at 1280x720 land in artifacts/ (gitignored).
 
 from __future__ import annotations
 
-import contextlib
 import math
 import re
 import threading
@@ -17,29 +16,18 @@ import pytest
 
 from rag_demo.serving.background import BackgroundEngine
 from rag_demo.config import LIMITS
-from rag_demo.ui import build_demo, launch_options
+from rag_demo.ui import build_demo
 from rag_demo.ui.actions import PRIVATE_LABEL
 from rag_demo.ui.html import MEMORY_UNAVAILABLE, esc, fmt_log, fmt_prob, swap_verdict
 from rag_demo.ui.learn import GLOSSARY
+from tests.browser_pages import TIMEOUT_MS, VIEWPORT, expect, field, launch, open_tab, shot, visitor_page
 from tests.ui_engine import KB_NAMES, QUESTIONS
 
 pytestmark = [pytest.mark.browser, pytest.mark.usefixtures("one_torch_thread")]
 
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-                 "--disable-sync"]
-ARTIFACTS = Path(__file__).resolve().parent.parent / "artifacts"
-VIEWPORT = {"width": 1280, "height": 720}
-TIMEOUT_MS = 60_000  # generous: the page answers in about a second, but a shared CI machine may be busy
 EVIL_TITLE = "<img src=x onerror=window.__pwned=1>Evil title"
 EVIL_TEXT = ("Zorblax is the capital of Plutonia. <script>window.__pwned=2</script> "
              "<img src=x onerror=window.__pwned=3> <b>not bold</b>")
-
-
-def launch(demo):
-    _, url, _ = demo.launch(server_name="127.0.0.1", server_port=None, prevent_thread_lock=True, quiet=True,
-                            ssr_mode=False, **launch_options())
-    return url
 
 
 @pytest.fixture(scope="module")
@@ -51,63 +39,10 @@ def server(ui_engine):
         demo.close()
 
 
-@pytest.fixture(scope="module")
-def browser():
-    if not Path(CHROMIUM).exists():
-        pytest.skip(f"{CHROMIUM} is missing; install it with `apt-get update && apt-get install -y chromium`")
-    sync_api = pytest.importorskip("playwright.sync_api")
-    sync_api.expect.set_options(timeout=TIMEOUT_MS)
-    playwright = sync_api.sync_playwright().start()
-    chromium = None
-    try:
-        chromium = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        yield chromium
-    finally:
-        if chromium is not None:
-            chromium.close()
-        playwright.stop()
-
-
-@contextlib.contextmanager
-def visitor_page(browser, url: str):
-    """A new visitor's page of the demo at `url` (a context of its own: its own gradio session), once it has loaded."""
-    context = browser.new_context(viewport=VIEWPORT)
-    try:
-        page = context.new_page()
-        page.set_default_timeout(TIMEOUT_MS)
-        page.goto(url)
-        page.locator("#ask-btn").wait_for()
-        yield page
-    finally:
-        context.close()
-
-
 @pytest.fixture()
 def page(browser, server):
     with visitor_page(browser, server) as page:
         yield page
-
-
-def expect(locator):
-    from playwright.sync_api import expect as pw_expect
-
-    return pw_expect(locator)
-
-
-def field(page, elem_id: str):
-    """The text input inside a gradio Textbox."""
-    return page.locator(f"#{elem_id}").locator("textarea, input").first
-
-
-def shot(page, name: str, *, full_page: bool = False) -> Path:
-    ARTIFACTS.mkdir(exist_ok=True)
-    path = ARTIFACTS / f"{name}.png"
-    page.screenshot(path=str(path), full_page=full_page)
-    return path
-
-
-def open_tab(page, name: str) -> None:
-    page.get_by_role("tab", name=name).click()
 
 
 def shown(tokens) -> list[str]:

@@ -1,4 +1,4 @@
-"""The Train tab in a real Chromium (the harness of tests/test_browser.py): press Train, see the plots fill in, then
+"""The Train tab in a real Chromium (the harness of tests/browser_pages.py): press Train, see the plots fill in, then
 ask with the trained encoder on the Ask tab and score with it on the Score tab.
 
 Run: pytest -m browser tests/test_browser_train.py
@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from rag_demo.ui import build_demo
-from tests.test_browser import TIMEOUT_MS, browser, expect, field, launch, open_tab, shot, visitor_page  # noqa: F401 (fixture)
+from tests.browser_pages import TIMEOUT_MS, expect, field, launch, open_tab, shot, visitor_page
 
 pytestmark = [pytest.mark.browser, pytest.mark.usefixtures("one_torch_thread")]
 
@@ -58,7 +58,7 @@ def use_trained_encoder(page, tab: str, choice_id: str, label: str) -> None:
     choice.get_by_text(label).click()
 
 
-def test_pressing_train_draws_the_run(browser, train_server):  # noqa: F811
+def test_pressing_train_draws_the_run(browser, train_server):
     with visitor_page(browser, train_server) as page:
         open_tab(page, "Train")
         page.locator("#train-questions input[type=number]").fill("10")
@@ -100,7 +100,7 @@ def test_pressing_train_draws_the_run(browser, train_server):  # noqa: F811
             expect(choice.get_by_label("packaged")).to_be_checked()
 
 
-def test_another_visitor_is_not_offered_the_trained_encoder(browser, train_server):  # noqa: F811
+def test_another_visitor_is_not_offered_the_trained_encoder(browser, train_server):
     """The first test's run is another visitor's: a fresh page never sees a question-encoder choice."""
     with visitor_page(browser, train_server) as page:
         for choice in ("#question-encoder", "#score-question-encoder", "#swap-question-encoder"):

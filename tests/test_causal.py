@@ -7,24 +7,10 @@ import math
 import pytest
 import torch
 
-from rag_demo.config import EngineConfig, GeneratorConfig
 from rag_demo.generation.generator import CausalGenerator
 from rag_demo.generation.prompts import NO_ANSWER
 
 QUESTION = "who wrote a farewell to arms"
-
-
-@pytest.fixture(scope="module")
-def causal_engine(tiny_parts, tiny_kb):
-    from rag_demo.retrieval.encoders import encoder_from_modules
-    from rag_demo.engine import RagEngine
-    from tests import tiny
-
-    tokenizer = tiny_parts["gen_tok"]
-    model = tiny.tiny_causal(len(tokenizer))
-    generator = CausalGenerator(model, tokenizer, GeneratorConfig(model="tiny-llama", max_prompt_tokens=400), name="tiny-llama")
-    encoder = encoder_from_modules("tiny-dpr", tiny_parts["q_enc"], tiny_parts["q_tok"])
-    return RagEngine(encoder=encoder, generator=generator, kbs={"tiny": tiny_kb}, config=EngineConfig())
 
 
 def _full_forward_logprobs(model, tokenizer, prompt: str, continuation: list[int]) -> list[float]:

@@ -11,7 +11,6 @@ import pytest
 from rag_demo.offline import cache as cache_module
 from rag_demo.offline.cache import Timeline, build_lock, recording_timeline, timed
 from rag_demo.offline.prepare import prepare_in_stages
-from tests.test_tuning import default_setup  # noqa: F401  (a fixture)
 
 
 def test_a_first_start_serves_bm25_first_then_each_part_as_it_is_built(default_setup, caplog):

@@ -14,7 +14,6 @@ from rag_demo.config import EncoderConfig, ReaderTuningConfig
 from rag_demo.retrieval.corpus import Passage
 from rag_demo.retrieval.encoders import load_encoder
 from tests import tiny
-from tests.test_tuning import reader, tiny_sentence_encoder  # noqa: F401 (a fixture)
 
 native = pytest.mark.skipif(not precision.bf16_native("cpu"), reason="this CPU has no native bfloat16")
 
@@ -38,7 +37,7 @@ def test_autocast_multiplies_in_bfloat16_where_native():
 
 @native
 def test_passage_vectors_under_autocast_stay_close_to_float32(tmp_path, one_torch_thread):
-    encoder = load_encoder(EncoderConfig(model=str(tiny_sentence_encoder(tmp_path / "encoder"))))
+    encoder = load_encoder(EncoderConfig(model=str(tiny.tiny_sentence_encoder(tmp_path / "encoder"))))
     passages = [Passage(title, text) for title, text in tiny.PASSAGES]
     exact = encoder.encode_passages(passages, batch_size=4)
     fast = encoder.encode_passages(passages, batch_size=4, autocast=True)
@@ -48,7 +47,7 @@ def test_passage_vectors_under_autocast_stay_close_to_float32(tmp_path, one_torc
 
 
 @native
-def test_reader_tuned_under_autocast_learns_like_float32(reader):  # noqa: F811
+def test_reader_tuned_under_autocast_learns_like_float32(reader):
     """The same adapter recipe from the same weights, once in float32 and once under autocast: both
     learn, and autocast gets most of float32's gain (0.92 of it when written; bfloat16 rounding makes
     the two runs part a little, so an exact match would test torch, not us)."""

@@ -12,7 +12,7 @@ from rag_demo.config import DecodingConfig
 from rag_demo.generation.decoding import NEG, BarFirstWord
 from rag_demo.generation.restatements import first_word_forms, restates_question
 
-from tests.test_causal import QUESTION, causal_engine  # noqa: F401  (a fixture)
+QUESTION = "who wrote a farewell to arms"
 
 
 @pytest.mark.parametrize("question, answer, restates", [

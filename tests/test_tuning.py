@@ -24,9 +24,9 @@ from rag_demo.config import EncoderConfig, GeneratorConfig, ReaderTuningConfig, 
 from rag_demo.retrieval.corpus import Passage, make_kb, save_kb
 from rag_demo.retrieval.encoders import load_encoder
 from rag_demo.generation.decode_state import Target
-from rag_demo.generation.generator import CausalGenerator, load_generator
+from rag_demo.generation.generator import load_generator
 from rag_demo.retrieval.lexical import LexicalIndex
-from rag_demo.offline.cache import MARKER, marker_problem, write_marker
+from rag_demo.offline.cache import MARKER, marker_problem
 from rag_demo.offline.gguf import generator_key
 from rag_demo.offline.kbs import default_kb_paths
 from rag_demo.offline.prepare import prepare
@@ -51,23 +51,10 @@ from tests import tiny
 TOPICS = ["fox", "paris", "hemingway", "baikal", "penny", "mozart"]
 
 
-def tiny_sentence_encoder(folder: Path) -> Path:
-    """A random BERT with a WordPiece tokenizer, saved like a sentence-transformers model folder."""
-    from transformers import BertConfig, BertModel
-
-    tokenizer = tiny.dpr_tokenizer(folder)
-    torch.manual_seed(3)
-    config = BertConfig(vocab_size=tokenizer.vocab_size, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
-                        intermediate_size=32, max_position_embeddings=64)
-    BertModel(config).save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
-    return folder
-
-
 @pytest.fixture
 def tiny_setup(tmp_path, one_torch_thread):
     """(encoder, passage vectors (6, 16), lexical index, one training question per passage)."""
-    encoder = load_encoder(EncoderConfig(model=str(tiny_sentence_encoder(tmp_path / "encoder"))))
+    encoder = load_encoder(EncoderConfig(model=str(tiny.tiny_sentence_encoder(tmp_path / "encoder"))))
     vectors = np.random.default_rng(0).normal(size=(len(tiny.PASSAGES), 16)).astype(np.float32)
     vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
     lexical = LexicalIndex.for_passages([t for t, _ in tiny.PASSAGES], [x for _, x in tiny.PASSAGES])
@@ -180,26 +167,6 @@ def test_tuned_encoder_is_built_once_and_loads_for_questions_only(tmp_path, tiny
     assert tuned_encoder_path(config, cache=cache) != folder  # and the recipe
 
 
-def tiny_causal_folder(folder: Path) -> Path:
-    """A random tiny Llama and its tokenizer, saved as the converted default generator is."""
-    tokenizer = tiny.bart_tokenizer(folder / "tokenizer")
-    tiny.tiny_causal(len(tokenizer)).save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
-    return folder
-
-
-@pytest.fixture
-def default_setup(offline_source, tmp_path, monkeypatch, one_torch_thread):
-    """(cache, encoder config): a tiny BERT and a tiny Llama stand in for the default models."""
-    cache, _ = offline_source
-    folder = str(tiny_sentence_encoder(tmp_path / "encoder"))
-    monkeypatch.setattr("rag_demo.offline.tuned.DEFAULT_ENCODER", folder)
-    monkeypatch.setattr("rag_demo.offline.prepare.resolve_encoder_path", lambda model: model)
-    name, key = generator_key()
-    write_marker(tiny_causal_folder(cache / "models" / name), key)
-    return cache, EncoderConfig(model=folder, max_length=32)
-
-
 def test_prepare_fine_tunes_the_default_models_once_and_then_loads_nothing(default_setup, tmp_path, monkeypatch):
     """The wiring of `prepare`: the default encoder (a tiny BERT here) gets its question side
     tuned after the KBs are built, then the default generator (a tiny Llama) its reading; a warm
@@ -281,29 +248,6 @@ def test_the_readers_training_questions_can_be_set_for_the_whole_build(default_s
 
 
 # -- the generator as a reader ------------------------------------------------------------------------
-
-READING = [  # (passage row in tiny.PASSAGES, question, the answer that passage gives)
-    (0, "who wrote a farewell to arms", "Ernest Hemingway"),
-    (1, "what is the capital of france", "Paris"),
-    (2, "what is the deepest lake in the world", "Lake Baikal"),
-    (3, "when was the penny black issued", "1840"),
-    (4, "who composed the magic flute", "Mozart"),
-    (5, "what does the quick brown fox jump over", "the lazy dog"),
-]
-
-
-@pytest.fixture
-def reader(tiny_parts, one_torch_thread):
-    """(a tiny causal generator, one reading example per passage)."""
-    tokenizer = tiny_parts["gen_tok"]
-    generator = CausalGenerator(tiny.tiny_causal(len(tokenizer)), tokenizer,
-                                GeneratorConfig(model="tiny-llama", max_prompt_tokens=400), name="tiny-llama")
-    examples = []
-    for row, question, answer in READING:
-        prompt = generator.format_input(question, Passage(*tiny.PASSAGES[row]))
-        examples.append(reader_tuning.ReadingExample(tuple(tokenizer(prompt)["input_ids"]), generator.answer_target(answer).ids))
-    return generator, examples
-
 
 def test_shared_prefix_is_the_common_start_less_its_last_token():
     examples = [reader_tuning.ReadingExample((5, 6, 7, 8, 1), (2,)), reader_tuning.ReadingExample((5, 6, 7, 9), (2,))]

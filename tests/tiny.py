@@ -25,6 +25,15 @@ PASSAGES = [
     ("Fox", "The quick brown fox jumps over the lazy dog again and again."),
 ]
 
+PASSAGE_QUESTIONS = [  # (passage row in PASSAGES, question, the answer that passage gives)
+    (0, "who wrote a farewell to arms", "Ernest Hemingway"),
+    (1, "what is the capital of france", "Paris"),
+    (2, "what is the deepest lake in the world", "Lake Baikal"),
+    (3, "when was the penny black issued", "1840"),
+    (4, "who composed the magic flute", "Mozart"),
+    (5, "what does the quick brown fox jump over", "the lazy dog"),
+]
+
 
 def bart_tokenizer(folder: Path):
     from tokenizers import ByteLevelBPETokenizer
@@ -78,6 +87,27 @@ def tiny_causal(vocab_size: int, seed: int = 2):
                          num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=1024,
                          bos_token_id=0, eos_token_id=2, pad_token_id=1, initializer_range=0.5)
     return LlamaForCausalLM(config).eval()
+
+
+def tiny_sentence_encoder(folder: Path) -> Path:
+    """A random BERT with a WordPiece tokenizer, saved like a sentence-transformers model folder."""
+    from transformers import BertConfig, BertModel
+
+    tokenizer = dpr_tokenizer(folder)
+    torch.manual_seed(3)
+    config = BertConfig(vocab_size=tokenizer.vocab_size, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                        intermediate_size=32, max_position_embeddings=64)
+    BertModel(config).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+def tiny_causal_folder(folder: Path) -> Path:
+    """A random tiny Llama and its tokenizer, saved as the converted default generator is."""
+    tokenizer = bart_tokenizer(folder / "tokenizer")
+    tiny_causal(len(tokenizer)).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
 
 
 def custom_kb_passages(n: int = 40) -> list[tuple[str, str]]:
