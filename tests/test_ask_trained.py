@@ -245,8 +245,8 @@ def _page_ask(actions, session: str, question_encoder: str, *, retriever: str = 
 def test_a_run_offers_its_encoder_on_the_ask_tab_once_it_has_taken_a_step(runs):
     from rag_demo.ui.train import REPLACED_NOTE, TrainActions
 
-    actions = TrainActions(runs, steps_per_update=2)
-    updates = list(actions.train("rag-token", 4, _request("a"), progress=_no_progress))
+    actions = TrainActions(runs, steps_per_update=2, progress_poll_s=60.0)  # no reading counts among them
+    updates = list(actions.train("rag-token", 4, _request("a")))
     offers = [u.ask_encoder for u in updates]
     for update in updates:  # the Score and Swap tabs are offered the same, each its own copy (gradio pops a value)
         assert update.score_encoder == update.swap_encoder == update.ask_encoder
@@ -257,7 +257,7 @@ def test_a_run_offers_its_encoder_on_the_ask_tab_once_it_has_taken_a_step(runs):
     assert offers[-1]["choices"][1] == ("trained on this page (RAG-Token, 4 steps)", "trained")
     assert offers[-1]["visible"] and "value" not in offers[-1]  # the visitor's choice stays theirs
     assert "Ask with it on the Ask tab" in updates[-1].status
-    again = actions.train("rag-sequence", 4, _request("a"), earlier="a", progress=_no_progress)
+    again = actions.train("rag-sequence", 4, _request("a"), earlier="a")
     reading = next(again)
     assert reading.ask_encoder["value"] == "packaged" and reading.ask_encoder["choices"] == [("packaged", "packaged")]
     assert reading.ask_encoder["info"] == REPLACED_NOTE

@@ -6,6 +6,9 @@ Run: pytest -m browser tests/test_browser_train.py
 
 from __future__ import annotations
 
+import re
+import time
+
 import pytest
 
 from rag_demo.ui import build_demo
@@ -98,6 +101,58 @@ def test_pressing_train_draws_the_run(browser, train_server):
             choice = page.locator(f"#{choice_id}")
             expect(choice).to_contain_text("trained on this page (RAG-Sequence, 60 steps)")
             expect(choice.get_by_label("packaged")).to_be_checked()
+
+
+# what of gradio's own progress (its tracker's text, timer or bar) was ever seen on the Train tab; the tracker
+# stays in the page while hidden, transparent
+RECORD_GRADIO_PROGRESS = """() => {
+  window.__gradioProgress = [];
+  const tab = document.querySelector('#tab-train');
+  const seen = (el) => {
+    for (let at = el; at && at !== tab; at = at.parentElement) {
+      const style = getComputedStyle(at);
+      if (style.display === 'none' || style.visibility === 'hidden' || style.opacity === '0') return false;
+    }
+    return true;
+  };
+  new MutationObserver(() => {
+    for (const el of tab.querySelectorAll('.progress-text, .meta-text, .meta-text-center, .eta-bar, .progress-bar')) {
+      const text = el.textContent.trim();
+      if (text && seen(el)) window.__gradioProgress.push(`${el.closest('[id]').id}: ${text}`);
+    }
+  }).observe(tab, {subtree: true, childList: true, characterData: true});
+}"""
+
+
+def test_a_run_shows_one_progress_and_after_stop_every_line_says_it_stopped(browser, train_server, monkeypatch):
+    from rag_demo.serving.retriever_training import TrainingRuns
+
+    advance = TrainingRuns.train_advance
+
+    def slowly(self, *args, **kwargs):  # time to press Stop mid-run: the tiny models step in milliseconds
+        time.sleep(0.3)
+        return advance(self, *args, **kwargs)
+
+    monkeypatch.setattr(TrainingRuns, "train_advance", slowly)
+    with visitor_page(browser, train_server) as page:
+        open_tab(page, "Train")
+        page.evaluate(RECORD_GRADIO_PROGRESS)
+        page.locator("#train-btn").click()
+        status = page.locator("#train-status")
+        expect(status).to_contain_text(re.compile(r"Training… step [1-9]\d* of 60"), timeout=TIMEOUT_MS)
+        expect(page.locator("#train-summary")).to_contain_text("Each step trains on all 5 at once")
+        shot(page, "train-tab-running", full_page=True)
+        page.locator("#train-stop").click()
+        expect(status).to_contain_text("Stopped at step", timeout=TIMEOUT_MS)
+        step = int(re.search(r"Stopped at step (\d+) of 60", status.inner_text()).group(1))
+        summary = page.locator("#train-summary")
+        expect(summary).to_contain_text(f"stopped: step {step} of 60")
+        expect(summary).not_to_contain_text("training:")
+        expect(summary).to_contain_text("Trained on 5 of the 100 training questions asked for: the knowledge base's "
+                                        "training set holds only 5")
+        shot(page, "train-tab-stopped", full_page=True)
+        seen = page.evaluate("() => window.__gradioProgress")
+        assert seen == [], sorted(set(seen))
 
 
 def test_another_visitor_is_not_offered_the_trained_encoder(browser, train_server):

@@ -3,6 +3,7 @@ of a session, and escaping."""
 
 from __future__ import annotations
 
+import html
 from types import SimpleNamespace
 
 import numpy as np
@@ -41,7 +42,7 @@ def _statuses(updates) -> list[str]:
 
 def test_a_run_draws_its_loss_held_out_figures_and_one_questions_p_z_given_x(runs):
     actions = TrainActions(runs, steps_per_update=1)
-    updates = list(actions.train("rag-token", 4, _request("a"), progress=_no_progress))
+    updates = list(actions.train("rag-token", 4, _request("a")))
     statuses = _statuses(updates)
     assert "Reading" in statuses[0] and "Finished" in statuses[-1]
     last = updates[-1]
@@ -67,22 +68,93 @@ def test_the_followed_question_is_escaped(runs):
     assert "<script>" not in shown
 
 
-def test_stop_ends_a_run_early(runs):
-    actions = TrainActions(runs, steps_per_update=1)
+def test_stop_ends_a_run_early_and_every_line_says_it_stopped(runs):
+    actions = TrainActions(runs, steps_per_update=1, progress_poll_s=60.0)  # no reading counts between the updates
     updates = []
-    for update in actions.train("rag-token", 4, _request("a"), progress=_no_progress):
+    for update in actions.train("rag-token", 4, _request("a")):
         updates.append(update)
         if len(updates) == 3:  # reading, step 0, step 1
             actions.stop(_request("a"))
-    assert "Stopped at step" in _statuses(updates)[-1]
-    assert runs.train_advance("a", steps=0).step < 4
+    step = runs.train_advance("a", steps=0).step
+    assert step < 4
+    assert f"Stopped at step {step} of 4." in _statuses(updates)[-1]
+    assert f"<b>stopped</b>: step {step} of 4 " in updates[-1].summary
+    assert "<b>training</b>" not in updates[-1].summary
+
+
+def test_the_tabs_status_counts_the_engines_reading(runs):
+    """The engine's reading (here one report, then a wait) reaches the tab's status while the call still runs:
+    the tab's status is the run's only progress display."""
+    import time
+
+    class SlowReading:
+        def __init__(self, runs):
+            self.runs = runs
+
+        def train_begin(self, session, *, progress, **kwargs):
+            progress("reading 4 questions' top 10 passages (once; cached)", 1, 4)
+            time.sleep(0.3)
+            return self.runs.train_begin(session, progress=progress, **kwargs)
+
+        def __getattr__(self, name):
+            return getattr(self.runs, name)
+
+    actions = TrainActions(SlowReading(runs), steps_per_update=4, progress_poll_s=0.02)
+    statuses = [html.unescape(s) for s in _statuses(list(actions.train("rag-token", 4, _request("a"))))]
+    assert "Reading 4 questions' top 10 passages (once; cached): 1 of 4" in statuses[1]
+    assert "then the packaged encoder is measured" in statuses[1]
+    assert "Finished" in statuses[-1]
+
+
+def test_train_shows_no_progress_of_gradios_own(ui_engine):
+    from rag_demo.ui import build_demo
+
+    demo = build_demo(ui_engine)
+    train = [fn for fn in demo.fns.values() if getattr(fn.fn, "__name__", "") == "train"]
+    assert len(train) == 1 and train[0].show_progress == "hidden"
+
+
+def test_the_summary_says_how_many_questions_were_asked_for_used_and_how_steps_go_over_them(runs):
+    """Asked for 10 where the set holds 4: the summary says so, and that each of the 4 steps trains on all 4."""
+    from rag_demo.ui.train import summary_html
+
+    view = runs.train_begin("a", objective="rag-token", questions=10)
+    assert (view.questions_asked, view.questions_read, view.training_questions, view.left_out) == (10, 4, 4, 0)
+    shown = html.unescape(summary_html(runs.train_advance("a", steps=2)))
+    assert ("Trained on 4 of the 10 training questions asked for: the knowledge base's training set holds only 4 "
+            "once its held-out questions are set aside.") in shown
+    assert "Each step trains on all 4 at once, so the 4 steps make 4 passes over them." in shown
+    assert "step 2 of 4 (2 passes over the training questions so far)" in shown
+
+
+def test_the_gold_passage_loss_says_which_questions_it_leaves_out(ui_engine):
+    """A question with no passage holding its answer among its candidates is read, but the gold-passage loss cannot
+    train on it (`EndToEndTrainer`), and the summary says why; the marginal losses train on it."""
+    from rag_demo.ui.train import summary_html
+
+    unanswerable = ("What colour is the zorblax of Quendor?", ("ultraviolet quuxblorp",))
+    config = PageRunConfig(steps=4, check_every=2, held_out_sample=2, top_k=3, batch_size=2)
+    runs = TrainingRuns(lambda: ui_engine, config=config,
+                        question_sets={"nq-wiki": (TRAIN + [unanswerable], HELD_OUT)})
+    gold = runs.train_begin("a", objective="gold-passage", questions=5)
+    assert gold.questions_read == 5 and gold.left_out >= 1
+    shown = html.unescape(summary_html(gold))
+    assert (f"Trained on {gold.training_questions} of the 5 training questions asked for: the gold-passage loss "
+            "needs a passage holding the answer among a question's top ") in shown
+    assert f"and {gold.left_out} {'has' if gold.left_out == 1 else 'have'} none" in shown
+    assert "Each step trains on a batch of 2 of them" in shown or gold.training_questions <= 2
+    token = runs.train_begin("a", objective="rag-token", questions=5)
+    shown = html.unescape(summary_html(token))
+    assert token.training_questions == 5 and "Trained on all 5 training questions asked for." in shown
+    assert "Each step trains on a batch of 2 of them, drawn in a shuffled order, so the 4 steps make 1.6 passes" \
+        in shown
 
 
 def test_a_second_visitor_waits_in_line_and_then_trains(runs):
     line = RunLine()
     actions = TrainActions(runs, line=line, steps_per_update=4, wait_poll_s=0.0)
     line.join("first")  # a run in progress
-    second = actions.train("gold-passage", 4, _request("second"), progress=_no_progress)
+    second = actions.train("gold-passage", 4, _request("second"))
     waiting = next(second)
     assert "1 run is ahead of yours" in waiting.status
     line.leave("first")
@@ -100,9 +172,9 @@ def test_a_run_whose_tab_closed_gives_up_its_turn():
 
 def test_bad_choices_are_messages(runs):
     actions = TrainActions(runs)
-    updates = list(actions.train("rag-both", 4, _request("a"), progress=_no_progress))
+    updates = list(actions.train("rag-both", 4, _request("a")))
     assert "unknown objective" in _statuses(updates)[-1]
-    updates = list(actions.train("rag-token", 0, _request("a"), progress=_no_progress))
+    updates = list(actions.train("rag-token", 0, _request("a")))
     assert "train on 1 to" in _statuses(updates)[-1]
 
 
@@ -149,10 +221,11 @@ def test_the_train_calls_cross_the_engines_process(tmp_path):
 def test_doctests():
     import doctest
 
+    import rag_demo.serving.retriever_training
     import rag_demo.training.end_to_end
     import rag_demo.ui.train
 
-    for module in (rag_demo.ui.train, rag_demo.training.end_to_end):
+    for module in (rag_demo.ui.train, rag_demo.training.end_to_end, rag_demo.serving.retriever_training):
         assert doctest.testmod(module).failed == 0
 
 

@@ -190,6 +190,16 @@ def trained_encoder_name(objective: str, steps: int) -> str:
     return f"trained on this page ({OBJECTIVE_NAMES.get(objective, objective)}, {counted(steps, 'step')})"
 
 
+def passes_over(steps: int, batch_size: int, questions: int) -> float:
+    """How many times `steps` steps go over `questions` training questions, a step taking a batch of `batch_size`
+    of them (all, when fewer; `EndToEndTrainer`'s batches).
+
+    >>> passes_over(60, 16, 100), passes_over(60, 16, 8)
+    (9.6, 60.0)
+    """
+    return steps * min(batch_size, questions) / questions
+
+
 @dataclass(frozen=True)
 class RankedPassages:
     """A question's top k under an encoder, as the page shows them."""
@@ -221,7 +231,11 @@ class TrainingView:
     losses: tuple[float, ...]  # one per step taken
     checks: tuple[tuple[int, float, float], ...]  # (step, held-out recall@5, mean p(z|x) on answer-bearing passages)
     held_out: int  # questions in the held-out sample
-    training_questions: int
+    questions_asked: int  # training questions the visitor chose
+    questions_read: int  # of those, the ones the knowledge base's training set holds (it may hold fewer)
+    training_questions: int  # of those read, the ones the loss trains on (`left_out`)
+    batch_size: int  # training questions a step trains on, drawn in a shuffled order (all of them, when fewer)
+    candidates: int  # passages read per training question (the top C under the engine's retriever)
     question: str  # the question whose p(z|x) the tab follows, one of the held-out sample
     answers: tuple[str, ...]
     before: RankedPassages
@@ -235,6 +249,17 @@ class TrainingView:
         return self.step >= self.steps
 
     @property
+    def left_out(self) -> int:
+        """Questions read but not trained on: the gold-passage loss needs a candidate that holds the answer
+        (`EndToEndTrainer`); the marginal losses train on every question read."""
+        return self.questions_read - self.training_questions
+
+    @property
+    def passes(self) -> float:
+        """How many times the steps taken so far went over the training questions (epochs)."""
+        return passes_over(self.step, self.batch_size, self.training_questions)
+
+    @property
     def question_encoder(self) -> str:
         """The trained encoder's name, as an ask with it (`TrainingRuns.train_ask`) says it now."""
         return trained_encoder_name(self.objective, self.step)
@@ -242,12 +267,14 @@ class TrainingView:
 
 @dataclass(frozen=True)
 class PageRunConfig:
-    """The page's runs: 60 steps (0.2 s each on 2 CPU cores once read), measured on a fixed held-out sample."""
+    """The page's runs: 60 steps of 16 questions (0.2 s each on 2 CPU cores once read), measured on a fixed
+    held-out sample. The steps do not grow with the questions chosen: more questions, fewer passes over each."""
 
     steps: int = 60
     check_every: int = 5
     held_out_sample: int = 60
     top_k: int = 5  # the followed question's passages shown, and recall@k's k
+    batch_size: int = EndToEndConfig().batch_size  # questions per step, whatever the number chosen
     max_questions: int = 200
     default_questions: int = 100  # the page's first choice, whose reads a first start does ahead (`read_ahead`)
     candidates: int = EndToEndConfig().candidates  # passages read per training question, the first time
@@ -256,10 +283,12 @@ class PageRunConfig:
 
 
 class _Run:
-    def __init__(self, data: TrainingData, trainer, *, followed: int, before: RankedPassages, config: PageRunConfig):
+    def __init__(self, data: TrainingData, trainer, *, followed: int, before: RankedPassages, config: PageRunConfig,
+                 questions_asked: int):
         import threading
 
         self.data, self.trainer, self.followed, self.before, self.config = data, trainer, followed, before, config
+        self.questions_asked = questions_asked
         self.losses: list[float] = []
         self.checks: list[tuple[int, float, float]] = []
         self.step_seconds = 0.0
@@ -333,7 +362,8 @@ class TrainingRuns:
         train, held = self._pairs(kb)
         data = prepare_training(engine, kb=kb, pairs=train[:questions], held_out=held, candidates=self.config.candidates,
                                 progress=progress)
-        config = EndToEndConfig(objective=objective, steps=self.config.steps, seed=0, candidates=self.config.candidates,
+        config = EndToEndConfig(objective=objective, steps=self.config.steps, batch_size=self.config.batch_size,
+                                seed=0, candidates=self.config.candidates,
                                 widen_every=self.config.widen_every, widen_max_reads=self.config.widen_max_reads)
         try:
             trainer = EndToEndTrainer(engine.encoder, data.kb.embeddings, data.examples, lexical_weight=data.lexical_weight,
@@ -341,7 +371,8 @@ class TrainingRuns:
         except ValueError as err:
             raise InputError(f"{err}; train on more questions") from None
         followed = self._followed(data, trainer.model)
-        run = _Run(data, trainer, followed=followed, before=self._ranked(data, trainer.model, followed), config=self.config)
+        run = _Run(data, trainer, followed=followed, before=self._ranked(data, trainer.model, followed),
+                   config=self.config, questions_asked=questions)
         figures = data.check.measure(trainer.model)
         run.checks.append((0, figures.recall[5], figures.answer_mass))
         with self._lock:
@@ -456,6 +487,8 @@ class TrainingRuns:
         return TrainingView(
             objective=run.trainer.config.objective, step=run.trainer.steps_taken, steps=self.config.steps,
             losses=tuple(run.losses), checks=tuple(run.checks), held_out=len(run.data.check.questions),
-            training_questions=len(run.trainer.examples), question=question, answers=tuple(answers), before=run.before,
+            questions_asked=run.questions_asked, questions_read=len(run.data.examples),
+            training_questions=len(run.trainer.examples), batch_size=run.trainer.config.batch_size,
+            candidates=run.trainer.config.candidates, question=question, answers=tuple(answers), before=run.before,
             now=self._ranked(run.data, run.trainer.model, run.followed), read_seconds=run.data.read_seconds,
             step_seconds=run.step_seconds, gradient=self._gradient(run))

@@ -1,12 +1,12 @@
 """The Train tab: watch the retriever learn from answers alone (the paper's end-to-end training, section 2.4).
 
-A visitor picks a loss and a number of training questions and presses Train: the question encoder, a copy
-for that visitor only, takes 60 steps while the tab plots the loss, held-out retrieval, and one
-held-out question's p(z|x) before and now. One run trains at a time across visitors; the next waits in
-line and sees its place. The run lives with the engine (`serving.retriever_training.TrainingRuns`) and is
-dropped when the visitor leaves. Once it has taken a step, the question-encoder choice of the Ask, Score and
-Swap tabs (`encoder_choice`, one per tab) offers it to that visitor (`offered_encoder`); a new run takes it
-back (`packaged_encoder`), and so does a tab whose call finds it gone (`encoder_gone`).
+A visitor picks a loss and a number of training questions and presses Train: the question encoder, a copy for that
+visitor only, takes 60 steps of 16 questions (however many were chosen) while the tab plots the loss, held-out
+retrieval, and one held-out question's p(z|x) before and now. One run trains at a time across visitors; the next
+waits in line and sees its place. The run lives with the engine (`serving.retriever_training.TrainingRuns`) and is
+dropped when the visitor leaves. Once it has taken a step, the question-encoder choice of the Ask, Score and Swap
+tabs (`encoder_choice`, one per tab) offers it to that visitor (`offered_encoder`); a new run takes it back
+(`packaged_encoder`), and so does a tab whose call finds it gone (`encoder_gone`).
 
     choices = EncoderChoices(ask=encoder_choice("question-encoder"), score=..., swap=...)   # in each tab
     train_tab(engine, runs=runs, encoders=choices)   # inside the page's `gr.Tabs()`: the tab and its events
@@ -14,28 +14,34 @@ back (`packaged_encoder`), and so does a tab whose call finds it gone (`encoder_
 
 from __future__ import annotations
 
+import functools
 import html
 import logging
 import threading
 import time
-from typing import Any, NamedTuple
+from collections.abc import Callable, Generator
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, NamedTuple, TypeVar
 
 import gradio as gr
 
 from ..errors import RagDemoError
+from ..progress import Progress, counted, eta_text
 from ..serving.interface import EngineNotReady
-from ..serving.retriever_training import PageRunConfig
+from ..serving.retriever_training import PageRunConfig, passes_over
 from .html import esc, format_status
 from .inputs import PACKAGED, TRAINED
 from .views import View, changed
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 OBJECTIVE_CHOICES = [("RAG-Token (the paper's, from answers)", "rag-token"),
                      ("RAG-Sequence (the paper's, from answers)", "rag-sequence"),
                      ("Gold passage (needs labels: a passage holding the answer)", "gold-passage")]
 STEPS_PER_UPDATE = 5  # steps between two redraws: a redraw costs about what a step does
 WAIT_POLL_S = 1.0  # how often a visitor in line hears their place
+PROGRESS_POLL_S = 0.5  # how often the status redraws the reading's count while the engine reads
 STALE_RUN_S = 60.0  # a run not heard from this long (its tab closed mid-run) gives up its turn
 STATE_TTL_S = 2 * 3600  # a visitor's trained encoder is dropped at the latest 2 h after their run, as the page's other state
 
@@ -43,10 +49,11 @@ HELP = ("<p class=\"rag-help\">RAG trains its retriever without passage labels: 
         "marginalized over the top passages, and its gradient reaches the question encoder through p(z|x) alone. "
         "Here the generator (the reader) is frozen and its reading of each training question's top 10 passages is "
         "computed once and kept (about 2 s a question, the first time only), so a step is the question encoder's "
-        "forward and backward pass plus a softmax: about 0.2 s on 2 CPU cores. The passages' vectors and the index never change. The trained encoder is yours alone: "
-        "once it has taken a step the Ask, Score and Swap tabs offer it (Question encoder), and it is forgotten when "
-        "you leave. The "
-        "generator's memory is no source here (the paper's formulas). "
+        f"forward and backward pass over a batch of {PageRunConfig().batch_size} training questions plus a softmax: "
+        "about 0.2 s on 2 CPU cores. The passages' vectors and the index never change. "
+        "The trained encoder is yours alone: once it has taken a step the Ask, Score and Swap tabs offer it "
+        "(Question encoder), and it is forgotten when you leave. The generator's memory is no source here (the "
+        "paper's formulas). "
         "Held-out questions are never trained on; with no passage labels, a passage that contains an answer counts "
         "as a hit.</p>")
 
@@ -215,15 +222,62 @@ def question_figure(view):
     return fig
 
 
-def summary_html(view) -> str:
-    """The run in words: where it stands, held-out figures before and now, the followed question (escaped)."""
+def _passes(x: float) -> str:
+    """
+    >>> _passes(60.0), _passes(9.6), _passes(1.0)
+    ('60 passes', '9.6 passes', '1 pass')
+    """
+    shown = f"{x:.1f}".removesuffix(".0")
+    return f"{shown} pass" + ("" if shown == "1" else "es")
+
+
+def questions_text(view) -> str:
+    """How many training questions were asked for, how many the loss trains on and why fewer, and how the run's
+    steps go over them (plain text: numbers and fixed words only).
+
+    >>> from types import SimpleNamespace as V
+    >>> print(questions_text(V(questions_asked=10, questions_read=10, training_questions=8, left_out=2, steps=60,
+    ...                        batch_size=16, candidates=10)))  # doctest: +NORMALIZE_WHITESPACE
+    Trained on 8 of the 10 training questions asked for: the gold-passage loss needs a passage holding the answer
+    among a question's top 10 passages, and 2 have none. Each step trains on all 8 at once, so the 60 steps make
+    60 passes over them.
+    >>> print(questions_text(V(questions_asked=100, questions_read=100, training_questions=100, left_out=0, steps=60,
+    ...                        batch_size=16, candidates=10)))  # doctest: +NORMALIZE_WHITESPACE
+    Trained on all 100 training questions asked for. Each step trains on a batch of 16 of them, drawn in a shuffled
+    order, so the 60 steps make 9.6 passes over them: more questions, fewer passes.
+    """
+    used, asked = view.training_questions, view.questions_asked
+    reasons = []
+    if view.questions_read < asked:
+        reasons.append(f"the knowledge base's training set holds only {view.questions_read} once its held-out "
+                       "questions are set aside")
+    if view.left_out:
+        have = "has" if view.left_out == 1 else "have"
+        reasons.append(f"the gold-passage loss needs a passage holding the answer among a question's top "
+                       f"{view.candidates} passages, and {view.left_out} {have} none")
+    said = (f"Trained on all {counted(used, 'training question')} asked for." if used == asked else
+            f"Trained on {used} of the {counted(asked, 'training question')} asked for: {'; '.join(reasons)}.")
+    passes = _passes(passes_over(view.steps, view.batch_size, used))
+    if view.batch_size >= used:
+        them = "it" if used == 1 else "them"
+        return (f"{said} Each step trains on {'it' if used == 1 else f'all {used} at once'}, so the "
+                f"{counted(view.steps, 'step')} make {passes} over {them}.")
+    return (f"{said} Each step trains on a batch of {view.batch_size} of them, drawn in a shuffled order, so the "
+            f"{counted(view.steps, 'step')} make {passes} over them: more questions, fewer passes.")
+
+
+def summary_html(view, *, stopped: bool = False) -> str:
+    """The run in words: where it stands (`stopped`: the visitor stopped it), how its steps go over its training
+    questions, held-out figures before and now, the followed question (escaped)."""
     first, last = view.checks[0], view.checks[-1]
     answer_mass = lambda ranked: sum(p for p, b in zip(ranked.probs, ranked.answer_bearing) if b)  # noqa: E731
-    state = "finished" if view.finished else "training"
+    state = "finished" if view.finished else "stopped" if stopped else "training"
+    so_far = f" ({_passes(view.passes)} over the training questions so far)" if view.step else ""
     return (
-        f'<div class="rag-train-summary"><p><b>{esc(state)}</b>: step {view.step} of {view.steps} on '
-        f"{view.training_questions} training questions, {view.step_seconds:.2f} s a step"
+        f'<div class="rag-train-summary"><p><b>{esc(state)}</b>: step {view.step} of {view.steps}{so_far}, '
+        f"{view.step_seconds:.2f} s a step"
         f" (reading the passages took {view.read_seconds:.0f} s; cached for the next run).</p>"
+        f"<p>{esc(questions_text(view))}</p>"
         f"<p>Held out, from step 0 to step {last[0]}: recall@5 {_percent(first[1])} → {_percent(last[1])}; "
         f"mean p(z|x) on passages holding an answer {_percent(first[2])} → {_percent(last[2])}.</p>"
         f"<p>Followed question: <q>{esc(view.question)}</q> (answer: {esc(', '.join(view.answers[:3]))}): "
@@ -242,7 +296,7 @@ def gradient_html(view) -> str:
             "so passages that explain the answer better than the retriever thought are pulled up.<br>"
             f"Now, for the training question <q>{esc(g.question)}</q> (answer: {esc(g.answer)}): "
             f"<b>{esc(g.title)}</b> has p(z|x) = {g.prior:.2f} and ∂loss/∂logit = {g.gradient:+.2f}, "
-            f"so the next step {_moves(g.gradient)} its logit.</p>")
+            f"so a step from here {_moves(g.gradient)} its logit.</p>")
 
 
 def _moves(gradient: float) -> str:
@@ -254,8 +308,22 @@ def _moves(gradient: float) -> str:
     return "hardly moves" if abs(gradient) < 0.005 else "raises" if gradient < 0 else "lowers"
 
 
-def _view(run) -> TrainView:
-    return TrainView(status=gr.skip(), summary=summary_html(run), loss=loss_figure(run), held_out=held_out_figure(run),
+def reading_status(stage: str, done: int, total: int, *, first: int, elapsed_s: float) -> str:
+    """The engine's reading as the status says it: its stage, how far, and the time left at the rate since its
+    first report (`first` done then, `elapsed_s` ago).
+
+    >>> reading_status("reading 100 questions' top 10 passages (once; cached)", 25, 100, first=5, elapsed_s=10.0)
+    "reading 100 questions' top 10 passages (once; cached): 25 of 100, 38s left"
+    >>> reading_status("reading 100 questions' top 10 passages (once; cached)", 1, 100, first=1, elapsed_s=0.0)
+    "reading 100 questions' top 10 passages (once; cached): 1 of 100"
+    """
+    left = eta_text(done - first, total - first, elapsed_s)
+    return f"{stage}: {done} of {total}" + (f", {left}" if left else "")
+
+
+def _view(run, *, stopped: bool = False) -> TrainView:
+    return TrainView(status=gr.skip(), summary=summary_html(run, stopped=stopped), loss=loss_figure(run),
+                     held_out=held_out_figure(run),
                      question=question_figure(run), run=gr.skip(), **_every_choice(offered_encoder(run)))
 
 
@@ -267,12 +335,34 @@ class TrainActions:
     """The Train tab's events. `runs` holds the visitors' runs (the engine's `train_*` calls)."""
 
     def __init__(self, runs, *, line: RunLine | None = None, steps_per_update: int = STEPS_PER_UPDATE,
-                 wait_poll_s: float = WAIT_POLL_S):
+                 wait_poll_s: float = WAIT_POLL_S, progress_poll_s: float = PROGRESS_POLL_S):
         self.runs, self.line = runs, line or RunLine()
-        self.steps_per_update, self.wait_poll_s = steps_per_update, wait_poll_s
+        self.steps_per_update, self.wait_poll_s, self.progress_poll_s = steps_per_update, wait_poll_s, progress_poll_s
 
-    def train(self, objective: str, questions: float, request: gr.Request, earlier: str | None = None,
-              progress=gr.Progress()):
+    def _reading(self, session: str, call: Callable[[Progress], T], say: Callable[[str], TrainView]
+                 ) -> Generator[TrainView, None, T]:
+        """`call(progress=...)` on a thread of its own, yielding `say(the reading it reports)` (`reading_status`) as it
+        goes and returning its result. A thread: the status can only change between the event's yields, and a call
+        that reads may take minutes, which gradio's own progress would show over the tab's status instead."""
+        heard: list[str] = []
+        first: dict[str, tuple[float, int]] = {}  # each stage's first report: when, and how much was done then
+
+        def report(stage: str, done: int, total: int) -> None:
+            at, done_then = first.setdefault(stage, (time.monotonic(), done))
+            heard.append(reading_status(stage, done, total, first=done_then, elapsed_s=time.monotonic() - at))
+
+        with ThreadPoolExecutor(1, thread_name_prefix="train") as pool:
+            pending, shown = pool.submit(call, progress=report), None
+            while True:
+                try:
+                    return pending.result(timeout=self.progress_poll_s)
+                except TimeoutError:
+                    self.line.heard(session)  # the run is alive while its event waits on it
+                    if heard and heard[-1] != shown:
+                        shown = heard[-1]
+                        yield say(shown)
+
+    def train(self, objective: str, questions: float, request: gr.Request, earlier: str | None = None):
         """`earlier`: the session of this page's last run, if it had one (its encoder goes when this one begins)."""
         session = getattr(request, "session_hash", None) or "api"
         self.line.join(session)
@@ -288,22 +378,22 @@ class TrainActions:
             yield _status_only("Reading each training question's passages with the generator (once: cached for later "
                                "runs), then measuring the packaged encoder…", "wait")._replace(
                 **_every_choice(packaged_encoder(REPLACED_NOTE) if earlier else gr.skip()))
-
-            def report(stage: str, done: int, total: int) -> None:
-                self.line.heard(session)
-                progress((done, total) if total else None, desc=stage)
-
-            run = self.runs.train_begin(session, objective=objective, questions=int(questions), progress=report)
-            yield _view(run)._replace(status=format_status("Training…", "wait"), run=session)
+            begin = functools.partial(self.runs.train_begin, session, objective=objective, questions=int(questions))
+            run = yield from self._reading(session, begin, lambda stage: _status_only(
+                f"{stage[:1].upper()}{stage[1:]}; then the packaged encoder is measured…", "wait"))
+            yield _view(run)._replace(status=format_status(f"Training… step 0 of {run.steps}", "wait"), run=session)
             while not run.finished and not self.line.stopping(session):
                 self.line.heard(session)
-                run = self.runs.train_advance(session, steps=self.steps_per_update, progress=report)
+                at = f"Training… step {run.step} of {run.steps}"
+                advance = functools.partial(self.runs.train_advance, session, steps=self.steps_per_update)
+                run = yield from self._reading(session, advance, lambda stage: _status_only(f"{at}; {stage}", "wait"))
                 yield _view(run)._replace(status=format_status(f"Training… step {run.step} of {run.steps}", "wait"))
-            done = "Finished" if run.finished else f"Stopped at step {run.step}"
+            stopped = not run.finished
+            done = f"Stopped at step {run.step} of {run.steps}" if stopped else "Finished"
             use = (" Ask with it on the Ask tab, or on the Score and Swap tabs (Question encoder: trained)."
                    if run.step else "")
-            yield _view(run)._replace(status=format_status(f"{done}. This trained encoder is yours until you leave the page."
-                                                           + use, "ok"))
+            yield _view(run, stopped=stopped)._replace(
+                status=format_status(f"{done}. This trained encoder is yours until you leave the page." + use, "ok"))
         except EngineNotReady as err:
             yield _status_only(str(err), "wait")
         except RagDemoError as err:
@@ -353,9 +443,10 @@ def train_tab(engine, *, encoders: EncoderChoices, runs=None) -> TrainActions:
             objective = gr.Radio(OBJECTIVE_CHOICES, value="rag-token", label="Loss", elem_id="train-objective", scale=3)
             page_runs = PageRunConfig()
             questions = gr.Slider(10, page_runs.max_questions, value=page_runs.default_questions, step=10,
-                                  label="Training questions", elem_id="train-questions",
-                                  scale=2, info="each is read once with its top 10 passages (~2 s the first time; "
-                                  f"the first {page_runs.default_questions} are read as the page starts)")
+                                  label="Training questions", elem_id="train-questions", scale=2,
+                                  info=f"{page_runs.steps} steps of {page_runs.batch_size} questions, whatever this "
+                                  f"number. Each is read once with its top {page_runs.candidates} passages (~2 s; "
+                                  f"the first {page_runs.default_questions} as the page starts)")
             with gr.Column(scale=1, min_width=120):
                 train_btn = gr.Button("Train", variant="primary", elem_id="train-btn")
                 stop_btn = gr.Button("Stop", elem_id="train-stop")
@@ -373,7 +464,9 @@ def train_tab(engine, *, encoders: EncoderChoices, runs=None) -> TrainActions:
                      ask_encoder=encoders.ask, score_encoder=encoders.score, swap_encoder=encoders.swap)
     # its own concurrency group, unlimited: a visitor in line is told their place (`RunLine`) instead of waiting
     # unseen in gradio's queue, and a run never holds up the other tabs' answers
+    # the tab's status is the run's one progress display (steps, and the reading's count): gradio's own would be
+    # drawn over it
     train_btn.click(actions.train, inputs=[objective, questions, run], outputs=list(view), api_visibility="private",
-                    concurrency_id="train", concurrency_limit=None, show_progress_on=status)
+                    concurrency_id="train", concurrency_limit=None, show_progress="hidden")
     stop_btn.click(actions.stop, api_visibility="private", queue=False)
     return actions
