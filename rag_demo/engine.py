@@ -26,7 +26,8 @@ from .options import check_decoding, parse_variants
 from .generation.decode_state import DecodeState, Target, join_rows
 from .generation.decoding import Hypothesis, MemoryRows
 from .generation.generator import Generator, generator_from_model
-from .generation.restatements import RESTATEMENT_RETRIES, restates_question
+from .generation.teacher_forcing import every_source_logprobs, rows_logprobs, sources_logprobs
+from .generation.restatements import restates_question, set_aside_restatements
 from .retrieval.index import SearchIndex
 from .marginalize import (
     doc_logprobs_with_memory,
@@ -212,38 +213,6 @@ class RagEngine:
             self.generator.format_input(retrieval.generator_question, Passage(p.title, p.text)) for p in retrieval.passages
         ]
 
-    def _doc_token_logprobs(self, state: DecodeState, targets: list[tuple[int, ...]], rows_per_target: list[list[int]]) -> list[torch.Tensor]:
-        """Teacher-forced log p(y_t|x,z,y<t) of each target under the given rows of `state`."""
-        pairs = [(t, r) for t, rows in enumerate(rows_per_target) for r in rows]
-        if not pairs:
-            return [torch.zeros(0, len(t)) for t in targets]
-        length = max(len(targets[t]) for t, _ in pairs)
-        ids = torch.full((len(pairs), max(length, 1)), 0, dtype=torch.long)
-        mask = torch.zeros(len(pairs), max(length, 1), dtype=torch.bool)
-        for i, (t, _) in enumerate(pairs):
-            ids[i, : len(targets[t])] = torch.tensor(targets[t], dtype=torch.long)
-            mask[i, : len(targets[t])] = True
-        rows = torch.tensor([r for _, r in pairs])
-        logprobs = self.generator.continuation_logprobs(state, rows, ids, mask)  # (P, T)
-        out, cursor = [], 0
-        for t, rows in enumerate(rows_per_target):
-            out.append(logprobs[cursor : cursor + len(rows), : len(targets[t])])
-            cursor += len(rows)
-        return out
-
-    def _all_rows_logprobs(self, state: DecodeState, closed_state: DecodeState | None, sources: int,
-                           targets: list[tuple[int, ...]], known: list[dict[int, torch.Tensor]]) -> list[torch.Tensor]:
-        """(S, T) log p(y_t|x,z,y<t) of each target under each of the `sources` (the passages' rows, then
-        the memory's when sources = rows + 1): those decoding already scored (`known[i][row]`, (T,)) are
-        reused, the rest teacher-forced in one pass."""
-        missing = [[r for r in range(sources) if r not in have] for have in known]
-        forced = self._source_logprobs(state, closed_state, targets, missing)
-        out = []
-        for target, have, rows, lps in zip(targets, known, missing, forced):
-            got = dict(have) | {r: lps[i] for i, r in enumerate(rows)}
-            out.append(torch.stack([got[r] for r in range(sources)]) if got else torch.zeros(0, len(target)))
-        return out
-
     def _variant_result(self, variant: str, ids: tuple[int, ...], per_source: torch.Tensor, doc_lp: torch.Tensor,
                         closed: torch.Tensor, *, decoding_name: str, candidates=(), memory: bool = False,
                         set_aside: tuple[str, ...] = ()) -> VariantResult:
@@ -279,28 +248,12 @@ class RagEngine:
         return self.generator.start([self.generator.format_input(question, None)], prefix)
 
     # -- decoding -------------------------------------------------------------------------------
-    def _restates(self, question: str, ids) -> bool:
-        return self.config.decoding.set_aside_restatements and restates_question(question, self.generator.decode(list(ids)))
+    def _restates(self, question: str, text: str) -> bool:
+        """Whether decoding sets `text` aside as restating `question` (`generation.restatements`)."""
+        return self.config.decoding.set_aside_restatements and restates_question(question, text)
 
     def _setting_aside_restatements(self, question: str, decode: Callable[[frozenset[int]], Hypothesis]) -> tuple[Hypothesis, tuple[str, ...]]:
-        """`decode(barred_first)`'s answer, decoded again while it restates `question` with its first word
-        barred (`restatements`), `RESTATEMENT_RETRIES` times at most. Returns the answer kept and the
-        answers set aside before it; where every try restates the question, the first answer and ()."""
-        gen = self.generator
-        barred: frozenset[int] = frozenset()
-        set_aside: list[str] = []
-        first = None
-        for _ in range(1 + RESTATEMENT_RETRIES):
-            hyp = decode(barred)
-            first = first or hyp
-            if not self._restates(question, hyp.ids):
-                return hyp, tuple(set_aside)
-            set_aside.append(gen.decode(list(hyp.ids)))
-            word = next((t for t in hyp.ids if t not in gen.special_ids), None)
-            if word is None:
-                break
-            barred = barred | gen.first_word_forms(word)
-        return first, ()
+        return set_aside_restatements(decode, functools.partial(self._restates, question), self.generator)
 
     def _decode_token(self, state: DecodeState, doc_lp: torch.Tensor, prefix, *, question: str, num_beams: int,
                       max_new_tokens: int, copy_from=None, closed_state: DecodeState | None = None,
@@ -365,7 +318,7 @@ class RagEngine:
                     else "against the passages that wrote them" if sources == docs else "against the sources that wrote them"))
         rows = [list(range(sources)) if sequence_decoding == "thorough" else found_by[c] for c in candidates]
         missing = [[z for z in zs if z not in known.get(c, {})] for c, zs in zip(candidates, rows)]
-        for cand, zs, lps in zip(candidates, missing, self._source_logprobs(state, closed_state, candidates, missing)):
+        for cand, zs, lps in zip(candidates, missing, sources_logprobs(self.generator, state, closed_state, candidates, missing)):
             known.setdefault(cand, {}).update({z: lps[i] for i, z in enumerate(zs)})
         scored = []
         for cand, zs in zip(candidates, rows):
@@ -374,7 +327,7 @@ class RagEngine:
             marginal = rag_sequence_logprob(lps, doc_lp[zs][None], torch.ones(1, lps.shape[-1], dtype=torch.bool))
             scored.append((cand, float(marginal[0])))
         ranked = sorted(scored, key=lambda item: -item[1])
-        kept = next((i for i, (cand, _) in enumerate(ranked) if not self._restates(question, cand)), 0)
+        kept = next((i for i, (cand, _) in enumerate(ranked) if not self._restates(question, self.generator.decode(list(cand)))), 0)
         best = ranked[kept][0]
         return best, ranked, known[best], tuple(self.generator.decode(list(cand)) for cand, _ in ranked[:kept])
 
@@ -422,23 +375,6 @@ class RagEngine:
         doc_lp = doc_logprobs_with_memory(logits, logit)[0]  # (K + 1,)
         passages = tuple(replace(p, prob=float(doc_lp[i].exp())) for i, p in enumerate(retrieval.passages))
         return replace(retrieval, passages=passages, doc_lp=doc_lp), logit
-
-    def _source_logprobs(self, state: DecodeState, closed_state: DecodeState | None, targets: list[tuple[int, ...]],
-                         rows_per_target: list[list[int]]) -> list[torch.Tensor]:
-        """Like `_doc_token_logprobs`, where row `state.rows` is the memory: the target teacher-forced
-        after the closed-book prompt, with the base weights."""
-        memory = state.rows
-        passages = self._doc_token_logprobs(state, targets, [[r for r in rows if r != memory] for rows in rows_per_target])
-        wants = [memory in rows for rows in rows_per_target]
-        if not any(wants):
-            return passages
-        with self.generator.base_weights():
-            recalled = self._doc_token_logprobs(closed_state, targets, [[0] if w else [] for w in wants])
-        out = []
-        for rows, lps, mem in zip(rows_per_target, passages, recalled):
-            got = dict(zip([r for r in rows if r != memory], lps)) | dict(zip([memory] if memory in rows else [], mem))
-            out.append(torch.stack([got[r] for r in rows]) if rows else lps)
-        return out
 
     # -- public API -----------------------------------------------------------------------------
     def _check_options(self, variants, num_beams, max_new_tokens, sequence_decoding) -> tuple[str, ...]:
@@ -531,14 +467,14 @@ class RagEngine:
                 answers["sequence"] = (ids, candidates, known, set_aside)
             step("tracing each answer token to its passages")
             targets = [ids for ids, _, _, _ in answers.values()]
-            per_source = self._all_rows_logprobs(state, memory_state, docs + with_memory, targets,
+            per_source = every_source_logprobs(self.generator, state, memory_state, docs + with_memory, targets,
                                                  [known for _, _, known, _ in answers.values()])
             if with_memory:  # the memory's row is the closed-book pass
                 closed_lps = [lps[-1:] for lps in per_source]
             elif closed_book:
                 step("the closed-book answer (no passages)")
                 with gen.base_weights():
-                    closed_lps = self._doc_token_logprobs(closed_state, targets, [[0]] * len(targets))
+                    closed_lps = rows_logprobs(self.generator, closed_state, targets, [[0]] * len(targets))
             else:
                 closed_lps = [torch.full((1, len(t)), float("nan")) for t in targets]
             closed_result = self._closed_book_result(closed_greedy, closed_set_aside) if closed_book else None
@@ -639,7 +575,7 @@ class RagEngine:
                 closed_state = self._closed_book_state(retrieval.generator_question, targets[0].prefix)
             step("scoring the answer under each passage" + (" and the memory" if with_memory else ""))
             all_rows = list(range(docs + with_memory))
-            per_ending = self._source_logprobs(state, closed_state, [t.ids for t in targets], [all_rows] * len(targets))
+            per_ending = sources_logprobs(self.generator, state, closed_state, [t.ids for t in targets], [all_rows] * len(targets))
             token_lp = [float(rag_token_token_logprobs(lps[None], retrieval.doc_lp[None])[0, -1]) for lps in per_ending]
             best = max(range(len(targets)), key=lambda i: token_lp[i])  # the answer part is shared
             target, per_source = targets[best], per_ending[best]
@@ -648,7 +584,7 @@ class RagEngine:
                 closed = per_source[-1]
             else:
                 with gen.base_weights():
-                    closed = self._doc_token_logprobs(closed_state, [target.ids], [[0]])[0][0]
+                    closed = rows_logprobs(self.generator, closed_state, [target.ids], [[0]])[0][0]
         results = {
             v: self._variant_result(v, target.ids, per_source, retrieval.doc_lp, closed, decoding_name="scored",
                                     memory=with_memory) for v in variants

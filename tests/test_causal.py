@@ -9,6 +9,7 @@ import torch
 
 from rag_demo.generation.generator import CausalGenerator
 from rag_demo.generation.prompts import NO_ANSWER
+from rag_demo.generation.teacher_forcing import rows_logprobs
 
 QUESTION = "who wrote a farewell to arms"
 
@@ -41,7 +42,7 @@ def test_score_ends_the_answer_as_rag_token_likes_best(causal_engine):
     assert len(targets) >= 2 and len({t.ids[:-1] for t in targets}) == 1 and all(t.ids[-1] in gen.stop_ids for t in targets)
     retrieval = causal_engine.retrieve(QUESTION, k=4)
     state = gen.start(causal_engine._inputs(retrieval), gen.generation_prefix())
-    per_target = causal_engine._doc_token_logprobs(state, [t.ids for t in targets], [list(range(4))] * len(targets))
+    per_target = rows_logprobs(causal_engine.generator, state, [t.ids for t in targets], [list(range(4))] * len(targets))
     totals = [float(rag_token_logprob(lps[None], retrieval.doc_lp[None], torch.ones(1, lps.shape[1], dtype=torch.bool)))
               for lps in per_target]
     best = max(range(len(targets)), key=totals.__getitem__)
@@ -113,9 +114,9 @@ def test_teacher_forcing_in_slices_equals_one_pass(causal_engine, monkeypatch):
     state = gen.start(causal_engine._inputs(retrieval), gen.generation_prefix())
     targets = [gen.answer_target(a).ids for a in ("ernest hemingway", "mark twain", "a")]
     rows = [list(range(4))] * len(targets)
-    whole = causal_engine._doc_token_logprobs(state, targets, rows)
+    whole = rows_logprobs(causal_engine.generator, state, targets, rows)
     monkeypatch.setattr(generator_module, "CONTINUATION_BYTES", 1)  # one pair per forward
-    sliced = causal_engine._doc_token_logprobs(state, targets, rows)
+    sliced = rows_logprobs(causal_engine.generator, state, targets, rows)
     assert len(targets[0]) > 2 and len(targets[2]) < len(targets[0])  # padded pairs are part of the check
     for a, b in zip(whole, sliced):
         assert torch.allclose(a, b, atol=1e-5)

@@ -13,8 +13,14 @@ Importing this module loads nothing heavy.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from ..questions import normalize_answer
+
+if TYPE_CHECKING:
+    from .decoding import Hypothesis
+    from .generator import Generator
 
 # Decodes after the first, at most: each bars one more first word (all its cases and spacings)
 RESTATEMENT_RETRIES = 3
@@ -53,3 +59,27 @@ def first_word_forms(tokenizer, token_id: int) -> frozenset[int]:
             if len(ids) == 1:
                 forms.add(int(ids[0]))
     return frozenset(forms)
+
+
+def set_aside_restatements(decode: Callable[[frozenset[int]], Hypothesis], restates: Callable[[str], bool],
+                           generator: Generator) -> tuple[Hypothesis, tuple[str, ...]]:
+    """`decode(barred_first)`'s answer, decoded again while `restates(its text)`, each time with one more first
+    word barred in all its spellings (`Generator.first_word_forms`), `RESTATEMENT_RETRIES` times at most.
+
+    Returns the answer kept and the answers set aside before it; where every try restates, the first answer
+    and () (the model's own choice stands)."""
+    barred: frozenset[int] = frozenset()
+    set_aside: list[str] = []
+    first = None
+    for _ in range(1 + RESTATEMENT_RETRIES):
+        hyp = decode(barred)
+        first = first or hyp
+        text = generator.decode(list(hyp.ids))
+        if not restates(text):
+            return hyp, tuple(set_aside)
+        set_aside.append(text)
+        word = next((t for t in hyp.ids if t not in generator.special_ids), None)
+        if word is None:
+            break
+        barred = barred | generator.first_word_forms(word)
+    return first, ()
