@@ -23,7 +23,7 @@ LAYERS = (
     ("offline",),  # builds the default: KBs, the converted generator, the tuned parts
     ("engine", "evaluate", "plots"),
     ("serving",),
-    ("cli", "ui"),
+    ("cli", "terminal", "ui"),
     ("__main__",),
 )
 

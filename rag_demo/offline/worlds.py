@@ -247,10 +247,20 @@ class WholeWords:
 
 
 def _whole_spans(text: str, word: str) -> Iterator[tuple[int, int]]:
-    """(start, end) of each whole-word occurrence of one `word`, as `WholeWords` finds them."""
-    for start in _occurrences(text, word):
-        if _whole_at(text, start, start + len(word)):
-            yield start, start + len(word)
+    """(start, end) of each whole-word occurrence of one `word`, as `WholeWords` finds them. An occurrence that
+    is not whole does not hide one that overlaps it, as with the regex.
+
+    >>> list(_whole_spans("1...", "..")), list(_whole_spans("a b a", "a"))
+    ([(2, 4)], [(0, 1), (4, 5)])
+    """
+    start = text.find(word)
+    while start != -1:
+        end = start + len(word)
+        if _whole_at(text, start, end):
+            yield start, end
+            start = text.find(word, max(end, start + 1))
+        else:
+            start = text.find(word, start + 1)
 
 
 def _replaced(text: str, spans: Iterable[tuple[int, int]], replace: Callable[[str], str]) -> str:
