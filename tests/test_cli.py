@@ -137,14 +137,6 @@ def test_memory_options_reach_the_engine_config():
     assert engine_config(parse(["ask", "q", "--memory-logit", "-2.5"])).memory.logit == -2.5
 
 
-def test_cli_doctests():
-    import doctest
-
-    from rag_demo import cli
-
-    assert doctest.testmod(cli).failed == 0
-
-
 def test_compare_end_to_end(saved, tmp_path):
     import shutil
 

@@ -61,28 +61,12 @@ def logits_processors(generator: Generator, *, prefix_len: int, max_new_tokens: 
         processors.append(ForcedBOSTokenLogitsProcessor(config.forced_bos_token_id))
     if config.forced_eos_token_id is not None:
         processors.append(ForcedEOSTokenLogitsProcessor(max_length, config.forced_eos_token_id))
-    if generator.no_answer_ids:
-        processors.append(BanAtStart(generator.no_answer_ids, prefix_len=prefix_len))
-    if barred_first:
-        processors.append(BarFirstWord(barred_first, prefix_len=prefix_len, before=generator.special_ids))
+    if generator.no_answer_ids or barred_first:
+        processors.append(BarFirstWord(generator.no_answer_ids | barred_first, prefix_len=prefix_len,
+                                       before=generator.special_ids))
     if copy_from is not None:
         processors.append(CopySpans(copy_from, prefix_len=prefix_len, stop_ids=stop_ids))
     return processors
-
-
-class BanAtStart:
-    """A logits processor that keeps the first generated token (after `prefix_len`) off `token_ids`."""
-
-    def __init__(self, token_ids: frozenset[int], *, prefix_len: int):
-        self.token_ids = torch.tensor(sorted(token_ids), dtype=torch.long)
-        self.prefix_len = prefix_len
-
-    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
-        if input_ids.shape[-1] != self.prefix_len:
-            return scores
-        scores = scores.clone()
-        scores[:, self.token_ids.to(scores.device)] = NEG
-        return scores
 
 
 class BarFirstWord:
