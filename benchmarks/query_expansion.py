@@ -70,9 +70,17 @@ def main(argv: list[str] | None = None) -> None:
     }
     print("| query | " + " | ".join(f"@{k}" for k in KS) + " |")
     print("|---|" + "---|" * len(KS))
+    found = {}
     for name, texts_asked in queries.items():
         ranks = first_hits(hybrid_logits(engine, knowledge, texts_asked), covering, max(KS))
+        found[name] = [r is not None and r < ASK.k for r in ranks]
         print(f"| {name} | " + " | ".join(f"{100 * sum(r is not None and r < k for r in ranks) / n:.1f}" for k in KS) + " |")
+    remembered = [bool(answer_in_text(closed[q.question], q.answers)) for q in questions]
+    print(f"\nAn answer in the top {ASK.k}, by whether the closed-book answer holds an alias "
+          f"({sum(remembered)} do, {n - sum(remembered)} do not):")
+    for name, hits in found.items():
+        print(f"  {name}: {sum(h for h, r in zip(hits, remembered) if r)} and "
+              f"{sum(h for h, r in zip(hits, remembered) if not r)}")
 
     if not args.end_to_end:
         return

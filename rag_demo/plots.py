@@ -76,15 +76,14 @@ def shorten(text: str, width: int) -> str:
 
 
 def token_label(token: str) -> str:
-    """A token as a short visible label: whitespace made visible, never empty.
+    """A token as a short visible label: whitespace made visible, never empty; one ↵ per line break, as the
+    answer cards show them.
 
-    >>> token_label(" Paris"), token_label("\\n"), token_label(" ")
-    ('Paris', '↵', '␣')
+    >>> token_label(" Paris"), token_label("\\n"), token_label("\\n\\n"), token_label(" ")
+    ('Paris', '↵', '↵↵', '␣')
     """
     shown = token.strip().replace("\n", "↵")
-    if shown:
-        return shown
-    return "↵" if "\n" in token else "␣"
+    return shown or "↵" * token.count("\n") or "␣"
 
 
 def passage_name(title: str, text: str) -> str:

@@ -294,6 +294,20 @@ def contains_answer(prediction: str, gold: str) -> bool:
     return bool(gold_norm) and f" {gold_norm} " in f" {normalize_answer(prediction)} "
 
 
+def passages_holding(answer: str, passages: Sequence) -> tuple[int, ...]:
+    """The ranks of `passages` (each with `rank`, `title` and `text`) whose title or text holds `answer` as whole
+    words after SQuAD normalization: where the evidence for an answer lies. A mention is not proof (the words
+    may name something else); no mention means the passages do not say it in these words.
+
+    >>> from types import SimpleNamespace as P
+    >>> passages_holding("the Nile", [P(rank=1, title="Amazon", text="A river."), P(rank=2, title="Egypt", text="The Nile flows.")])
+    (2,)
+    >>> passages_holding("Nile", [P(rank=1, title="Nile", text="")]), passages_holding("the", [P(rank=1, title="", text="the")])
+    ((1,), ())
+    """
+    return tuple(p.rank for p in passages if contains_answer(f"{p.title} {p.text}", answer))
+
+
 @lru_cache(maxsize=8)
 def load_question_set(name: str | Path) -> tuple[SetQuestion, ...]:
     """The questions of a set, in file order; a malformed line is an InputError that names it."""

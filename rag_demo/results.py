@@ -64,6 +64,9 @@ class VariantResult:
     # answers decoding set aside before this one because they only restated the question
     # (`generation.restatements`), in the order they came; () when the first answer stood
     set_aside: tuple[str, ...] = ()
+    # 1-based ranks of the passages read whose title or text holds the answer's words (`questions.passages_holding`):
+    # the evidence shown for it; () when none does, or the answer is empty
+    found_in: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -30,7 +30,8 @@ def print_summary(result, out=sys.stdout) -> None:
     w(f"{memory_line(result)}\n")
     for name, variant in result.variants.items():
         label = "RAG-Token" if name == "token" else "RAG-Sequence"
-        w(f"\n{label} ({variant.decoding}): {variant.answer!r}  log p(y|x)={variant.logprob:.3f}\n{set_aside_line(variant.set_aside)}")
+        w(f"\n{label} ({variant.decoding}): {variant.answer!r}  log p(y|x)={variant.logprob:.3f}\n{set_aside_line(variant.set_aside)}"
+          f"{found_in_line(variant.answer, variant.found_in)}")
         for t, (token, row) in enumerate(zip(variant.tokens, source_posteriors(variant))):
             closed = variant.closed_book_token_logprobs[t] if variant.closed_book_token_logprobs else float("nan")
             w(f"    {token!r:>16}  p={_fmt_prob(variant.token_logprobs[t])}  closed-book p={_fmt_prob(closed)}"
@@ -51,6 +52,20 @@ def set_aside_line(set_aside) -> str:
     ''
     """
     return f"    set aside, restates the question: {', '.join(repr(text) for text in set_aside)}\n" if set_aside else ""
+
+
+def found_in_line(answer: str, found_in) -> str:
+    """Which passages read hold the answer's words, on a line of its own; "" for an empty answer.
+
+    >>> print(found_in_line("Neptune", (1, 3)) + found_in_line("Neptune", ()), end="")
+        in passages #1, #3
+        in none of the passages read
+    """
+    if not answer.strip():
+        return ""
+    if not found_in:
+        return "    in none of the passages read\n"
+    return f"    in passage{'s' * (len(found_in) > 1)} {', '.join(f'#{rank}' for rank in found_in)}\n"
 
 
 def memory_line(result) -> str:

@@ -576,7 +576,7 @@ def test_the_gain_chart_labels_each_variants_own_tokens_when_the_answers_differ(
     axes = page.evaluate("() => { const p = document.querySelector('#gain .js-plotly-plot');"
                          " return [p.layout.xaxis.ticktext, p.layout.xaxis2.ticktext,"
                          " p.data.map((trace) => trace.customdata.map((row) => row[0]))]; }")
-    labels = [[esc(t.strip().replace("\n", "↵") or "␣") for t in v.tokens] for v in (token, sequence)]
+    labels = [[esc(t.strip().replace("\n", "↵") or "↵" * t.count("\n") or "␣") for t in v.tokens] for v in (token, sequence)]
     assert axes[0] == labels[0] and axes[1] == labels[1]  # each panel's axis: its own answer's tokens
     assert axes[2] == labels  # and each line's hover
     # the page says so in words, with both answers

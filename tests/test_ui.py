@@ -33,7 +33,6 @@ from rag_demo.ui.html import (
     fmt_signed,
     format_answer_html,
     format_comparison_html,
-    format_index_table,
     format_passages_html,
     format_score_html,
     format_status,
@@ -43,6 +42,7 @@ from rag_demo.ui.html import (
     format_token_spans,
     swap_verdict,
 )
+from rag_demo.ui.index_table import format_index_table
 from rag_demo.ui.inputs import UploadLimits, passages_from_inputs
 from rag_demo.ui.learn import format_learn_html
 from rag_demo.ui.page import ENGINE_GROUP

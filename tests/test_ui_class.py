@@ -23,13 +23,12 @@ from rag_demo.results import AskResult, IndexReport, RetrievedPassage, VariantRe
 from rag_demo.ui.actions import PRIVATE_KB, DemoActions, Held
 from rag_demo.ui.exports import posterior_csv, write_exports
 from rag_demo.ui.html import (
-    BUILT_EARLIER_NOTE,
     LINE_BREAK_NOTE,
     disagreement_sentence,
     format_answer_html,
-    format_index_table,
     format_token_spans,
 )
+from rag_demo.ui.index_table import BUILT_EARLIER_NOTE, format_index_table
 from rag_demo.ui.inputs import LANGUAGE_NOTE, PageLink, link_query, looks_english, parse_link
 from tests.ui_engine import KB_NAMES, QUESTIONS
 

@@ -1,6 +1,7 @@
 """The web demo. `build_demo(engine)` makes the page; `launch_options()` holds what gradio takes at launch.
 
     html.py     results -> HTML (pure; every string from outside is escaped there)
+    index_table.py  the Index variants tab's table
     learn.py    the Learn tab's worked equations and the glossary
     inputs.py   page and API inputs -> engine arguments; visitors' uploads -> passages; links' queries
     exports.py  an answer's downloads (its JSON, each heatmap as CSV)

@@ -28,7 +28,6 @@ from ..text import plain_text
 from .html import (
     format_answer_html,
     format_comparison_html,
-    format_index_table,
     format_kb_preview,
     format_result_passages,
     format_score_html,
@@ -38,6 +37,7 @@ from .html import (
     memory_switch_info,
     passage_choices,
 )
+from .index_table import format_index_table
 from .exports import write_exports
 from .inputs import (
     TRAINED,

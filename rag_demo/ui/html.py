@@ -16,9 +16,9 @@ from .. import plots
 from ..config import RETRIEVER_NAMES
 from ..retrieval.corpus import KnowledgeBase
 from ..progress import counted
-from ..results import AskResult, ClosedBookResult, IndexReport, RetrievedPassage, RetrieverComparison, RetrieverRanking, VariantResult
-from .sentences import (LINE_BREAK_NOTE, disagreement_sentence, encoders_differ_sentence, knowledge_conflicts,
-                        memory_sentence, swap_verdict)
+from ..results import AskResult, ClosedBookResult, RetrievedPassage, RetrieverComparison, RetrieverRanking, VariantResult
+from .sentences import (EVIDENCE_MEANS, LINE_BREAK_NOTE, disagreement_sentence, encoders_differ_sentence, evidence,
+                        knowledge_conflicts, memory_sentence, swap_verdict)
 
 PARAMETRIC_P = 0.5  # closed-book p at or above which a token is marked as coming from parametric memory
 TIMING_ORDER = ("encode", "search", "generate", "total")
@@ -300,6 +300,14 @@ def format_set_aside(set_aside: Sequence[str]) -> str:
     return f'<div class="rag-cands rag-set-aside" title="{esc(SET_ASIDE_MEANS)}">set aside, restates the question: {quoted}</div>'
 
 
+def format_evidence(result: AskResult, variant: VariantResult, *, generated: bool = True) -> str:
+    """A line under an answer saying which passages hold its words, or that none does; "" for an empty answer."""
+    kind, sentence = evidence(result, variant, generated=generated)
+    if not kind:
+        return ""
+    return f'<div class="rag-evidence rag-evidence-{kind}" title="{esc(EVIDENCE_MEANS)}">{esc(sentence)}</div>'
+
+
 def _variant_card(variant: VariantResult, passages: Sequence[RetrievedPassage], *, extra: str = "") -> str:
     name = plots.VARIANT_NAMES.get(variant.variant, variant.variant)
     candidates = ""
@@ -362,7 +370,7 @@ def format_disagreement(result: AskResult) -> str:
 def format_answer_html(result: AskResult, *, closed_book: bool = True, legend: bool = True, question: bool = True) -> str:
     """Answer cards (one per variant, plus closed-book), p(∅|x) when memory is a source, the index's
     recall, notices and timings."""
-    cards = [_variant_card(v, result.passages) for v in result.variants.values()]
+    cards = [_variant_card(v, result.passages, extra=format_evidence(result, v)) for v in result.variants.values()]
     if closed_book and result.closed_book is not None:
         cards.append(_closed_card(result.closed_book))
     memory = (" or grey for ∅, the generator's memory," if result.memory_prob is not None else "")
@@ -556,7 +564,7 @@ def format_score_html(result: AskResult) -> str:
             split = (f": {fmt_signed(words_gain)} for the words, {fmt_signed(end_gain)} for ending the answer there "
                      f"(“{_token_text(v.tokens[last])}”)")
         extra = (f'<div class="rag-cands">closed-book log p = {fmt_log(closed_lp)} → the passages change it by '
-                 f"<b>{fmt_signed(v.logprob - closed_lp)}</b> nats{split}</div>")
+                 f"<b>{fmt_signed(v.logprob - closed_lp)}</b> nats{split}</div>{format_evidence(result, v, generated=False)}")
         cards.append(_variant_card(v, result.passages, extra=extra))
     return (
         f'<div class="rag-answer-block"><div class="rag-question">Q: {esc(result.question)} '
@@ -564,38 +572,6 @@ def format_score_html(result: AskResult) -> str:
         f'{format_notices(result.notices)}{format_memory_line(result)}{format_priors(result)}'
         f'<div class="rag-cards">{"".join(cards)}</div>'
         f'{line_break_note([v.tokens for v in result.variants.values()])}{format_timings(result.timings_ms)}</div>'
-    )
-
-
-BUILT_EARLIER = "*"
-BUILT_EARLIER_NOTE = (f"{BUILT_EARLIER} built before this click (when the server started, or at an earlier comparison): "
-                      "the time is that build's, not measured now.")
-
-
-def format_index_table(reports: Sequence[IndexReport], kb_name: str, *, click_seconds: float | None = None) -> str:
-    """The index variants side by side. `click_seconds`, how long the click that asked took: a build time
-    longer than that cannot have been measured in it, and is marked so."""
-    if not reports:
-        return '<div class="rag-empty">No index reports.</div>'
-
-    def built(r: IndexReport) -> str:
-        earlier = click_seconds is not None and r.build_seconds > click_seconds
-        mark = f'<span title="{esc(BUILT_EARLIER_NOTE)}">{BUILT_EARLIER}</span>' if earlier else ""
-        return f"{r.build_seconds:,.2f}{mark}"
-
-    rows = "".join(
-        f"<tr><td><b>{esc(r.kind)}</b></td><td>{built(r)}</td><td>{r.bytes / 1e6:,.1f}</td>"
-        f"<td>{r.recall_at_k:.3f}</td><td>{r.query_ms:,.3f}</td><td>{r.num_vectors:,}</td></tr>"
-        for r in reports
-    )
-    k = reports[0].recall_k
-    marked = click_seconds is not None and any(r.build_seconds > click_seconds for r in reports)
-    note = (f'<p class="rag-legend rag-built-earlier">{esc(BUILT_EARLIER_NOTE)} This comparison took '
-            f"{click_seconds:.2f} s.</p>" if marked else "")
-    return (
-        f'<div class="rag-table-scroll"><table class="rag-table"><caption>Index variants on <b>{esc(kb_name)}</b></caption>'
-        f"<thead><tr><th>index</th><th>build (s)</th><th>memory (MB)</th><th>recall@{k} vs flat</th>"
-        f"<th>query (ms)</th><th>vectors</th></tr></thead><tbody>{rows}</tbody></table></div>{note}"
     )
 
 

@@ -116,6 +116,41 @@ def _memory_share(variant: VariantResult) -> float | None:
     return sum(variant.memory_posteriors) / len(variant.memory_posteriors)
 
 
+EVIDENCE_MEANS = ("Whether the answer's words appear, as whole words, in the title or text of a passage it read (lower case, "
+                  "punctuation and articles dropped). A mention is not proof: the words may name something else; and "
+                  "a passage that says it in other words is missed.")
+
+
+def _ranks_in_words(ranks: Sequence[int]) -> str:
+    """'passage #2', 'passages #1 and #3', 'passages #1, #2 and #4'."""
+    marks = [f"#{rank}" for rank in ranks]
+    listed = marks[0] if len(marks) == 1 else f"{', '.join(marks[:-1])} and {marks[-1]}"
+    return f"passage{'s' if len(marks) > 1 else ''} {listed}"
+
+
+def evidence(result: AskResult, variant: VariantResult, *, generated: bool = True) -> tuple[str, str]:
+    """Where an answer's words are to be found, as (kind, sentence in plain text): "passages" when some passage
+    read holds them (`VariantResult.found_in`); "memory" when none does and the answer is the closed-book one, or
+    ∅ memory carries most of its posterior; "none" when nothing shown backs it. ("", "") for an empty answer.
+    An answer the visitor gave (`generated=False`) is only placed in the passages or not."""
+    if not variant.answer.strip():
+        return "", ""
+    if variant.found_in:
+        return "passages", f"In {_ranks_in_words(variant.found_in)}."
+    nowhere = (f"In none of the {counted(len(result.passages), 'passage')} read" if len(result.passages) > 1
+               else "Not in the passage read")
+    if not generated:
+        return "none", f"{nowhere}."
+    closed = result.closed_book
+    from_memory = closed is not None and closed.answer.strip() and exact_match(variant.answer, closed.answer)
+    share = _memory_share(variant)
+    if from_memory or (share is not None and share > 0.5):
+        said = "the closed-book answer" if from_memory else f"∅ memory's posterior is {share:.2f}"
+        return "memory", f"{nowhere}: from the generator's memory ({said})."
+    unlike = "" if closed is None or not closed.answer.strip() else ", and not the closed-book answer"
+    return "none", f"{nowhere}{unlike}: nothing on this page backs it, so treat it as a guess."
+
+
 def knowledge_conflicts(result: AskResult) -> list[str]:
     """A sentence for each answer that is the closed-book answer and appears in none of the passages it
     read: the generator's memory outweighed the passages (a knowledge conflict). [] without a closed-book answer.

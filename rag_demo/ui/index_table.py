@@ -1,0 +1,40 @@
+"""The Index variants tab's table: each index variant's build time, size, recall against exact search and
+query time, side by side (HTML; every string from outside escaped)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from ..results import IndexReport
+from .html import esc
+
+BUILT_EARLIER = "*"
+BUILT_EARLIER_NOTE = (f"{BUILT_EARLIER} built before this click (when the server started, or at an earlier comparison): "
+                      "the time is that build's, not measured now.")
+
+
+def format_index_table(reports: Sequence[IndexReport], kb_name: str, *, click_seconds: float | None = None) -> str:
+    """The index variants side by side. `click_seconds`, how long the click that asked took: a build time
+    longer than that cannot have been measured in it, and is marked so."""
+    if not reports:
+        return '<div class="rag-empty">No index reports.</div>'
+
+    def built(r: IndexReport) -> str:
+        earlier = click_seconds is not None and r.build_seconds > click_seconds
+        mark = f'<span title="{esc(BUILT_EARLIER_NOTE)}">{BUILT_EARLIER}</span>' if earlier else ""
+        return f"{r.build_seconds:,.2f}{mark}"
+
+    rows = "".join(
+        f"<tr><td><b>{esc(r.kind)}</b></td><td>{built(r)}</td><td>{r.bytes / 1e6:,.1f}</td>"
+        f"<td>{r.recall_at_k:.3f}</td><td>{r.query_ms:,.3f}</td><td>{r.num_vectors:,}</td></tr>"
+        for r in reports
+    )
+    k = reports[0].recall_k
+    marked = click_seconds is not None and any(r.build_seconds > click_seconds for r in reports)
+    note = (f'<p class="rag-legend rag-built-earlier">{esc(BUILT_EARLIER_NOTE)} This comparison took '
+            f"{click_seconds:.2f} s.</p>" if marked else "")
+    return (
+        f'<div class="rag-table-scroll"><table class="rag-table"><caption>Index variants on <b>{esc(kb_name)}</b></caption>'
+        f"<thead><tr><th>index</th><th>build (s)</th><th>memory (MB)</th><th>recall@{k} vs flat</th>"
+        f"<th>query (ms)</th><th>vectors</th></tr></thead><tbody>{rows}</tbody></table></div>{note}"
+    )

@@ -1,0 +1,98 @@
+"""Where an answer's words are found: `VariantResult.found_in` from the engine, and the line each answer card
+shows from it (a passage, the generator's memory, or nothing shown). The ranks are checked against a
+whole-word search written here; the card's sentences against hand-made results.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from rag_demo.results import AskResult, ClosedBookResult, RetrievedPassage, VariantResult
+from rag_demo.ui.actions import DemoActions, unwrap
+from rag_demo.ui.html import esc, format_answer_html, format_score_html
+from rag_demo.ui.sentences import evidence
+from tests.ui_engine import KB_NAMES, QUESTIONS
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+ARTICLES = {"a", "an", "the"}
+
+
+def words(text: str) -> list[str]:
+    """Lower-case words with punctuation removed inside them ("Champ-de-Mars" -> "champdemars"), articles dropped."""
+    kept = "".join(ch for ch in text.lower() if ch.isalnum() or ch.isspace() or ch == "\u00a0")
+    return [w for w in kept.split() if w not in ARTICLES]
+
+
+def holds(passage: RetrievedPassage, answer: str) -> bool:
+    needle, hay = words(answer), words(f"{passage.title} {passage.text}")
+    return bool(needle) and any(hay[i:i + len(needle)] == needle for i in range(len(hay) - len(needle) + 1))
+
+
+@pytest.mark.parametrize("answer", ["Paris", "the river Seine", "Seine, France", "Berlin", "Jupiter", "metres tall"])
+def test_a_scored_answer_is_found_in_the_passages_that_hold_its_words(ui_engine, answer):
+    result = ui_engine.score(QUESTIONS[0], answer, kb=KB_NAMES[0], k=4)
+    expected = tuple(p.rank for p in result.passages if holds(p, answer))
+    for variant in result.variants.values():
+        assert variant.found_in == expected
+    if answer == "Berlin":
+        assert expected == ()
+
+
+def test_generated_answers_carry_where_their_words_are(ui_engine):
+    for question in QUESTIONS[:4]:
+        result = ui_engine.ask(question, kb=KB_NAMES[0], k=4)
+        for variant in result.variants.values():
+            assert variant.found_in == tuple(p.rank for p in result.passages if holds(p, variant.answer))
+        assert "found_in" in json.dumps(result.to_json())
+
+
+def _result(answer: str, texts: list[str], closed: str | None, memory: tuple[float, ...] = ()) -> AskResult:
+    passages = tuple(RetrievedPassage(i + 1, i, f"title {i}", text, 0.5, 1 / len(texts), 10.0) for i, text in enumerate(texts))
+    found = tuple(p.rank for p in passages if holds(p, answer))
+    variant = VariantResult("token", answer, (answer,), (1,), -1.0, (-1.0,), ((-1.0,) * len(texts),),
+                            ((0.2,) * len(texts),), (-0.5,), memory_posteriors=memory, found_in=found)
+    closed_book = None if closed is None else ClosedBookResult(closed, (closed,), (-0.5,), -0.5)
+    return AskResult("q", "kb", "flat", len(texts), passages, {"token": variant}, closed_book, {})
+
+
+@pytest.mark.parametrize("answer, texts, closed, memory, kind, sentence", [
+    ("Paris", ["Paris is big.", "Lyon.", "Paris again."], "Rome", (), "passages", "In passages #1 and #3."),
+    ("Lyon", ["Paris.", "Lyon."], None, (), "passages", "In passage #2."),
+    ("Rome", ["Paris.", "Lyon."], "Rome", (), "memory",
+     "In none of the 2 passages read: from the generator's memory (the closed-book answer)."),
+    ("Rome", ["Paris.", "Lyon."], "Milan", (0.7,), "memory", "∅ memory's posterior is 0.70"),
+    ("Rome", ["Paris.", "Lyon."], "Milan", (0.3,), "none", "In none of the 2 passages read, and not the closed-book answer: nothing"),
+    ("Rome", ["Paris."], None, (), "none", "Not in the passage read: nothing on this page backs it"),
+    ("", ["Paris."], "Rome", (), "", ""),
+])
+def test_each_answer_says_where_its_words_are(answer, texts, closed, memory, kind, sentence):
+    result = _result(answer, texts, closed, memory)
+    got_kind, said = evidence(result, result.variants["token"])
+    assert got_kind == kind and sentence in said
+    if kind:
+        assert f'rag-evidence-{kind}' in format_answer_html(result)
+
+
+def test_a_visitors_own_answer_is_only_placed_in_the_passages_or_not(ui_engine):
+    result = ui_engine.score(QUESTIONS[0], "Berlin", kb=KB_NAMES[0], k=3)
+    kind, said = evidence(result, result.variants["token"], generated=False)
+    assert (kind, said) == ("none", "In none of the 3 passages read.")
+    cards = format_score_html(result)
+    assert "In none of the 3 passages read." in cards and "guess" not in cards and "memory (" not in cards
+
+
+def test_passage_text_in_the_evidence_line_is_escaped():
+    result = _result("<b>x</b>", ["a <b>x</b> here"], None)
+    html = format_answer_html(result)
+    assert "In passage #1." in html and "<b>x</b>" not in html
+
+
+def test_the_ask_tab_shows_the_line_on_every_answer_card(ui_engine):
+    out = DemoActions(ui_engine).ask(QUESTIONS[0], "both", 3, "flat", KB_NAMES[0], 1, "thorough", None, None, False, False)
+    result = unwrap(out.last)
+    for variant in result.variants.values():
+        kind, said = evidence(result, variant)
+        assert not variant.answer.strip() or (kind and esc(said) in out.answer)
