@@ -20,6 +20,7 @@ from rag_demo.ui import build_demo
 from rag_demo.ui.actions import PRIVATE_LABEL
 from rag_demo.ui.html import MEMORY_UNAVAILABLE, esc, fmt_log, fmt_prob, swap_verdict
 from rag_demo.ui.learn import GLOSSARY
+from rag_demo.ui.sentences import evidence
 from tests.browser_pages import TIMEOUT_MS, VIEWPORT, expect, field, launch, open_tab, shot, visitor_page
 from tests.ui_engine import KB_NAMES, QUESTIONS
 
@@ -102,6 +103,10 @@ def test_ask_shows_answer_passages_heatmaps_and_tooltips(page, ui_engine):
     assert token_texts(page, "#answer .rag-card-sequence") == shown(result.variants["sequence"].tokens)
     assert token_texts(page, "#answer .rag-card-closed") == shown(result.closed_book.tokens)
     assert page.locator("#passages .rag-passage-title").all_text_contents() == [p.title for p in result.passages]
+    for name, variant in result.variants.items():  # where each answer's words are, under its card
+        kind, said = evidence(result, variant)
+        if kind:
+            expect(page.locator(f"#answer .rag-card-{name} .rag-evidence-{kind}")).to_have_text(said)
     for elem_id, name in (("heat-token", "token"), ("heat-seq", "sequence")):
         z = plotted_z(page, elem_id)  # (K, T): the posterior over passages for each answer token
         posteriors = result.variants[name].posteriors  # (T, K)

@@ -64,8 +64,8 @@ def _result(answer: str, texts: list[str], closed: str | None, memory: tuple[flo
     ("Rome", ["Paris.", "Lyon."], "Rome", (), "memory",
      "In none of the 2 passages read: from the generator's memory (the closed-book answer)."),
     ("Rome", ["Paris.", "Lyon."], "Milan", (0.7,), "memory", "∅ memory's posterior is 0.70"),
-    ("Rome", ["Paris.", "Lyon."], "Milan", (0.3,), "none", "In none of the 2 passages read, and not the closed-book answer: nothing"),
-    ("Rome", ["Paris."], None, (), "none", "Not in the passage read: nothing on this page backs it"),
+    ("Rome", ["Paris.", "Lyon."], "Milan", (0.3,), "none", "In none of the 2 passages read, nor the closed-book answer: nothing here"),
+    ("Rome", ["Paris."], None, (), "none", "Not in the passage read: nothing here backs it"),
     ("", ["Paris."], "Rome", (), "", ""),
 ])
 def test_each_answer_says_where_its_words_are(answer, texts, closed, memory, kind, sentence):

@@ -147,8 +147,8 @@ def evidence(result: AskResult, variant: VariantResult, *, generated: bool = Tru
     if from_memory or (share is not None and share > 0.5):
         said = "the closed-book answer" if from_memory else f"∅ memory's posterior is {share:.2f}"
         return "memory", f"{nowhere}: from the generator's memory ({said})."
-    unlike = "" if closed is None or not closed.answer.strip() else ", and not the closed-book answer"
-    return "none", f"{nowhere}{unlike}: nothing on this page backs it, so treat it as a guess."
+    unlike = "" if closed is None or not closed.answer.strip() else ", nor the closed-book answer"
+    return "none", f"{nowhere}{unlike}: nothing here backs it, so treat it as a guess."
 
 
 def knowledge_conflicts(result: AskResult) -> list[str]:
