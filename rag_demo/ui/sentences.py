@@ -1,8 +1,8 @@
 """What the page says about an answer in words: plain-text sentences, no HTML and no gradio (html.py
 escapes them where it shows them).
 
-Where memory stands among the sources, where RAG-Token and RAG-Sequence disagree and where their
-posteriors switch passage, what an index swap showed, and where the generator's memory outweighed the
+Where memory stands among the sources, where an answer's words are (a passage, memory, or nothing shown),
+where RAG-Token and RAG-Sequence disagree and where their posteriors switch passage, what an index swap showed, and where the generator's memory outweighed the
 passages (a knowledge conflict).
 """
 
@@ -11,8 +11,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from .. import plots
-from ..evaluate import contains_answer, exact_match
+from ..evaluate import exact_match
 from ..progress import counted
+from ..questions import passages_holding
 from ..results import AskResult, RetrievedPassage, VariantResult
 
 
@@ -70,7 +71,7 @@ def disagreement_sentence(result: AskResult) -> str:
 
 def _passages_say(result: AskResult, answer: str) -> bool:
     """Whether some retrieved passage contains `answer` (SQuAD-normalized words)."""
-    return bool(answer.strip()) and any(contains_answer(f"{p.title} {p.text}", answer) for p in result.passages)
+    return bool(passages_holding(answer, result.passages))
 
 
 def swap_verdict(left: AskResult, right: AskResult) -> str:
