@@ -3,12 +3,16 @@ passage answers at all, and the share whose answer-bearing passage each retrieve
 
     python -m benchmarks.general_retrieval --questions everyday-train
     python -m benchmarks.general_retrieval --questions everyday-train --weights 0,0.1,0.2,0.3,0.5,1
+    python -m benchmarks.general_retrieval --questions everyday-train --as-typed    # the closing "?" kept too
 
 A passage "answers" a question when its text holds one of the question's aliases as whole words
 (`questions.answer_in_text`, the check `eval` uses). "Covered" is that check over every passage of the
 base: no retriever can do better, and what it misses is missing from the base or worded otherwise.
 The logits are the engine's: `scale · cos(q(x), d(z)) + β · BM25(x, z)` for each β (β = 0 is dense
 alone), and BM25 alone. Exhaustive (every passage scored), so the figures are the flat index's.
+`--as-typed` adds the same rows with q(x) of the question as typed, closing marks and all (the retriever
+reads it without them, `encoders.retrieval_question`), and how many questions the two readings give
+another first passage or another top 5.
 """
 
 from __future__ import annotations
@@ -47,6 +51,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--questions", default="everyday-train", help="a question set (name or JSONL file)")
     parser.add_argument("--kb", default=GENERAL_KB)
     parser.add_argument("--weights", default="0,0.1,0.2,0.3,0.5", help="comma-separated BM25 weights β")
+    parser.add_argument("--as-typed", action="store_true", help="also q(x) of the questions as typed, closing marks and all")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
 
@@ -75,9 +80,23 @@ def main(argv: list[str] | None = None) -> None:
     print("|---|" + "---|" * len(KS))
     rows = [("BM25 alone", lexical)] + [
         ("dense" if float(w) == 0 else f"dense + {w} · BM25", dense + float(w) * lexical) for w in args.weights.split(",")]
+    if args.as_typed:
+        with torch.inference_mode():
+            typed = torch.cat([encoder.vectors(encoder.question_model, encoder.tokenizer, [q.question for q in questions[i:i + 64]])
+                               .float().cpu() for i in range(0, len(questions), 64)])  # (Q, D)
+        typed_dense = encoder.scale * typed @ passages.T  # (Q, N)
+        rows += [(f"{name}, as typed", typed_dense + float(w) * lexical) for name, w in
+                 [("dense" if float(w) == 0 else f"dense + {w} · BM25", w) for w in args.weights.split(",")]]
     for name, logits in rows:
         ranks = first_hits(logits, covering, max(KS))
         print(f"| {name} | " + " | ".join(f"{100 * sum(r is not None and r < k for r in ranks) / n:.1f}" for k in KS) + " |")
+    if args.as_typed:
+        weight = float(args.weights.split(",")[-1])
+        read, as_typed = (dense + weight * lexical).topk(5).indices, (typed_dense + weight * lexical).topk(5).indices
+        first = int((read[:, 0] != as_typed[:, 0]).sum())
+        top5 = sum(set(a.tolist()) != set(b.tolist()) for a, b in zip(read, as_typed))
+        print(f"\nβ = {weight}: reading the questions as typed changes the first passage of {first} of {n} "
+              f"({100 * first / n:.1f}%) and the top 5 of {top5} ({100 * top5 / n:.1f}%)")
 
 
 if __name__ == "__main__":

@@ -49,6 +49,17 @@ def test_p_z_given_x_is_the_softmax_of_the_top_k_scores(encoder, tiny_kb):
     assert retrieval.encode_ms > 0 and retrieval.search_ms > 0
 
 
+@pytest.mark.parametrize("typed", [QUESTION + "?", QUESTION + " ?! ", QUESTION + "."])
+def test_a_question_retrieves_the_same_whatever_marks_end_it(encoder, tiny_kb, typed):
+    retriever = Retriever(encoder=encoder, kbs={"tiny": tiny_kb})
+    plain, marked = retriever.retrieve(QUESTION, k=6), retriever.retrieve(typed, k=6)
+    assert [p.id for p in marked.passages] == [p.id for p in plain.passages]
+    assert [p.logit for p in marked.passages] == pytest.approx([p.logit for p in plain.passages], abs=1e-6)
+    with torch.inference_mode():  # read as typed, the marks move the question's vector: the rule is what holds it
+        as_typed = encoder.vectors(encoder.question_model, encoder.tokenizer, [typed])[0]
+    assert not torch.allclose(as_typed, _question_vector(encoder, QUESTION), atol=1e-4)
+
+
 def test_named_rows_are_weighed_among_themselves(encoder, tiny_kb):
     retriever = Retriever(encoder=encoder, kbs={"tiny": tiny_kb})
     assert [p.prob for p in retriever.retrieve(QUESTION, rows=[4]).passages] == [1.0]  # one gold passage: p(z|x) = 1

@@ -63,6 +63,14 @@ def tiny_setup(tmp_path, one_torch_thread):
     return encoder, vectors, lexical, questions
 
 
+def test_tuning_reads_questions_as_an_ask_retrieves_with_them(tiny_setup):
+    encoder = tiny_setup[0]
+    with torch.inference_mode():
+        trained_side = question_tuning._encode(encoder.question_model, encoder.tokenizer, ["who wrote the fox thing ?"],
+                                               encoder.max_length)
+    assert torch.allclose(trained_side, encoder.encode_questions(["who wrote the fox thing"]), atol=1e-6)
+
+
 def test_training_split_is_the_question_split():
     """`offline.tuned.training_split` is `questions.split_questions`; the split itself is tested in test_questions."""
     items = [KBQuestion(f"who wrote book {i}", f"A{i}", "B", f"A{i}", i, i == 3) for i in range(50)]

@@ -29,11 +29,12 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-KB_FORMAT = 5  # 2: example questions retrieval gets right in both KBs; 3: one counterfactual per real passage;
+KB_FORMAT = 6  # 2: example questions retrieval gets right in both KBs; 3: one counterfactual per real passage;
 # 4: no restoration with several mentions unless checked against a second one; 5: one substitute per swapped
-# answer, and swapped names swapped in every counterfactual passage
+# answer, and swapped names swapped in every counterfactual passage; 6: examples picked with questions read as
+# the retriever reads them (`encoders.retrieval_question`)
 EXAMPLES_PER_KB = 8
-GENERAL_FORMAT = 2  # 2: the twin's examples only where the canonical answer is a swapped person
+GENERAL_FORMAT = 3  # 2: the twin's examples only where the canonical answer is a swapped person; 3: as KB_FORMAT 6
 WORLD_FILE = "world.json"  # beside the counterfactual general KB: who was swapped for whom
 EXAMPLES_FROM = "everyday-train"  # wikipedia's example questions: never the evaluation set
 EXAMPLE_CANDIDATES = 200  # of them, tried in a seeded order until EXAMPLES_PER_KB pass

@@ -29,7 +29,8 @@ from ..retrieval.corpus import Passage
 
 log = logging.getLogger(__name__)
 
-FORMAT = 2  # bump when what is checked changes; 2: examples where the variants differ are featured
+FORMAT = 3  # bump when what is checked changes; 2: examples where the variants differ are featured;
+# 3: questions retrieved as `encoders.retrieval_question` reads them
 PAGE_K = 5  # the page's default k
 VARIANTS = ("token", "sequence")
 DIFFERING_SHOWN = 2  # examples whose two variants answer differently, placed right after the first

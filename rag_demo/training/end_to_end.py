@@ -156,8 +156,8 @@ def marginal_nll(logits: torch.Tensor, token_logprobs: torch.Tensor, mask: torch
 
 def question_vectors(model: torch.nn.Module, encoder: Encoder, questions: Sequence[str]) -> torch.Tensor:
     """(B, D) question vectors from `model` (the encoder's question side or a copy), with gradients when
-    grad mode is on: as the retriever computes them at an ask (`Encoder.vectors`)."""
-    return encoder.vectors(model, encoder.tokenizer, list(questions))
+    grad mode is on: as the retriever computes them at an ask (`Encoder.question_vectors`)."""
+    return encoder.question_vectors(model, list(questions))
 
 
 class EndToEndTrainer:

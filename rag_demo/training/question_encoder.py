@@ -30,7 +30,7 @@ import torch
 
 from ..config import TuningConfig
 from ..precision import build_autocast
-from ..retrieval.encoders import Encoder, mean_pooled
+from ..retrieval.encoders import Encoder, mean_pooled, retrieval_question
 from ..retrieval.lexical import LexicalIndex
 
 log = logging.getLogger(__name__)
@@ -68,9 +68,9 @@ def gold_ranks(question_vectors: torch.Tensor, passage_vectors: torch.Tensor, le
 
 
 def _encode(model: torch.nn.Module, tokenizer, questions: Sequence[str], max_length: int) -> torch.Tensor:
-    """(B, D) unit question vectors, with gradients when grad mode is on."""
+    """(B, D) unit question vectors, with gradients when grad mode is on; the questions read as at an ask."""
     device = next(model.parameters()).device
-    batch = tokenizer(list(questions), padding=True, truncation=True, max_length=max_length, return_tensors="pt").to(device)
+    batch = tokenizer([retrieval_question(q) for q in questions], padding=True, truncation=True, max_length=max_length, return_tensors="pt").to(device)
     hidden = model(**batch).last_hidden_state.float()  # (B, L, D); pooled in float32 under autocast too
     return mean_pooled(hidden, batch["attention_mask"])
 
@@ -132,7 +132,7 @@ def tune_question_encoder(
     # op by op, a seventh of a step's time under the profiler on 2 CPU cores. Side by side the fused
     # step was 13% faster in one run and no faster in another (docs/speed-notes.md); the recall is the same.
     optimizer = torch.optim.AdamW(model.parameters(), lr=config.learning_rate, fused=device.type in ("cpu", "cuda"))
-    lengths = [len(ids) for ids in encoder.tokenizer([q.question for q in questions], truncation=True,
+    lengths = [len(ids) for ids in encoder.tokenizer([retrieval_question(q.question) for q in questions], truncation=True,
                                                      max_length=encoder.max_length)["input_ids"]]
     steps_per_epoch = -(-len(questions) // config.batch_size)
     total = steps_per_epoch * config.epochs
