@@ -149,3 +149,18 @@ def test_everyday_reading_target_is_the_passage_s_own_spelling():
 
     assert passage_form("Its capital is OTTAWA, on the river.", "Ottawa") == "OTTAWA"
     assert passage_form("Ottawans live here.", "Ottawa") == "Ottawa"  # not a whole word: the answer as given
+
+
+def test_lead_questions_ask_for_the_subject_of_each_lead_sentence():
+    from benchmarks.lead_questions import lead_questions
+
+    articles = {"h": {"title": "Henry VIII", "topic": "People", "description": "King of England from 1509 to 1547",
+                      "extract": "Henry VIII was King of England from 1509 until his death. He is best known for his six "
+                                 "marriages. In 1536 the monasteries were dissolved."},
+                "x": {"title": "Not in the base", "topic": "", "description": "", "extract": "It is elsewhere."}}
+    texts = ["Henry VIII was King of England from 1509 until his death.", "He is best known for his six marriages. "
+             "In 1536 the monasteries were dissolved."]
+    pairs = lead_questions(articles, ["Henry VIII", "Henry VIII"], texts)
+    assert pairs == [("who was King of England from 1509 until his death?", 0),
+                     ("who is best known for his six marriages?", 1),  # the row that holds the sentence
+                     ("who is king of England from 1509 to 1547?", 0)]  # the monasteries' subject is not Henry
