@@ -30,10 +30,15 @@ QUESTION = "Who won the 2018 FIFA World Cup?"
 KB = "nq-wiki"
 
 
+def as_retrieved(question: str) -> str:
+    """The question as the retriever reads it: without the marks that end it (`encoders.retrieval_question`)."""
+    return question.rstrip(" ?!.")
+
+
 def oracle_probs(model: torch.nn.Module, engine, question: str, rows, kb: str = KB) -> np.ndarray:
     """p(z|x) over `rows`: softmax of scale · q(x)ᵀd(z), q(x) the model's pooled output for the question."""
     with torch.no_grad():
-        batch = engine.encoder.tokenizer([question], return_tensors="pt")
+        batch = engine.encoder.tokenizer([as_retrieved(question)], return_tensors="pt")
         vector = model.eval()(**batch).pooler_output[0].double().numpy()  # (D,)
     logits = engine.encoder.scale * engine.kbs[kb].embeddings[list(rows)].astype(np.float64) @ vector  # (K,)
     return np.exp(logits - logits.max()) / np.exp(logits - logits.max()).sum()
@@ -42,7 +47,7 @@ def oracle_probs(model: torch.nn.Module, engine, question: str, rows, kb: str = 
 def oracle_top(model: torch.nn.Module, engine, question: str, k: int, kb: str = KB) -> list[int]:
     """The exact top k rows under the model's question vector."""
     with torch.no_grad():
-        vector = model.eval()(**engine.encoder.tokenizer([question], return_tensors="pt")).pooler_output[0].numpy()
+        vector = model.eval()(**engine.encoder.tokenizer([as_retrieved(question)], return_tensors="pt")).pooler_output[0].numpy()
     return [int(r) for r in np.argsort(-(engine.kbs[kb].embeddings @ vector), kind="stable")[:k]]
 
 
