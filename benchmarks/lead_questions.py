@@ -99,7 +99,7 @@ def main(argv: list[str] | None = None) -> None:
 
     from rag_demo.offline.leads import ensure_leads
     from rag_demo.serving.loading import engine_from_config
-    from rag_demo.training.question_encoder import TrainingQuestion, _encode, tune_question_encoder
+    from rag_demo.training.question_encoder import TrainingQuestion, tune_question_encoder
 
     engine = engine_from_config()
     knowledge = engine.resolve_kb(GENERAL_KB)
@@ -118,10 +118,8 @@ def main(argv: list[str] | None = None) -> None:
     covering = [set(covering_rows(texts, normalized, q.answers)) for q in questions]
 
     def row(name: str, model) -> str:
-        model.eval()
-        with torch.inference_mode():
-            q = torch.cat([_encode(model, encoder.tokenizer, [x.question for x in questions[i:i + 64]], encoder.max_length)
-                           for i in range(0, len(questions), 64)])  # (Q, D)
+        q = torch.cat([encoder.encode_questions([x.question for x in questions[i:i + 64]], question_model=model.eval())
+                       for i in range(0, len(questions), 64)])  # (Q, D)
         ranks = first_hits(encoder.scale * q @ passages.T + engine.lexical_weight * lexical, covering, max(KS))
         return f"| {name} | " + " | ".join(f"{100 * sum(r is not None and r < k for r in ranks) / len(questions):.1f}"
                                            for k in KS) + " |"
