@@ -30,7 +30,7 @@ import torch
 
 from ..config import TuningConfig
 from ..precision import build_autocast
-from ..retrieval.encoders import Encoder, mean_pooled, retrieval_question
+from ..retrieval.encoders import Encoder, retrieval_question
 from ..retrieval.lexical import LexicalIndex
 
 log = logging.getLogger(__name__)
@@ -67,14 +67,6 @@ def gold_ranks(question_vectors: torch.Tensor, passage_vectors: torch.Tensor, le
     return (logits > gold[:, None]).sum(axis=1)
 
 
-def _encode(model: torch.nn.Module, tokenizer, questions: Sequence[str], max_length: int) -> torch.Tensor:
-    """(B, D) unit question vectors, with gradients when grad mode is on; the questions read as at an ask."""
-    device = next(model.parameters()).device
-    batch = tokenizer([retrieval_question(q) for q in questions], padding=True, truncation=True, max_length=max_length, return_tensors="pt").to(device)
-    hidden = model(**batch).last_hidden_state.float()  # (B, L, D); pooled in float32 under autocast too
-    return mean_pooled(hidden, batch["attention_mask"])
-
-
 def length_groups(lengths: Sequence[int], *, groups: int) -> list[list[int]]:
     """Indices into `lengths`, shortest first, cut into `groups` near-equal runs (fewer when there are fewer items).
 
@@ -93,7 +85,7 @@ def recall_at(model: torch.nn.Module, encoder: Encoder, passage_vectors: torch.T
     model.eval()
     with torch.inference_mode():
         vectors = torch.cat([
-            _encode(model, encoder.tokenizer, [q.question for q in questions[start:start + 256]], encoder.max_length)
+            encoder.question_vectors(model, [q.question for q in questions[start:start + 256]])
             for start in range(0, len(questions), 256)
         ])
     lexical_scores = np.stack([lexical.scores(q.question) for q in questions])  # (Q, N)
@@ -148,7 +140,8 @@ def tune_question_encoder(
                 part = [questions[batch[i]] for i in group]
                 lexical_scores = torch.from_numpy(np.stack([lexical.scores(q.question) for q in part])).to(device)  # (b, N)
                 with build_autocast(device, enabled=autocast):
-                    vectors = _encode(model, encoder.tokenizer, [q.question for q in part], encoder.max_length)  # (b, D)
+                    # as an ask reads them; pooled in float32 under autocast too
+                    vectors = encoder.question_vectors(model, [q.question for q in part])  # (b, D)
                 logits = encoder.scale * vectors.float() @ passages.T + lexical_weight * lexical_scores  # (b, N)
                 gold = torch.tensor([q.gold_id for q in part], device=device)
                 # summed over the part and divided by the whole batch: the parts' gradients add up to the batch mean's
