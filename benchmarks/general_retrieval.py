@@ -78,15 +78,14 @@ def main(argv: list[str] | None = None) -> None:
           f"{100 * covered / n:.1f}% ({100 * low:.1f}-{100 * high:.1f})\n")
     print("| retriever | " + " | ".join(f"@{k}" for k in KS) + " |")
     print("|---|" + "---|" * len(KS))
-    rows = [("BM25 alone", lexical)] + [
-        ("dense" if float(w) == 0 else f"dense + {w} · BM25", dense + float(w) * lexical) for w in args.weights.split(",")]
+    weights = {("dense" if float(w) == 0 else f"dense + {w} · BM25"): float(w) for w in args.weights.split(",")}
+    rows = [("BM25 alone", lexical)] + [(name, dense + w * lexical) for name, w in weights.items()]
     if args.as_typed:
         with torch.inference_mode():
             typed = torch.cat([encoder.vectors(encoder.question_model, encoder.tokenizer, [q.question for q in questions[i:i + 64]])
                                .float().cpu() for i in range(0, len(questions), 64)])  # (Q, D)
         typed_dense = encoder.scale * typed @ passages.T  # (Q, N)
-        rows += [(f"{name}, as typed", typed_dense + float(w) * lexical) for name, w in
-                 [("dense" if float(w) == 0 else f"dense + {w} · BM25", w) for w in args.weights.split(",")]]
+        rows += [(f"{name}, as typed", typed_dense + w * lexical) for name, w in weights.items()]
     for name, logits in rows:
         ranks = first_hits(logits, covering, max(KS))
         print(f"| {name} | " + " | ".join(f"{100 * sum(r is not None and r < k for r in ranks) / n:.1f}" for k in KS) + " |")
