@@ -294,10 +294,42 @@ def contains_answer(prediction: str, gold: str) -> bool:
     return bool(gold_norm) and f" {gold_norm} " in f" {normalize_answer(prediction)} "
 
 
+def same_word_or_plural(first: str, second: str) -> bool:
+    """Whether two normalized words are one word, or one is the other's regular plural (+s, +es, y -> ies).
+    Words under three letters must match exactly ("i" is not "is").
+
+    >>> same_word_or_plural("network", "networks"), same_word_or_plural("cities", "city"), same_word_or_plural("box", "boxes")
+    (True, True, True)
+    >>> same_word_or_plural("i", "is"), same_word_or_plural("cat", "cab")
+    (False, False)
+    """
+    if first == second:
+        return True
+    short, long = sorted((first, second), key=len)
+    if len(short) < 3:
+        return False
+    return long in (short + "s", short + "es") or (short.endswith("y") and long == short[:-1] + "ies")
+
+
+def holds_words(text: str, answer: str) -> bool:
+    """Whether `text` holds `answer`'s words in order after SQuAD normalization, each word as written or in its
+    regular plural or singular: "Local Area Network" is in "local area networks (LAN)".
+
+    >>> holds_words("Local area networks (LAN) link computers.", "Local Area Network")
+    True
+    >>> holds_words("Parisian cafes", "Paris"), holds_words("anything", "the")
+    (False, False)
+    """
+    needle, hay = normalize_answer(answer).split(), normalize_answer(text).split()
+    return bool(needle) and any(all(same_word_or_plural(a, b) for a, b in zip(needle, hay[start:start + len(needle)]))
+                                for start in range(len(hay) - len(needle) + 1))
+
+
 def passages_holding(answer: str, passages: Sequence) -> tuple[int, ...]:
-    """The ranks of `passages` (each with `rank`, `title` and `text`) whose title or text holds `answer` as whole
-    words after SQuAD normalization: where the evidence for an answer lies. A mention is not proof (the words
-    may name something else); no mention means the passages do not say it in these words.
+    """The ranks of `passages` (each with `rank`, `title` and `text`) whose title or text holds `answer`'s words
+    (`holds_words`: whole words after SQuAD normalization, a plural for a singular): where the evidence for an
+    answer lies. A mention is not proof (the words may name something else); no mention means the passages do
+    not say it in these words.
 
     >>> from types import SimpleNamespace as P
     >>> passages_holding("the Nile", [P(rank=1, title="Amazon", text="A river."), P(rank=2, title="Egypt", text="The Nile flows.")])
@@ -305,7 +337,7 @@ def passages_holding(answer: str, passages: Sequence) -> tuple[int, ...]:
     >>> passages_holding("Nile", [P(rank=1, title="Nile", text="")]), passages_holding("the", [P(rank=1, title="", text="the")])
     ((1,), ())
     """
-    return tuple(p.rank for p in passages if contains_answer(f"{p.title} {p.text}", answer))
+    return tuple(p.rank for p in passages if holds_words(f"{p.title} {p.text}", answer))
 
 
 @lru_cache(maxsize=8)

@@ -118,7 +118,7 @@ def _memory_share(variant: VariantResult) -> float | None:
 
 
 EVIDENCE_MEANS = ("Whether the answer's words appear, as whole words, in the title or text of a passage it read (lower case, "
-                  "punctuation and articles dropped). A mention is not proof: the words may name something else; and "
+                  "punctuation and articles dropped, a plural taken for its singular). A mention is not proof: the words may name something else; and "
                   "a passage that says it in other words is missed.")
 
 
