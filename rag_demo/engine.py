@@ -215,7 +215,7 @@ class RagEngine:
         ]
 
     def _variant_result(self, variant: str, ids: tuple[int, ...], per_source: torch.Tensor, doc_lp: torch.Tensor,
-                        closed: torch.Tensor, *, passages_read: Sequence[RetrievedPassage], decoding_name: str,
+                        closed: torch.Tensor, *, question: str, passages_read: Sequence[RetrievedPassage], decoding_name: str,
                         candidates=(), memory: bool = False, set_aside: tuple[str, ...] = ()) -> VariantResult:
         """per_source: (S, T) and doc_lp (S,) over the passages, then the memory when `memory`."""
         tl, lp = per_source[None], doc_lp[None]  # (1, S, T), (1, S)
@@ -244,7 +244,7 @@ class RagEngine:
             decoding=decoding_name,
             memory_posteriors=tuple(float(x) for x in posteriors[:, passages]) if memory else (),
             set_aside=set_aside,
-            found_in=passages_holding(answer, passages_read),
+            found_in=passages_holding(answer, passages_read, question=question),
         )
 
     def _closed_book_state(self, question: str, prefix: tuple[int, ...]) -> DecodeState:
@@ -486,7 +486,8 @@ class RagEngine:
             for (variant, (ids, candidates, _, set_aside)), lps, closed in zip(answers.items(), per_source, closed_lps):
                 name = decoding_name if variant == "token" else f"{decoding_name}, {sequence_decoding}"
                 results[variant] = self._variant_result(
-                    variant, ids, lps, retrieval.doc_lp, closed[0], passages_read=retrieval.passages, decoding_name=name,
+                    variant, ids, lps, retrieval.doc_lp, closed[0], question=question, passages_read=retrieval.passages,
+                    decoding_name=name,
                     candidates=[(gen.decode(list(c)), s) for c, s in candidates], memory=with_memory, set_aside=set_aside,
                 )
         timings["generate"] = (time.perf_counter() - started) * 1000
@@ -589,8 +590,9 @@ class RagEngine:
                 with gen.base_weights():
                     closed = rows_logprobs(self.generator, closed_state, [target.ids], [[0]])[0][0]
         results = {
-            v: self._variant_result(v, target.ids, per_source, retrieval.doc_lp, closed, passages_read=retrieval.passages,
-                                    decoding_name="scored", memory=with_memory) for v in variants
+            v: self._variant_result(v, target.ids, per_source, retrieval.doc_lp, closed, question=question,
+                                    passages_read=retrieval.passages, decoding_name="scored", memory=with_memory)
+            for v in variants
         }
         closed_result = ClosedBookResult(
             answer=answer, tokens=tuple(gen.token_text(i) for i in target.ids),

@@ -325,11 +325,56 @@ def holds_words(text: str, answer: str) -> bool:
                                 for start in range(len(hay) - len(needle) + 1))
 
 
-def passages_holding(answer: str, passages: Sequence) -> tuple[int, ...]:
-    """The ranks of `passages` (each with `rank`, `title` and `text`) whose title or text holds `answer`'s words
-    (`holds_words`: whole words after SQuAD normalization, a plural for a singular): where the evidence for an
-    answer lies. A mention is not proof (the words may name something else); no mention means the passages do
-    not say it in these words.
+# Words an answer written as a sentence wraps its span in ("he eats sardines"): pronouns, the forms of be, have
+# and do, prepositions and conjunctions. normalize_answer drops the articles already.
+FRAME_WORDS = frozenset(
+    "i you he she it we they me him her us them his its our your their is are was were be been being has have had "
+    "do does did of in on at to for by with from into and or but as that this these those which who whom".split())
+
+
+def new_word_runs(answer: str, question: str) -> list[str]:
+    """The runs of `answer`'s words (SQuAD-normalized) that the question does not say (a plural for a singular)
+    and FRAME_WORDS does not hold, in order: what the answer adds to the question.
+
+    >>> new_word_runs("He eats sardines.", "What does Tom eat?")
+    ['sardines']
+    >>> new_word_runs("The oboe belongs to the woodwind family.", "Which family of instruments does the oboe belong to?")
+    ['woodwind']
+    >>> new_word_runs("John Adams", "who wrote the declaration?"), new_word_runs("the baby frog", "what is a baby frog called?")
+    (['john adams'], [])
+    """
+    asked = normalize_answer(question).split()
+    runs: list[list[str]] = [[]]
+    for word in normalize_answer(answer).split():
+        if word in FRAME_WORDS or any(same_word_or_plural(word, said) for said in asked):
+            runs.append([])
+        else:
+            runs[-1].append(word)
+    return [" ".join(run) for run in runs if run]
+
+
+def holds_answer(text: str, answer: str, question: str = "") -> bool:
+    """Whether `text` says `answer` in its words: holds them all (`holds_words`), or, for an answer that wraps new
+    words in the question's own and FRAME_WORDS ("he eats sardines" for "what does tom eat?"), holds each run of
+    its new words (`new_word_runs`).
+
+    >>> holds_answer("Tom is a cat. His favourite food is sardines.", "he eats sardines", "what does tom eat?")
+    True
+    >>> holds_answer("Tom is a cat.", "he eats sardines", "what does tom eat?"), holds_answer("Tom eats.", "Tom", "who eats?")
+    (False, True)
+    """
+    if holds_words(text, answer):
+        return True
+    runs = new_word_runs(answer, question)
+    return bool(runs) and all(holds_words(text, run) for run in runs)
+
+
+def passages_holding(answer: str, passages: Sequence, *, question: str = "") -> tuple[int, ...]:
+    """The ranks of `passages` (each with `rank`, `title` and `text`) whose title or text says `answer` in its
+    words (`holds_answer`: whole words after SQuAD normalization, a plural for a singular; for an answer
+    written as a sentence around the question's words, its new words): where the evidence for an answer lies.
+    A mention is not proof (the words may name something else); no mention means the passages do not say it
+    in these words.
 
     >>> from types import SimpleNamespace as P
     >>> passages_holding("the Nile", [P(rank=1, title="Amazon", text="A river."), P(rank=2, title="Egypt", text="The Nile flows.")])
@@ -337,7 +382,7 @@ def passages_holding(answer: str, passages: Sequence) -> tuple[int, ...]:
     >>> passages_holding("Nile", [P(rank=1, title="Nile", text="")]), passages_holding("the", [P(rank=1, title="", text="the")])
     ((1,), ())
     """
-    return tuple(p.rank for p in passages if holds_words(f"{p.title} {p.text}", answer))
+    return tuple(p.rank for p in passages if holds_answer(f"{p.title} {p.text}", answer, question))
 
 
 @lru_cache(maxsize=8)

@@ -29,6 +29,7 @@ from rag_demo.ui.html import (
     knowledge_conflicts,
 )
 from rag_demo.ui.learn import format_learn_html
+from rag_demo.ui.sentences import memory_sentence
 from tests.ui_engine import KB_NAMES, QUESTIONS, with_memory
 
 QUESTION = QUESTIONS[0]
@@ -197,8 +198,9 @@ def test_swap_shows_p_memory_on_both_sides(actions):
 def _side(kb: str, answer: str, passage_text: str, closed: str, memory: tuple[float, ...] = ()) -> AskResult:
     """A one-passage RAG-Token answer from `kb`, with the closed-book answer beside it."""
     passage = RetrievedPassage(1, 0, "", passage_text, 0.5, 0.6 if memory else 1.0, 10.0)
+    found = (1,) if answer.lower() in passage_text.lower().split() else ()  # as the engine's found_in, for one-word answers
     variant = VariantResult("token", answer, (answer,), (1,), -1.0, (-1.0,), ((-1.0,),), ((0.2,),), (-0.5,),
-                            memory_posteriors=memory)
+                            memory_posteriors=memory, found_in=found)
     return AskResult("q", kb, "flat", 1, (passage,), {"token": variant},
                      ClosedBookResult(closed, (closed,), (-0.5,), -0.5), {},
                      memory_logit=1.0 if memory else None, memory_prob=0.4 if memory else None)
@@ -323,3 +325,16 @@ def test_score_json_takes_the_switch_and_returns_memory(actions):
         actions.score_json(QUESTION, " ")
     with pytest.raises(gr.Error, match="memory must be"):
         actions.score_json(QUESTION, "Paris", "", 3, "flat", "both", "", "memroy")
+
+
+@pytest.mark.parametrize("memory, said", [
+    ((0.9, 0.8), "and the answer leans on what the model remembers."),
+    ((0.2, 0.3), "even so, the answer's tokens lean on the passages (∅ memory's posterior 0.25)."),
+])
+def test_memory_leading_p_z_x_is_told_apart_from_the_answer_leaning_on_it(memory, said):
+    passage = RetrievedPassage(1, 0, "", "Paris is the capital.", 0.5, 0.3, 10.0)
+    variant = VariantResult("token", "Paris", ("Paris", "\n\n"), (1, 2), -1.0, (-0.5, -0.5), ((-1.0,), (-1.0,)),
+                            ((0.2,), (0.2,)), (-0.5, -0.5), memory_posteriors=memory, found_in=(1,))
+    result = AskResult("q", "kb", "flat", 1, (passage,), {"token": variant}, None, {}, memory_logit=1.0, memory_prob=0.7)
+    sentence = memory_sentence(result)
+    assert sentence.startswith("∅ memory is the largest source: p(∅|x) = 0.700") and sentence.endswith(said)

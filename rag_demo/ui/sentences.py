@@ -13,7 +13,6 @@ from collections.abc import Sequence
 from .. import plots
 from ..evaluate import exact_match
 from ..progress import counted
-from ..questions import passages_holding
 from ..results import AskResult, RetrievedPassage, VariantResult
 
 
@@ -25,9 +24,20 @@ def memory_sentence(result: AskResult) -> str:
     if plots.memory_leads(result):
         than = "more than the passage" if len(result.passages) == 1 else f"more than any of the {k}"
         return (f"∅ memory is the largest source: p(∅|x) = {result.memory_prob:.3f}, {than}. "
-                "No passage matches this question as well as the generator's own memory does, so the answer "
-                "leans on what the model remembers.")
+                "No passage matches this question as well as the generator's own memory does" + _how_answers_lean(result))
     return f"∅ memory is a source beside the {k}: p(∅|x) = {result.memory_prob:.3f}."
+
+
+def _how_answers_lean(result: AskResult) -> str:
+    """The end of memory_sentence: whether the answers' tokens, once read, lean on memory or on the passages
+    (`_memory_share` over one half), since a large p(∅|x) is what retrieval said, before any token."""
+    shares = [share for share in map(_memory_share, result.variants.values()) if share is not None]
+    if shares and all(share > 0.5 for share in shares):
+        return ", and the answer leans on what the model remembers."
+    if shares and all(share <= 0.5 for share in shares):
+        return (f"; even so, the answer's tokens lean on the passages (∅ memory's posterior "
+                f"{' and '.join(f'{share:.2f}' for share in shares)}).")
+    return "; the two answers lean on it differently (see each answer's tokens)." if shares else "."
 
 
 LINE_BREAK_NOTE = ("↵ is a line break the generator wrote. At the end of an answer (often “↵↵”, a blank line) it is "
@@ -69,11 +79,6 @@ def disagreement_sentence(result: AskResult) -> str:
     return " ".join(sentences)
 
 
-def _passages_say(result: AskResult, answer: str) -> bool:
-    """Whether some retrieved passage contains `answer` (SQuAD-normalized words)."""
-    return bool(passages_holding(answer, result.passages))
-
-
 def swap_verdict(left: AskResult, right: AskResult) -> str:
     """One sentence on what the swap showed: whether each side's answer words appear in the passages
     that side read (all k of them, not only those shown). A mention is not proof: the words may
@@ -81,20 +86,21 @@ def swap_verdict(left: AskResult, right: AskResult) -> str:
     if left.kb == right.kb:
         return "Both sides read the same knowledge base; choose two different ones to see a swap."
     answers = {side.kb: [v.answer for v in side.variants.values()] for side in (left, right)}
-    said = {side.kb: all(_passages_say(side, a) for a in answers[side.kb]) for side in (left, right)}
+    said = {side.kb: all(v.found_in for v in side.variants.values()) for side in (left, right)}
     read = f"the {counted(left.k, 'passage')} it read" if left.k == right.k else "the passages it read"
     if answers[left.kb] != answers[right.kb]:
         if said[left.kb] and said[right.kb]:
             return (f"Same question, same model, different knowledge base: the answer changed, and each side's "
                     f"answer appears in {read}.")
-        return ("The answer changed with the knowledge base, but not every answer appears in its side's passages: "
-                "some of it came from the model.")
+        return ("The answer changed with the knowledge base, but not every answer's words appear in its side's "
+                "passages: some of it may come from the model, not the index.")
     if said[left.kb] and said[right.kb]:
         return f"The same answer on both sides, and it appears in {read} on each side."
     if said[left.kb] or said[right.kb]:
         holder = left.kb if said[left.kb] else right.kb
         return f"The same answer on both sides, but it appears only in {holder}'s passages."
-    return "The same answer on both sides, and it appears in neither side's passages: it comes from the model, not the index."
+    return ("The same answer on both sides, and its words appear in neither side's passages: the index did not "
+            "change it.")
 
 
 def encoders_differ_sentence(left: AskResult, right: AskResult) -> str:
@@ -118,7 +124,8 @@ def _memory_share(variant: VariantResult) -> float | None:
 
 
 EVIDENCE_MEANS = ("Whether the answer's words appear, as whole words, in the title or text of a passage it read (lower case, "
-                  "punctuation and articles dropped, a plural taken for its singular). A mention is not proof: the words may name something else; and "
+                  "punctuation and articles dropped, a plural taken for its singular; of an answer written as a sentence, "
+                  "the words it adds to the question). A mention is not proof: the words may name something else; and "
                   "a passage that says it in other words is missed.")
 
 
@@ -162,7 +169,7 @@ def knowledge_conflicts(result: AskResult) -> list[str]:
         return []
     sentences = []
     for variant in result.variants.values():
-        if not exact_match(variant.answer, closed.answer) or _passages_say(result, variant.answer):
+        if not exact_match(variant.answer, closed.answer) or variant.found_in:
             continue
         share = _memory_share(variant)
         weight = "" if share is None else f"; ∅ memory's posterior on the answer is {share:.2f}"
