@@ -51,15 +51,19 @@ GLOSSARY = (
                                   "BM25 adds the two logits. “Compare retrievers” in the Ask tab shows their top k "
                                   "side by side."),
     ("question encoder", "The retriever turns the question into a vector with a question encoder, each passage "
-                         "with a passage encoder. As in the paper, only the question side learns: on the offline "
-                         "default it was fine-tuned on about 11,000 Natural Questions questions with their gold "
-                         "passages (never the questions evaluated, nor the example questions), while the passages "
-                         "keep their vectors, so the index stays as built."),
-    ("generator", "The language model that writes the answer after reading each passage. On the offline default "
-                  "it is Gemma-3-270m with a small reading adapter (a LoRA, a few MB) trained once, as the paper "
-                  "fine-tunes BART, on training questions read with their gold passage: half with the real passage, "
-                  "half with the swapped one, the target always what that passage says. So it learns to answer "
-                  "from the passage rather than from memory. The adapter is switched off for closed-book."),
+                         "with a passage encoder. As in the paper, only the question side learns: where the offline "
+                         "default has its Natural Questions knowledge bases, it is fine-tuned on about 11,000 of "
+                         "their questions with their gold passages (never the questions evaluated, nor the example "
+                         "questions), while the passages keep their vectors, so the index stays as built. Without "
+                         "them, and until the tuning has run, the packaged encoder reads questions as it came. The "
+                         "chip under each question asked names the question encoder that was used."),
+    ("generator", "The language model that writes the answer after reading each passage: on the offline default, "
+                  "Gemma-3-270m. Where the default has its Natural Questions knowledge bases, it reads with a small "
+                  "reading adapter (a LoRA, a few MB) trained once, as the paper fine-tunes BART, on training "
+                  "questions read with their gold passage: half with the real passage, half with the swapped one, "
+                  "the target always what that passage says, so it learns to answer from the passage rather than "
+                  "from memory. Without them it reads with its base weights and worked examples in the prompt. "
+                  "The adapter is switched off for closed-book."),
     ("posterior", "After seeing the answer (or a token of it), how likely each passage is to be the one that "
                   "produced it: p(z|x) times how well z explains the text, renormalized. The heatmaps' cells."),
     ("∅ memory, p(∅|x)", "The generator's memory as one more source beside the k passages: the question read with "
