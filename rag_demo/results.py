@@ -89,7 +89,7 @@ class AskResult:
     closed_book: ClosedBookResult | None
     timings_ms: dict[str, float]
     notices: tuple[str, ...] = ()
-    index_recall: float | None = None  # recall@k of this index variant against exact search
+    index_recall: float | None = None  # of exact search's top k under the same retriever, the share among the passages
     scale: float = 1.0  # logit = scale * score (+ lexical_weight * lexical): the encoder's scale, or BM25_SCALE for bm25
     retriever: str = "dense"  # "dense" (the paper's), "bm25" (word matching alone) or "hybrid" (dense + BM25)
     lexical_weight: float = 0.0  # BM25's weight in the logits (0 for dense)

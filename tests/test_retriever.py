@@ -228,3 +228,26 @@ def test_top_k_over_many_candidates_orders_as_a_full_stable_sort(tiny_kb, k):
         want = torch.argsort(logits, descending=True, stable=True)[:k]
         assert [p.id for p in passages] == [int(ids[i]) for i in want.tolist()]
         assert [p.logit for p in passages] == logits[want].tolist() and doc_lp.shape == (k,)
+
+
+class WorstRows:
+    """An approximate index at its worst: the rows with the lowest inner products, worst first."""
+
+    def __init__(self, vectors: np.ndarray):
+        self.vectors = vectors
+
+    def search(self, query, depth):
+        order = np.argsort(query @ self.vectors.T, axis=1)[:, :depth]
+        return None, order
+
+
+def test_hybrid_recall_is_the_share_of_exact_hybrid_search_among_the_passages_shown(encoder, tiny_kb, monkeypatch):
+    retriever = Retriever(encoder=encoder, kbs={"tiny": tiny_kb}, config=RetrievalConfig(lexical_weight=2.0, candidates=2))
+    exact = retriever.retrieve(QUESTION, k=2, retriever="hybrid")  # the flat index: every passage scored
+    flat_search = retriever.search_index
+    monkeypatch.setattr(retriever, "search_index", lambda kb=None, kind="flat", **kw: (
+        flat_search(kb, kind, **kw) if kind == "flat" else WorstRows(tiny_kb.embeddings)))
+    shown = retriever.retrieve(QUESTION, k=2, index="hnsw", retriever="hybrid")
+    overlap = {p.id for p in shown.passages} & {p.id for p in exact.passages}
+    assert shown.index_recall == len(overlap) / 2
+    assert 0 < shown.index_recall  # BM25's best rows still reach the passages shown; the dense search alone found none

@@ -358,6 +358,8 @@ class Retriever:
         lexical_scores = torch.from_numpy(lexical[ids]) if lexical is not None else torch.zeros(len(ids))  # (C,)
         logits = scores * self.encoder.scale + weight * lexical_scores  # (C,)
         passages, doc_lp = top_k(knowledge, ids, scores, lexical_scores, logits, k)
+        if lexical is not None and rows is None and index != "flat":
+            recall = self._hybrid_recall(knowledge, query, lexical, weight, passages, k)
         if len(passages) < k:
             notices.append(f"the {index} index returned {len(passages)} of {k} passages")
         return Retrieval(
@@ -373,14 +375,23 @@ class Retriever:
         depth = k if lexical is None else min(max(k, self.config.candidates), len(knowledge))
         _, found = self.search_index(knowledge, index).search(query, depth)
         ids = [int(i) for i in found[0] if i >= 0]
+        if lexical is not None:  # the index's dense rows and BM25's best, rescored together (recall: `_hybrid_recall`)
+            seen = set(ids)
+            return ids + [int(i) for i in best_rows(lexical, depth) if int(i) not in seen], None
         recall = None
         if index != "flat":
             _, exact = self.search_index(knowledge, "flat").search(query, k)
             recall = recall_at_k(found[:, :k], exact)
-        if lexical is not None:  # the index's dense rows and BM25's best, rescored together
-            seen = set(ids)
-            ids += [int(i) for i in best_rows(lexical, depth) if int(i) not in seen]
         return ids, recall
+
+    def _hybrid_recall(self, knowledge: KnowledgeBase, query, lexical, weight: float,
+                       passages: Sequence[RetrievedPassage], k: int) -> float:
+        """Of the exact Dense + BM25 top k (every passage scored, as with the flat index), the share among the
+        `passages` an approximate index's candidates gave: what the index cost the passages shown, not the dense
+        search alone (the hybrid logit can rank a passage the dense search missed). query (1, D), lexical (N,)."""
+        logits = inner_products(query, knowledge.embeddings)[0] * self.encoder.scale + weight * torch.from_numpy(lexical)
+        exact = torch.topk(logits, min(k, len(logits))).indices.numpy()[None]  # (1, k)
+        return recall_at_k(np.array([[p.id for p in passages]]), exact)
 
     def _retrieve_bm25(self, question: str, knowledge: KnowledgeBase, *, k: int, index: str,
                        rows: list[int] | None) -> Retrieval:

@@ -283,8 +283,8 @@ def format_index_badge(result: AskResult) -> str:
         recall = f"recall@{result.k} {result.index_recall:.2f}"
     else:
         recall = "exact search" if result.index == "flat" else f"recall@{result.k} n/a"
-    return (f'<span class="rag-badge" title="recall@k of this index variant against exact (flat) search, '
-            f'for this question">index {esc(result.index)} · {recall}</span>{format_retriever_badge(result)}'
+    return (f'<span class="rag-badge" title="recall@k: of the k passages exact (flat) search gives this question, '
+            f'the share this index variant shows">index {esc(result.index)} · {recall}</span>{format_retriever_badge(result)}'
             f"{format_encoder_badge(result)}")
 
 
