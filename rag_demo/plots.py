@@ -378,14 +378,15 @@ def retrieval_gain_figure(variants: Sequence[VariantResult], *, height: int = 28
     from plotly.subplots import make_subplots
 
     variants = list(variants)
-    title = "Retrieval gain per token: log p(yᵢ | x, passages) − log p(yᵢ | x) closed-book"
+    title = "Retrieval gain per token"
     if len(variants) < 2 or same_tokens(variants):
         fig = go.Figure([_gain_trace(v) for v in variants])
         panels = variants[:1]
     else:
-        names = [f"{VARIANT_NAMES.get(v.variant, v.variant)}: “{html.escape(shorten(v.answer, 40))}”" for v in variants]
-        fig = make_subplots(rows=len(variants), cols=1, shared_yaxes=True, vertical_spacing=0.32 / len(variants),
+        names = [f"{VARIANT_NAMES.get(v.variant, v.variant)}: “{html.escape(shorten(v.answer, 32))}”" for v in variants]
+        fig = make_subplots(rows=len(variants), cols=1, shared_yaxes=True, vertical_spacing=0.44 / len(variants),
                             subplot_titles=names)
+        fig.update_annotations(x=0.0, xanchor="left", font_size=13)  # from the left edge: a phone cuts the end only
         for row, v in enumerate(variants, start=1):
             fig.add_trace(_gain_trace(v), row=row, col=1)
         panels = variants
@@ -400,9 +401,12 @@ def retrieval_gain_figure(variants: Sequence[VariantResult], *, height: int = 28
                          row=row if len(panels) > 1 else None, col=1 if len(panels) > 1 else None)
     fig.add_hline(y=0, line=dict(color="rgba(128,128,128,0.7)", dash="dot"))
     _layout(fig, title=title, height=height)
-    fig.update_layout(legend=dict(orientation="h", yanchor="bottom", y=1.0, xanchor="right", x=1.0))
+    # the formula on a line of its own under the title, and the legend under both: a phone's width holds each
+    fig.update_layout(title_subtitle=dict(text="log p(yᵢ | x, passages) − log p(yᵢ | x) closed-book", font_size=12),
+                      legend=dict(orientation="h", yanchor="bottom", y=1.0, xanchor="left", x=0.0),
+                      margin=dict(l=10, r=10, t=96, b=10))
     if len(panels) > 1:  # each panel names its variant and answer; the legend would repeat them
-        fig.update_layout(showlegend=False, margin=dict(l=10, r=10, t=72, b=10))
+        fig.update_layout(showlegend=False, margin=dict(l=10, r=10, t=100, b=10))
     return fig
 
 
@@ -426,7 +430,9 @@ def index_report_figure(reports: Sequence[IndexReport], *, height: int = 300):
         fig.add_trace(go.Bar(x=kinds, y=values, marker_color=colors, text=[fmt.format(v) for v in values],
                              textposition="outside", showlegend=False, cliponaxis=False), row=1, col=col)
         fig.update_xaxes(title_text="index", row=1, col=col)
-    fig.update_yaxes(title_text="recall", range=[0, 1.15], row=1, col=1)
+        # headroom over the tallest bar, so its number stays clear of the panel's title
+        fig.update_yaxes(range=[0, 1.25 * max(values, default=0.0) or 1.0], row=1, col=col)
+    fig.update_yaxes(title_text="recall", range=[0, 1.25], row=1, col=1)
     fig.update_yaxes(title_text="ms per query", row=1, col=2)
     fig.update_yaxes(title_text="MB", row=1, col=3)
     _layout(fig, title="Index variants on this knowledge base", height=height)

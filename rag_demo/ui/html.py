@@ -274,6 +274,12 @@ def format_encoder_badge(result: AskResult) -> str:
             f"question encoder: {esc(result.question_encoder)}</span>")
 
 
+def question_text(question: str) -> str:
+    """'Q: ...' above an answer, escaped, in a box of its own so that a long question scrolls there and the
+    badges beside it stay whole."""
+    return f'<span class="rag-question-text">Q: {esc(question)}</span>'
+
+
 def format_index_badge(result: AskResult) -> str:
     """The index variant's badge, then the retriever's and the question encoder's."""
     if result.retriever == "bm25":  # BM25 reads no vector index: say so, whatever index was chosen
@@ -384,7 +390,7 @@ def format_answer_html(result: AskResult, *, closed_book: bool = True, legend: b
     shown = [v.tokens for v in result.variants.values()]
     if closed_book and result.closed_book is not None:
         shown.append(result.closed_book.tokens)
-    head = (f'<div class="rag-question">Q: {esc(result.question)} <span class="rag-kb">knowledge base '
+    head = (f'<div class="rag-question">{question_text(result.question)} <span class="rag-kb">knowledge base '
             f'<b>{esc(result.kb)}</b></span> {format_index_badge(result)}</div>' if question else "")
     return (
         f'<div class="rag-answer-block">{head}{format_notices(result.notices)}{format_memory_line(result)}'
@@ -493,7 +499,7 @@ def format_comparison_html(comparison: RetrieverComparison, *, max_chars: int = 
         for name, r in zip(names, comparison.rankings)
     )
     return (
-        f'<div class="rag-answer-block"><div class="rag-question">Q: {esc(comparison.question)} <span class="rag-kb">'
+        f'<div class="rag-answer-block"><div class="rag-question">{question_text(comparison.question)} <span class="rag-kb">'
         f"knowledge base <b>{esc(comparison.kb)}</b></span>"
         f'<span class="rag-badge" title="every retriever scores every passage here; the Index variant setting '
         f'does not apply">top {comparison.k} · exact search</span></div>'
@@ -567,7 +573,7 @@ def format_score_html(result: AskResult) -> str:
                  f"<b>{fmt_signed(v.logprob - closed_lp)}</b> nats{split}</div>{format_evidence(result, v, generated=False)}")
         cards.append(_variant_card(v, result.passages, extra=extra))
     return (
-        f'<div class="rag-answer-block"><div class="rag-question">Q: {esc(result.question)} '
+        f'<div class="rag-answer-block"><div class="rag-question">{question_text(result.question)} '
         f'<span class="rag-kb">knowledge base <b>{esc(result.kb)}</b></span> {format_index_badge(result)}</div>'
         f'{format_notices(result.notices)}{format_memory_line(result)}{format_priors(result)}'
         f'<div class="rag-cards">{"".join(cards)}</div>'

@@ -230,16 +230,16 @@ def build_demo(engine: Engine, *, limits: UploadLimits = UploadLimits(), files: 
                             share_btn = gr.Button("Copy link", elem_id="share-btn", size="md", scale=1, min_width=110)
                         share_box = link_box("share-link")
                         variant = gr.Radio(VARIANT_CHOICES, value=ASK.variant, label="RAG variant", elem_id="variant")
-                        with gr.Row():
-                            kb = kb_dropdown("kb", default)
-                            index = index_dropdown("index")
+                        # one above the other: side by side, "wikipedia-counterfactual" and "IVF-PQ (compressed)" are cut
+                        kb = kb_dropdown("kb", default)
+                        index = index_dropdown("index")
                         examples = gr.Dataset(components=[question], samples=samples, elem_id="examples",
                                               label="Examples", samples_per_page=8, layout="gallery",
                                               visible=bool(samples))
                         with gr.Row():
                             k = k_slider("k")
                             beams = gr.Slider(1, LIMITS.max_beams, value=1, step=1, label="Beams", elem_id="beams",
-                                              min_width=140)
+                                              min_width=140, info="more beams: slower answers")
                         decoding = gr.Radio(DECODING_CHOICES, value=DECODING_DEFAULTS.sequence_decoding, label="RAG-Sequence decoding",
                                             elem_id="seq-decoding")
                         retriever = gr.Radio(label="Retriever", elem_id="retriever",
