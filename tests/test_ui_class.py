@@ -109,6 +109,13 @@ def test_opening_a_link_sets_the_controls_and_asks_what_it_names(actions, ui_eng
     result = answered.last.value
     direct = ui_engine.ask(QUESTIONS[2], kb=KB_NAMES[1], k=4, variants=("sequence",))
     assert result.variants["sequence"].tokens == direct.variants["sequence"].tokens and set(result.variants) == {"sequence"}
+    assert answered.status == ""  # nothing of this link was ignored
+    # what a link asked for and the page does not offer stays said beside its answer
+    odd = actions.open_link(SimpleNamespace(query_params={"q": QUESTIONS[2], "index": "zzz"}))
+    said = actions.ask_linked(odd.link, QUESTIONS[2], "both", 3, "flat", KB_NAMES[0], 1, "thorough", None, None, False,
+                              True)
+    assert odd.status == said.status and "The link&#x27;s index &#x27;zzz&#x27; is not one of" in said.status
+    assert isinstance(said.last.value.passages, tuple)
     # a Swap link asks the Swap tab, not the Ask tab
     swap_link = actions.open_link(SimpleNamespace(query_params={"q": QUESTIONS[0], "tab": "swap"})).link
     assert all(value == {"__type__": "update"} for value in actions.ask_linked(swap_link, QUESTIONS[0]))

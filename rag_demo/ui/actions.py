@@ -434,7 +434,10 @@ class DemoActions:
         link = unwrap(link)
         if not isinstance(link, PageLink) or link.asks != "ask":
             return changed(AskView)
-        return self.ask(*ask_inputs)
+        view = self.ask(*ask_inputs)
+        if link.notices and isinstance(view.status, str) and not view.status:  # an answer clears the box: say it again
+            view = view._replace(status=format_status(as_sentence("; ".join(link.notices)), "info"))
+        return view
 
     def swap_linked(self, link: Held | PageLink | None, *swap_inputs: Any) -> SwapView:
         """The Swap tab's ask, when the page was opened by a link to it with a question."""
