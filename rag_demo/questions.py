@@ -354,25 +354,28 @@ def new_word_runs(answer: str, question: str) -> list[str]:
 
 
 def holds_answer(text: str, answer: str, question: str = "") -> bool:
-    """Whether `text` says `answer` in its words: holds them all (`holds_words`), or, for an answer that wraps new
-    words in the question's own and FRAME_WORDS ("he eats sardines" for "what does tom eat?"), holds each run of
-    its new words (`new_word_runs`).
+    """Whether `text` says `answer` in its words: holds them all (`holds_words`), or, for an answer that wraps
+    one run of new words in the question's own and FRAME_WORDS ("he eats sardines" for "what does tom eat?"),
+    holds that run (`new_word_runs`). Words scattered through a longer sentence are not looked for one by one:
+    "the sum of the letters in the numeral 50" is not said by a passage that has "sum" and "letters" somewhere.
 
     >>> holds_answer("Tom is a cat. His favourite food is sardines.", "he eats sardines", "what does tom eat?")
     True
     >>> holds_answer("Tom is a cat.", "he eats sardines", "what does tom eat?"), holds_answer("Tom eats.", "Tom", "who eats?")
     (False, True)
+    >>> holds_answer("The sum of all letters.", "the sum of the letters in the numeral 50", "what is 50 in roman numerals?")
+    False
     """
     if holds_words(text, answer):
         return True
     runs = new_word_runs(answer, question)
-    return bool(runs) and all(holds_words(text, run) for run in runs)
+    return len(runs) == 1 and holds_words(text, runs[0])
 
 
 def passages_holding(answer: str, passages: Sequence, *, question: str = "") -> tuple[int, ...]:
     """The ranks of `passages` (each with `rank`, `title` and `text`) whose title or text says `answer` in its
     words (`holds_answer`: whole words after SQuAD normalization, a plural for a singular; for an answer
-    written as a sentence around the question's words, its new words): where the evidence for an answer lies.
+    written as a sentence around the question's words, its one run of new words): where the evidence for an answer lies.
     A mention is not proof (the words may name something else); no mention means the passages do not say it
     in these words.
 

@@ -40,7 +40,7 @@ def forms(word: str) -> set[str]:
 
 
 def holds(passage: RetrievedPassage, answer: str, question: str = "") -> bool:
-    """The answer's words in order; failing that, each run of the words it adds to the question and the frame."""
+    """The answer's words in order; failing that, the one run of words it adds to the question and the frame."""
     hay = words(f"{passage.title} {passage.text}")
 
     def said(needle: list[str]) -> bool:
@@ -50,7 +50,7 @@ def holds(passage: RetrievedPassage, answer: str, question: str = "") -> bool:
     asked = set().union(*map(forms, words(question)))
     runs = [list(run) for new, run in itertools.groupby(words(answer), lambda w: w not in FRAME_WORDS and w not in asked)
             if new]
-    return said(words(answer)) or (bool(runs) and all(map(said, runs)))
+    return said(words(answer)) or (len(runs) == 1 and said(runs[0]))
 
 
 def test_the_oracle_takes_a_plural_for_a_singular_and_nothing_looser():
@@ -62,7 +62,7 @@ def test_the_oracle_takes_a_plural_for_a_singular_and_nothing_looser():
 
 @pytest.mark.parametrize("answer", ["Paris", "the river Seine", "Seine, France", "Berlin", "Jupiter", "metres tall",
                                     "metre tall", "8849 metre", "Seines", "The capital of France is Paris.",
-                                    "it is Lyon", "Seine in France"])
+                                    "it is Lyon", "Seine in France", "Paris is on the Seine in France"])
 def test_a_scored_answer_is_found_in_the_passages_that_hold_its_words(ui_engine, answer):
     result = ui_engine.score(QUESTIONS[0], answer, kb=KB_NAMES[0], k=4)
     expected = tuple(p.rank for p in result.passages if holds(p, answer, result.question))

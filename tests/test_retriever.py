@@ -113,6 +113,17 @@ def test_hybrid_adds_weighted_bm25_to_the_dense_logit(encoder, index):
         assert p.score == pytest.approx([0.0, 1.0, 0.5][p.id], abs=1e-5)
         assert p.logit == pytest.approx(3.0 * p.score + 100.0 * p.lexical, rel=1e-5)
     assert hybrid.doc_lp.exp().tolist() == pytest.approx(torch.softmax(torch.tensor([p.logit for p in hybrid.passages]), 0).tolist())
+    assert not hybrid.notices
+
+
+def test_hybrid_says_when_no_passage_shares_a_word_with_the_question(encoder):
+    kb = _hand_made_kb(encoder, "zzz qqq", [0.0, 1.0, 0.5])
+    retriever = Retriever(encoder=encoder, kbs={"stamps": kb}, config=RetrievalConfig(lexical_weight=1.0))
+    nonsense = retriever.retrieve("zzz qqq", k=2)
+    assert [p.title for p in nonsense.passages] == ["Lakes", "Coins"] and all(p.lexical == 0 for p in nonsense.passages)
+    assert nonsense.notices == ("no passage shares a word with the question: BM25 adds nothing, and the passages are "
+                                "the dense retriever's nearest, however far",)
+    assert not retriever.retrieve("zzz penny", k=2).notices  # one shared word is enough to say nothing
 
 
 def test_retriever_choice_and_options_are_checked(encoder, tiny_kb):

@@ -346,6 +346,9 @@ class Retriever:
         query = xq.numpy()
         weight = self.lexical_weight if hybrid else 0.0
         lexical = self.lexical_index(knowledge).scores(question) if hybrid else None  # (N,)
+        if lexical is not None and len(lexical) and not lexical.max() > 0:
+            notices.append("no passage shares a word with the question: BM25 adds nothing, and the passages are the "
+                           "dense retriever's nearest, however far")
         recall = None
         if rows is None and hybrid and index == "flat":
             ids = np.arange(len(knowledge))  # exact search: every passage's dense + lexical logit

@@ -125,7 +125,7 @@ def _memory_share(variant: VariantResult) -> float | None:
 
 EVIDENCE_MEANS = ("Whether the answer's words appear, as whole words, in the title or text of a passage it read (lower case, "
                   "punctuation and articles dropped, a plural taken for its singular; of an answer written as a sentence, "
-                  "the words it adds to the question). A mention is not proof: the words may name something else; and "
+                  "the one run of words it adds to the question). A mention is not proof: the words may name something else; and "
                   "a passage that says it in other words is missed.")
 
 
