@@ -418,8 +418,10 @@ def index_report_figure(reports: Sequence[IndexReport], *, height: int = 300):
     kinds = [html.escape(r.kind) for r in reports]
     colors = [("#4e79a7", "#f28e2b", "#59a14f", "#b07aa1")[i % 4] for i in range(len(reports))]
     k = reports[0].recall_k if reports else 0
-    fig = make_subplots(rows=1, cols=3, subplot_titles=(f"recall@{k} vs flat", "query latency (ms)", "memory (MB)"),
-                        horizontal_spacing=0.1)
+    # short panel titles that carry the units, and no axis titles beside them: three panels fit a phone's width
+    fig = make_subplots(rows=1, cols=3, subplot_titles=(f"recall@{k} vs flat", "ms per query", "memory (MB)"),
+                        horizontal_spacing=0.08)
+    fig.update_annotations(font_size=13)
     panels = (
         [r.recall_at_k for r in reports],
         [r.query_ms for r in reports],
@@ -429,12 +431,9 @@ def index_report_figure(reports: Sequence[IndexReport], *, height: int = 300):
     for col, (values, fmt) in enumerate(zip(panels, formats), start=1):
         fig.add_trace(go.Bar(x=kinds, y=values, marker_color=colors, text=[fmt.format(v) for v in values],
                              textposition="outside", showlegend=False, cliponaxis=False), row=1, col=col)
-        fig.update_xaxes(title_text="index", row=1, col=col)
         # headroom over the tallest bar, so its number stays clear of the panel's title
         fig.update_yaxes(range=[0, 1.25 * max(values, default=0.0) or 1.0], row=1, col=col)
-    fig.update_yaxes(title_text="recall", range=[0, 1.25], row=1, col=1)
-    fig.update_yaxes(title_text="ms per query", row=1, col=2)
-    fig.update_yaxes(title_text="MB", row=1, col=3)
+    fig.update_yaxes(range=[0, 1.25], row=1, col=1)
     _layout(fig, title="Index variants on this knowledge base", height=height)
     fig.update_layout(margin=dict(l=10, r=10, t=70, b=10))
     return fig

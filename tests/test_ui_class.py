@@ -28,7 +28,7 @@ from rag_demo.ui.html import (
     format_answer_html,
     format_token_spans,
 )
-from rag_demo.ui.index_table import BUILT_EARLIER_NOTE, format_index_table
+from rag_demo.ui.index_table import BUILT_EARLIER_NOTE, MEASURED_ONCE_NOTE, format_index_table
 from rag_demo.ui.inputs import LANGUAGE_NOTE, PageLink, link_query, looks_english, parse_link
 from tests.ui_engine import KB_NAMES, QUESTIONS
 
@@ -235,6 +235,7 @@ def test_the_index_table_says_which_build_times_were_not_measured_in_that_click(
     assert table.count("<td>3.00<span") == 1 and "<td>0.01</td>" in table
     assert BUILT_EARLIER_NOTE.split(":")[0] in table
     assert "built before this click" not in format_index_table(reports, "wiki", click_seconds=10.0)
+    assert MEASURED_ONCE_NOTE in table and MEASURED_ONCE_NOTE in format_index_table(reports, "wiki", click_seconds=10.0)
 
 
 def test_line_breaks_in_answers_are_explained_where_they_show():

@@ -515,7 +515,8 @@ def format_swap_column(result: AskResult) -> str:
     passages = format_passages_html(result.passages[:3], max_chars=220, retriever=result.retriever,
                                     memory_prob=result.memory_prob, memory_logit=result.memory_logit)
     return (
-        f'<div class="rag-swap-col"><div class="rag-swap-head">knowledge base <b>{esc(result.kb)}</b> {format_index_badge(result)}</div>'
+        f'<div class="rag-swap-col"><div class="rag-swap-head"><span class="rag-kb">knowledge base <b>{esc(result.kb)}</b></span> '
+        f'{format_index_badge(result)}</div>'
         f"{format_answer_html(result, closed_book=False, legend=False, question=False)}"
         f"{passages}{_more_passages_note(len(result.passages), 3)}</div>"
     )

@@ -11,6 +11,9 @@ from .html import esc
 BUILT_EARLIER = "*"
 BUILT_EARLIER_NOTE = (f"{BUILT_EARLIER} built before this click (when the server started, or at an earlier comparison): "
                       "the time is that build's, not measured now.")
+# the engine measures recall and query time once per knowledge base (`Retriever.index_reports`) and keeps them
+MEASURED_ONCE_NOTE = ("Recall and query times are measured at the first comparison on a knowledge base and kept, so a "
+                      "later click shows the same figures.")
 
 
 def format_index_table(reports: Sequence[IndexReport], kb_name: str, *, click_seconds: float | None = None) -> str:
@@ -31,8 +34,9 @@ def format_index_table(reports: Sequence[IndexReport], kb_name: str, *, click_se
     )
     k = reports[0].recall_k
     marked = click_seconds is not None and any(r.build_seconds > click_seconds for r in reports)
-    note = (f'<p class="rag-legend rag-built-earlier">{esc(BUILT_EARLIER_NOTE)} This comparison took '
-            f"{click_seconds:.2f} s.</p>" if marked else "")
+    took = "" if click_seconds is None else f" This comparison took {click_seconds:.2f} s."
+    note = (f'<p class="rag-legend rag-built-earlier">{esc(BUILT_EARLIER_NOTE) + " " if marked else ""}'
+            f"{esc(MEASURED_ONCE_NOTE)}{took}</p>")
     return (
         f'<div class="rag-table-scroll"><table class="rag-table"><caption>Index variants on <b>{esc(kb_name)}</b></caption>'
         f"<thead><tr><th>index</th><th>build (s)</th><th>memory (MB)</th><th>recall@{k} vs flat</th>"
