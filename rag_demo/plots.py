@@ -367,7 +367,7 @@ def _gain_trace(v: VariantResult, **axes):
     )
 
 
-def retrieval_gain_figure(variants: Sequence[VariantResult], *, height: int = 280):
+def retrieval_gain_figure(variants: Sequence[VariantResult], *, height: int = 300):
     """Per token, log p(y_i|x,y<i) minus the closed-book log p(y_i|x,y<i): how much the passages helped.
 
     Positive: the retrieved passages made the token more likely than the generator alone did. When the
@@ -404,9 +404,9 @@ def retrieval_gain_figure(variants: Sequence[VariantResult], *, height: int = 28
     # the formula on a line of its own under the title, and the legend under both: a phone's width holds each
     fig.update_layout(title_subtitle=dict(text="log p(yᵢ | x, passages) − log p(yᵢ | x) closed-book", font_size=12),
                       legend=dict(orientation="h", yanchor="bottom", y=1.0, xanchor="left", x=0.0),
-                      margin=dict(l=10, r=10, t=96, b=10))
+                      margin=dict(l=10, r=10, t=112, b=10))
     if len(panels) > 1:  # each panel names its variant and answer; the legend would repeat them
-        fig.update_layout(showlegend=False, margin=dict(l=10, r=10, t=100, b=10))
+        fig.update_layout(showlegend=False, margin=dict(l=10, r=10, t=104, b=10))
     return fig
 
 
