@@ -12,12 +12,9 @@ candidate (the ceiling for any such rule), and the share with an answer in the p
 
 from __future__ import annotations
 
-import argparse
-import logging
-
-from rag_demo.config import GENERAL_KB
-from rag_demo.evaluate import matches_any, sample_questions, wilson_interval
-from rag_demo.questions import answer_in_text, load_question_set
+from benchmarks.evidence_kinds import asked_as_the_page, page_asks_arguments
+from rag_demo.evaluate import matches_any, wilson_interval
+from rag_demo.questions import answer_in_text
 
 ROWS = (
     ("token", "RAG-Token's answer"),
@@ -43,27 +40,15 @@ def tally_question(result, answers) -> dict[str, bool]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--questions", default="everyday-train", help="a question set (name or JSONL file)")
-    parser.add_argument("--kb", default=GENERAL_KB)
-    parser.add_argument("--n", type=int, default=150)
-    parser.add_argument("--seed", type=int, default=0)
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.WARNING)
-
-    from rag_demo.serving.loading import engine_from_config
-
-    engine = engine_from_config()
-    picked = sample_questions(list(load_question_set(args.questions)), args.n, args.seed)
+    args = page_asks_arguments(__doc__.split("\n\n")[0], argv)
     counts = dict.fromkeys((key for key, _ in ROWS), 0)
-    candidates = 0
-    for item in picked:
-        result = engine.ask(item.question, kb=args.kb)
+    candidates = n = 0
+    for item, result in asked_as_the_page(args):
+        n += 1
         candidates += len(result.variants["sequence"].candidates)
         for key, right in tally_question(result, item.answers).items():
             counts[key] += right
 
-    n = len(picked)
     print(f"{args.kb}, {args.questions}: {n} questions (seed {args.seed}), {candidates / n:.1f} RAG-Sequence candidates "
           "a question\n")
     print("| right | exact match, % (95% CI) |\n|---|---|")

@@ -164,3 +164,20 @@ def test_lead_questions_ask_for_the_subject_of_each_lead_sentence():
     assert pairs == [("who was King of England from 1509 until his death?", 0),
                      ("who is best known for his six marriages?", 1),  # the row that holds the sentence
                      ("who is king of England from 1509 to 1547?", 0)]  # the monasteries' subject is not Henry
+
+
+def test_candidate_ceiling_counts_a_right_candidate_the_answer_passed_over():
+    from benchmarks.candidate_ceiling import tally_question
+    from rag_demo.results import AskResult, ClosedBookResult, RetrievedPassage, VariantResult
+
+    def variant(name: str, answer: str, candidates=()) -> VariantResult:
+        return VariantResult(name, answer, (answer,), (1,), -1.0, (-1.0,), ((-1.0,),), ((1.0,),), (-1.0,),
+                             candidates=candidates)
+
+    passage = RetrievedPassage(1, 0, "Moons", "Ganymede is the largest moon.", 0.5, 1.0, 10.0)
+    result = AskResult("what is the largest moon?", "kb", "flat", 1, (passage,),
+                       {"token": variant("token", "Titan"), "sequence": variant("sequence", "Titan", (("Titan", -1.0), ("Ganymede", -2.0)))},
+                       ClosedBookResult("Io", ("Io",), (-1.0,), -1.0), {})
+    right = tally_question(result, ["Ganymede"])
+    assert right == {"token": False, "sequence": False, "closed": False, "candidate": True, "either": True, "passages": True}
+    assert not tally_question(result, ["Callisto"])["candidate"]
