@@ -375,9 +375,9 @@ def holds_answer(text: str, answer: str, question: str = "") -> bool:
 def passages_holding(answer: str, passages: Sequence, *, question: str = "") -> tuple[int, ...]:
     """The ranks of `passages` (each with `rank`, `title` and `text`) whose title or text says `answer` in its
     words (`holds_answer`: whole words after SQuAD normalization, a plural for a singular; for an answer
-    written as a sentence around the question's words, its one run of new words): where the evidence for an answer lies.
-    A mention is not proof (the words may name something else); no mention means the passages do not say it
-    in these words.
+    written as a sentence around the question's words, its one run of new words): where the evidence for an
+    answer lies. A mention is not proof (the words may name something else); no mention means the passages do
+    not say it in these words.
 
     >>> from types import SimpleNamespace as P
     >>> passages_holding("the Nile", [P(rank=1, title="Amazon", text="A river."), P(rank=2, title="Egypt", text="The Nile flows.")])
