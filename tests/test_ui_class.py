@@ -205,7 +205,7 @@ def test_each_answer_token_shows_its_passage_number_beside_its_colour_and_has_a_
     spans = format_token_spans(result.variants["token"], result.passages)
     assert spans.count('role="img"') == 3
     # one number per run of tokens from the same passage: "William" from #1, "Kem" "pe" from #2
-    assert re.findall(r'rag-tok-src" aria-hidden="true">(.*?)<', spans) == ["1", "2"]
+    assert re.findall(r'rag-tok-src" aria-hidden="true">(.*?)<', spans) == ["#1", "#2"]
     assert [bool(re.search(r'rag-tok-src', token)) for token in spans.split('role="img"')[1:]] == [True, False, True]
 
 

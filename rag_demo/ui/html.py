@@ -151,8 +151,9 @@ def _source(j: int, passages: Sequence[RetrievedPassage]) -> tuple[str, str, str
 
 
 def _source_mark(j: int, passages: Sequence[RetrievedPassage]) -> str:
-    """Column j of a posterior row as the cards mark it beside the colour: the passage's rank, or ∅."""
-    return str(passages[j].rank) if j < len(passages) else "∅"
+    """Column j of a posterior row as the cards mark it beside the colour: '#rank' (so that after an answer's
+    digits it cannot read as one more digit), or ∅."""
+    return f"#{passages[j].rank}" if j < len(passages) else "∅"
 
 
 def format_token_spans(variant: VariantResult, passages: Sequence[RetrievedPassage], *, max_tip_rows: int = 6) -> str:
@@ -383,7 +384,7 @@ def format_answer_html(result: AskResult, *, closed_book: bool = True, legend: b
     legend_html = (
         f'<div class="rag-legend">Token colour = the passage{memory} that dominates its posterior (stronger = surer); '
         f'dotted underline = the closed-book model alone gives it p ≥ {PARAMETRIC_P:g} (parametric memory). '
-        "The small number after a run of tokens is the rank of the passage they lean on (∅: memory). "
+        "The small #number after a run of tokens is the passage they lean on (∅: memory). "
         "Hover or focus a token for its posterior and closed-book probability.</div>"
         if legend else ""
     )
