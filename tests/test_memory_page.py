@@ -338,3 +338,19 @@ def test_memory_leading_p_z_x_is_told_apart_from_the_answer_leaning_on_it(memory
     result = AskResult("q", "kb", "flat", 1, (passage,), {"token": variant}, None, {}, memory_logit=1.0, memory_prob=0.7)
     sentence = memory_sentence(result)
     assert sentence.startswith("∅ memory is the largest source: p(∅|x) = 0.700") and sentence.endswith(said)
+
+
+def test_memory_leading_with_the_two_variants_leaning_different_ways_says_so():
+    passage = RetrievedPassage(1, 0, "", "Paris is the capital.", 0.5, 0.3, 10.0)
+
+    def variant(name, memory):
+        return VariantResult(name, "Paris", ("Paris", "\n\n"), (1, 2), -1.0, (-0.5, -0.5), ((-1.0,), (-1.0,)),
+                             ((0.2,), (0.2,)), (-0.5, -0.5), memory_posteriors=memory, found_in=(1,))
+
+    # RAG-Token's tokens sit on memory (mean 0.85); RAG-Sequence's running posterior ends on the passage (0.1).
+    result = AskResult("q", "kb", "flat", 1, (passage,),
+                       {"token": variant("token", (0.9, 0.8)), "sequence": variant("sequence", (0.6, 0.1))},
+                       None, {}, memory_logit=1.0, memory_prob=0.7)
+    sentence = memory_sentence(result)
+    assert sentence.endswith("; the two answers lean on it differently (see each answer's tokens).")
+    assert "leans on what the model remembers" not in sentence and "even so" not in sentence
