@@ -66,9 +66,24 @@ def _count(most: int | None = None):
     return parse
 
 
+def _above_zero(text: str) -> float:
+    """An argparse type: a finite number above 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError("must be above 0")
+    return value
+
+
 def _decoding_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--num-beams", type=_count(LIMITS.max_beams), default=DECODING_DEFAULTS.num_beams)
-    parser.add_argument("--max-new-tokens", type=_count(LIMITS.max_new_tokens), default=DECODING_DEFAULTS.max_new_tokens)
+    parser.add_argument("--num-beams", type=_count(LIMITS.max_beams), default=DECODING_DEFAULTS.num_beams,
+                        help=f"beams for each passage's decoding (default {DECODING_DEFAULTS.num_beams}: greedy; "
+                             f"at most {LIMITS.max_beams})")
+    parser.add_argument("--max-new-tokens", type=_count(LIMITS.max_new_tokens), default=DECODING_DEFAULTS.max_new_tokens,
+                        help=f"longest answer in generator tokens (default {DECODING_DEFAULTS.max_new_tokens}, "
+                             f"at most {LIMITS.max_new_tokens})")
 
 
 def _model_options(parser: argparse.ArgumentParser, *, one_retriever: bool = True) -> None:
@@ -76,8 +91,9 @@ def _model_options(parser: argparse.ArgumentParser, *, one_retriever: bool = Tru
     parser.add_argument("--kb", default=None, help="knowledge base name or folder (default: the first one); a folder "
                         "saved by `datasets` with title, text, embeddings, and a faiss file beside it named after it, "
                         "is transformers' custom KB format")
-    parser.add_argument("--k", type=_count(LIMITS.max_k), default=ASK.k,
-                        help=f"passages to retrieve (default {ASK.k}, at most {LIMITS.max_k})")
+    parser.add_argument("--k", type=_count(LIMITS.max_k), default=None,
+                        help=f"passages to retrieve (default {ASK.k}, or every passage of a smaller knowledge base; "
+                             f"at most {LIMITS.max_k})")
     if one_retriever:
         parser.add_argument("--index", default=ASK.index, choices=INDEX_KINDS,
                             help=f"index variant (default {ASK.index}; bm25 retrieval is always exact and uses none)")
@@ -92,7 +108,8 @@ def _model_options(parser: argparse.ArgumentParser, *, one_retriever: bool = Tru
                         help="the default encoder's packaged weights for questions, not the ones fine-tuned on nq-wiki")
     parser.add_argument("--untuned-generator", action="store_true",
                         help="the default generator as converted, without the reading adapter trained on the KBs' passages")
-    parser.add_argument("--scale", type=float, default=None, help="retrieval logit scale (default: the encoder's)")
+    parser.add_argument("--scale", type=_above_zero, default=None,
+                        help="retrieval logit scale, above 0 (default: the encoder's)")
     parser.add_argument("--lexical-weight", type=float, default=None,
                         help=f"BM25's weight in the logits (default {DEFAULT_LEXICAL_WEIGHT} with the default encoder, 0 with others)")
     parser.add_argument("--kb-path", action="append", default=[], metavar="NAME=PATH",
@@ -129,7 +146,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     ask = commands.add_parser("ask", help="answer a question with RAG-Token and/or RAG-Sequence")
     ask.add_argument("question")
-    ask.add_argument("--variant", default=ASK.variant, choices=(*VARIANTS, BOTH))
+    ask.add_argument("--variant", default=ASK.variant, choices=(*VARIANTS, BOTH), help=f"default {ASK.variant}")
     _decoding_options(ask)
     ask.add_argument("--decoding", default=DECODING_DEFAULTS.sequence_decoding, choices=DECODINGS,
                      help=f"RAG-Sequence decoding (default {DECODING_DEFAULTS.sequence_decoding})")
@@ -142,7 +159,7 @@ def build_parser() -> argparse.ArgumentParser:
     score = commands.add_parser("score", help="log p(answer|question) under both variants")
     score.add_argument("question")
     score.add_argument("answer")
-    score.add_argument("--variant", default=ASK.variant, choices=(*VARIANTS, BOTH))
+    score.add_argument("--variant", default=ASK.variant, choices=(*VARIANTS, BOTH), help=f"default {ASK.variant}")
     _model_options(score)
     _memory_options(score)
 
@@ -161,7 +178,7 @@ def build_parser() -> argparse.ArgumentParser:
                             "memory-mapped embeddings.npy beside the passages, for large KBs")
 
     bm25 = commands.add_parser("build-bm25", help="build a KB folder's BM25 index once and save it there; bm25 and "
-                               "hybrid retrieval then open it from disk (for KBs past lexical.MAX_POSTINGS)")
+                               "hybrid retrieval then open it from disk (for KBs of more than 100 million postings, which an ask does not index itself)")
     bm25.add_argument("kb", help="a KB folder")
     bm25.add_argument("--max-postings", type=_count(), default=None,
                       help="refuse past this many postings (default: no limit; a build takes about 18 bytes a posting)")
@@ -175,15 +192,16 @@ def build_parser() -> argparse.ArgumentParser:
                                   "and check the example questions")
     prepare.add_argument("--json", action="store_true")
 
-    evaluate = commands.add_parser("eval", help="exact match / F1 / recall on sampled KB questions")
-    evaluate.add_argument("--variant", default=VARIANTS[0], choices=(*VARIANTS, CLOSED_BOOK))
-    evaluate.add_argument("--n", type=_count(), default=100)
-    evaluate.add_argument("--seed", type=int, default=0)
+    evaluate = commands.add_parser("eval", help="exact match / F1 / recall on sampled questions: the KB's own "
+                                   "held-out questions, or a question set (everyday on wikipedia)")
+    evaluate.add_argument("--variant", default=VARIANTS[0], choices=(*VARIANTS, CLOSED_BOOK), help=f"default {VARIANTS[0]}")
+    evaluate.add_argument("--n", type=_count(), default=100, help="questions asked, drawn with --seed (default 100)")
+    evaluate.add_argument("--seed", type=int, default=0, help="the draw of questions (default 0)")
     _decoding_options(evaluate)
     evaluate.add_argument("--decoding", default=DECODING_DEFAULTS.sequence_decoding, choices=DECODINGS)
     evaluate.add_argument("--extractive", action="store_true", help="answers copy a run of a retrieved passage")
     evaluate.add_argument("--table", action="store_true",
-                          help="every variant and closed-book on every KB for each --ks; prints a markdown table")
+                          help="every variant and closed-book for each --ks, on every KB (or the --kb given); prints a markdown table")
     evaluate.add_argument("--ks", type=_k_list, default=(1, 5, 10), help="comma-separated k values for --table")
     evaluate.add_argument("--gold-passage", action="store_true",
                           help="read each question's gold passage alone instead of retrieving (the reading ceiling)")
@@ -291,10 +309,17 @@ def _check_cheap_options(args) -> None:
         check_length(text, what=what)
 
 
+def _k(args, engine) -> int:
+    """--k, or by default ASK.k lowered to the size of a knowledge base smaller than that (a folder of a few passages)."""
+    if args.k is not None:
+        return args.k
+    return min(ASK.k, len(engine.resolve_kb(args.kb)))
+
+
 def cmd_ask(args) -> int:
     _check_cheap_options(args)
     engine = make_engine(args)
-    result = engine.ask(args.question, kb=args.kb, k=args.k, index=args.index, variants=args.variant,
+    result = engine.ask(args.question, kb=args.kb, k=_k(args, engine), index=args.index, variants=args.variant,
                         num_beams=args.num_beams, max_new_tokens=args.max_new_tokens,
                         sequence_decoding=args.decoding, closed_book=not args.no_closed_book, retriever=args.retriever,
                         extractive=args.extractive, memory=args.memory)
@@ -308,7 +333,7 @@ def cmd_ask(args) -> int:
 def cmd_score(args) -> int:
     _check_cheap_options(args)
     engine = make_engine(args)
-    result = engine.score(args.question, args.answer, kb=args.kb, k=args.k, index=args.index, variants=args.variant,
+    result = engine.score(args.question, args.answer, kb=args.kb, k=_k(args, engine), index=args.index, variants=args.variant,
                           retriever=args.retriever, memory=args.memory)
     if args.json:
         print(json.dumps(result.to_json(), ensure_ascii=False))
@@ -320,7 +345,7 @@ def cmd_score(args) -> int:
 def cmd_compare(args) -> int:
     _check_cheap_options(args)
     engine = make_engine(args)
-    comparison = engine.compare_retrievers(args.question, kb=args.kb, k=args.k)
+    comparison = engine.compare_retrievers(args.question, kb=args.kb, k=_k(args, engine))
     # the retrievers are compared over their k passages, as the web API does; memory's share is told beside them
     memory_logits = ({r.retriever: engine.memory_logit(r.retriever) for r in comparison.rankings}
                      if args.memory is not False else {})
@@ -484,7 +509,7 @@ def _run_eval(args, answers) -> int:
             print_table(reports)
         return 0
     report = evaluate(engine, kb=args.kb or engine.default_kb, variant=args.variant, n=args.n, seed=args.seed,
-                      k=args.k, index=args.index, num_beams=args.num_beams, max_new_tokens=args.max_new_tokens,
+                      k=args.k or ASK.k, index=args.index, num_beams=args.num_beams, max_new_tokens=args.max_new_tokens,
                       sequence_decoding=args.decoding, kb_sample=args.kb_sample, retriever=args.retriever,
                       extractive=args.extractive, gold_passage=args.gold_passage, answers=answers, memory=args.memory,
                       questions=question_set)

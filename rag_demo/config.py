@@ -127,6 +127,10 @@ class EncoderConfig:
     # the packaged or fine-tuned ones, the passage side and the KBs' vectors unchanged. None: as `tuned` says
     question_weights: str | None = None
 
+    def __post_init__(self):
+        if self.scale is not None and not 0 < self.scale < float("inf"):
+            raise ValueError(f"scale multiplies retrieval scores into logits and must be above 0, not {self.scale}")
+
     @property
     def input_tokens(self) -> int:
         """`max_length`, or by default 128 for the offline default's encoder and 256 for others.

@@ -371,7 +371,8 @@ class RagEngine:
             raise InputError("this setup has no fitted logit for the generator's memory"
                              + ("" if own_question_side else " with a question encoder of its own")
                              + ("" if retrieval.kb in DEFAULT_KBS else f" on {retrieval.kb}")
-                             + "; give one (--memory-logit) or ask without memory")
+                             + "; ask without memory, or give it a logit (--memory-logit on the command line, "
+                             "`MemoryConfig.logit` in Python)")
         if logit is None or not retrieval.passages:
             return retrieval, None
         logits = torch.tensor([[p.logit for p in retrieval.passages]])

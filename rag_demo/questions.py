@@ -25,7 +25,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from .errors import InputError, KnowledgeBaseError
-from .text import jsonl_objects
+from .text import jsonl_objects, looks_like_path
 
 QUESTIONS_FILE = "questions.jsonl"
 HELD_OUT_ONE_IN = 5  # about one question in five is held out of training: those are the evaluation's
@@ -271,7 +271,8 @@ def question_set_path(name: str | Path) -> Path:
         return QUESTION_SETS_DIR / QUESTION_SETS[str(name)]
     path = Path(name).expanduser()
     if not path.is_file():
-        raise KnowledgeBaseError(f"no question set {str(name)!r}: give one of {', '.join(QUESTION_SETS)} or a JSONL file "
+        missing = "the file does not exist; " if looks_like_path(str(name)) and not path.exists() else ""
+        raise KnowledgeBaseError(f"no question set {str(name)!r}: {missing}give one of {', '.join(QUESTION_SETS)} or a JSONL file "
                                  'with {"question": ..., "answers": [...]} per line')
     return path
 

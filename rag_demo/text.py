@@ -67,6 +67,16 @@ def one_line(text: str) -> str:
     return "".join(ch if ch.isprintable() else ascii(ch)[1:-1] for ch in text)
 
 
+def looks_like_path(name: str) -> bool:
+    """Whether a name given where a name or a path may go was meant as a path: it holds a folder separator,
+    starts with "~" or ".", or ends in a file suffix.
+
+    >>> looks_like_path("wikipedia"), looks_like_path("/data/kb"), looks_like_path("mine.jsonl")
+    (False, True, True)
+    """
+    return any(mark in name for mark in "/\\") or name.startswith(("~", ".")) or bool(Path(name).suffix)
+
+
 def jsonl_objects(path: Path, *, shape: str) -> Iterator[tuple[int, dict]]:
     """(line number, object) for each non-blank line of a JSON Lines file someone gave; a line that is
     not JSON, is nested too deeply to read, or is not an object is an InputError naming the line and

@@ -398,6 +398,15 @@ def test_ask_json_api(server, ui_engine):
 
     with pytest.raises(Exception, match="Type a question"):
         client.predict("  ", "both", 3, "flat", "", api_name="/ask_json")
+    # the README's call: by name, the rest left to their defaults; switches as words
+    named = client.predict(question=QUESTIONS[3], variant="token", k=3, kb=KB_NAMES[1], extractive="false",
+                           memory="false", api_name="/ask_json")
+    assert (named["k"], named["index"], named["memory_prob"], named["extractive"]) == (3, "flat", None, False)
+    assert set(named["variants"]) == {"token"}
+    with pytest.raises(Exception, match="extractive must be true, false or empty"):
+        client.predict(question=QUESTIONS[3], extractive="no", api_name="/ask_json")
+    with pytest.raises(Exception, match="k must be a whole number"):
+        client.predict(question=QUESTIONS[3], k=2.5, api_name="/ask_json")
 
 
 def test_api_names_a_kb_of_a_page_built_before_the_engine_was_ready(ui_engine):

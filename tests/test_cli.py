@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from rag_demo.config import ASK
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -176,6 +178,10 @@ def test_compare_end_to_end(saved, tmp_path):
         (["ask", "q", "--variant", "beam"], "invalid choice"),
         (["ask", "q", "--k", "15"], "larger than the knowledge base"),
         (["ask", "q", "--kb", "nope"], "unknown knowledge base"),
+        (["ask", "q", "--kb", "/no/such/kb"], "no knowledge base folder at '/no/such/kb': the path does not exist"),
+        (["eval", "--questions", "/no/such.jsonl", "--n", "1"], "the file does not exist"),
+        (["ask", "q", "--scale", "-1"], "argument --scale: must be above 0"),
+        (["ask", "q", "--scale", "inf"], "argument --scale: must be above 0"),
         (["ask", "q", "--kb-path", "x=/does/not/exist"], "does not exist"),
         (["ask", "q", "--generator", "/no/such/model"], "does not exist"),
         (["ask", "q", "--retriever", "hybrid"], "needs a lexical weight"),
@@ -219,6 +225,17 @@ def test_build_kb_from_files(tmp_path, vectors):
     kb = load_kb(tmp_path / "kb")
     assert len(kb) == 3 and kb.dim == 384 and kb.normalized
     assert isinstance(kb.embeddings, np.memmap) == (vectors == "float16")
+
+
+def test_default_k_is_lowered_to_a_smaller_knowledge_base_and_a_given_k_is_kept():
+    from types import SimpleNamespace
+
+    from rag_demo.cli import _k, build_parser
+
+    engine = SimpleNamespace(resolve_kb=lambda kb: ["only passage"] if kb == "one" else ["p"] * 50)
+    assert _k(build_parser().parse_args(["ask", "q", "--kb", "one"]), engine) == 1
+    assert _k(build_parser().parse_args(["ask", "q"]), engine) == ASK.k
+    assert _k(build_parser().parse_args(["score", "q", "a", "--kb", "one", "--k", "3"]), engine) == 3  # the engine refuses it
 
 
 def test_eval_table_end_to_end_and_bad_ks(saved):

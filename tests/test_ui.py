@@ -416,6 +416,22 @@ def test_ask_json_shape(actions):
         actions.ask_json("  ")
 
 
+@pytest.mark.parametrize("args, message", [
+    ((123,), "the question must be text, got int"),
+    ((QUESTION, "both", 2.7), "k must be a whole number, got '2.7'"),
+    ((QUESTION, "both", True), "k must be a whole number, got 'True'"),
+    ((QUESTION, "both", 2, "flat", "", "", "no"), "extractive must be true, false or empty"),
+])
+def test_ask_json_refuses_what_it_would_otherwise_read_as_something_else(actions, args, message):
+    with pytest.raises(gr.Error, match=message):
+        actions.ask_json(*args)
+
+
+def test_ask_json_reads_switch_words_and_empty_as_the_default(actions):
+    data = actions.ask_json(QUESTION, "", "3", "", "", "", "false")
+    assert (set(data["variants"]), data["k"], data["index"], data["extractive"]) == ({"token", "sequence"}, 3, "flat", False)
+
+
 def test_demo_builds_with_named_endpoints_and_one_engine_lane(ui_engine):
     demo = build_demo(ui_engine)
     endpoints = demo.get_api_info()["named_endpoints"]

@@ -435,6 +435,6 @@ def _too_large(postings: int, done: int, total: int, max_postings: int, kb_folde
                 "`python -m rag_demo build-bm25 KB_FOLDER`")
     return IndexTooLargeError(
         f"BM25 over these {total:,} passages would hold about {expected:,} postings, past the limit of {max_postings:,} "
-        f"(lexical.MAX_POSTINGS while serving), so bm25 and hybrid retrieval "
+        "(the most an ask indexes in memory), so bm25 and hybrid retrieval "
         f"are off for this knowledge base; {how}, or use dense retrieval"
     )

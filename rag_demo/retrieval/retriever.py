@@ -35,6 +35,7 @@ from .index import SearchIndex, cached_index, index_cache_paths, measure, prebui
 from .lexical import LexicalIndex, best_rows
 from ..marginalize import doc_logprobs
 from ..progress import Progress, counted
+from ..text import looks_like_path
 from ..results import IndexReport, RetrievedPassage, Retrieval, RetrieverComparison, RetrieverRanking
 from .store import gather_rows
 
@@ -112,6 +113,9 @@ class Retriever:
             with self._lock:
                 self.kbs.setdefault(str(name), loaded)
             return loaded
+        if looks_like_path(str(name)):
+            raise InputError(f"no knowledge base folder at {name!r}: the path does not exist or is not a folder "
+                             "(`python -m rag_demo build-kb` writes one)")
         raise InputError(f"unknown knowledge base {name!r}; choose one of {', '.join(self.kbs)} or give a KB folder")
 
     def add_kb(self, name: str, kb: KnowledgeBase) -> None:
@@ -318,7 +322,8 @@ class Retriever:
         if not isinstance(k, int) or isinstance(k, bool) or k < 1:
             raise InputError("k must be a whole number of at least 1")
         if k > len(knowledge):
-            raise InputError(f"k={k} is larger than the knowledge base ({len(knowledge)} passages); choose k <= {len(knowledge)}")
+            raise InputError(f"k={k} is larger than the knowledge base ({counted(len(knowledge), 'passage')}); "
+                             f"choose k <= {len(knowledge)}")
         if rows is None and k > LIMITS.max_k:
             raise InputError(f"k must be between 1 and {LIMITS.max_k}")
         check_index(index)

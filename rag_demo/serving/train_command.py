@@ -33,8 +33,10 @@ def add_train_command(commands, *, count: Callable[..., Callable[[str], int]]) -
     train.add_argument("--max-questions", type=count(), default=None, metavar="N",
                        help="train on N of the pairs, a seeded draw (each is read once with its candidates: ~3 s on 2 cores)")
     train.add_argument("--steps", type=count(), default=EndToEndConfig().steps, help="optimizer steps (default %(default)s)")
-    train.add_argument("--batch-size", type=count(), default=EndToEndConfig().batch_size)
-    train.add_argument("--learning-rate", type=float, default=EndToEndConfig().learning_rate)
+    train.add_argument("--batch-size", type=count(), default=EndToEndConfig().batch_size,
+                       help="questions per optimizer step (default %(default)s)")
+    train.add_argument("--learning-rate", type=float, default=EndToEndConfig().learning_rate,
+                       help="AdamW's learning rate (default %(default)s)")
     train.add_argument("--top-k", type=count(), default=EndToEndConfig().k,
                        help="passages marginalized over per question (default %(default)s)")
     train.add_argument("--candidates", type=count(LIMITS.max_k), default=EndToEndConfig().candidates,

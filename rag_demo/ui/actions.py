@@ -47,6 +47,7 @@ from .inputs import (
     link_query,
     memory_switch,
     parse_beams,
+    parse_extractive,
     parse_k,
     parse_link,
     parse_memory,
@@ -233,11 +234,12 @@ class DemoActions:
     def ask_json(self, question: str, variant: str = ASK.variant, k: int = ASK.k, index: str = ASK.index, kb: str = "",
                  retriever: str = "", extractive: bool = False, memory: bool | str | None = None) -> dict:
         """The API: the AskResult as JSON. Errors come back as a gradio error with the message.
-        `memory` as `inputs.parse_memory` reads it: empty is on where available, true required, false off."""
+        `memory` as `inputs.parse_memory` reads it: empty is on where available, true required, false off;
+        `extractive` true or false, empty false; an empty `variant`, `index`, `kb` or `retriever` is the default."""
         return api_json("/ask_json", lambda: self.engine.ask(
             require_question(question), kb=self.known_kb(kb) if kb else self.engine.default_kb, k=parse_k(k),
-            index=index or ASK.index, variants=parse_variants(variant), retriever=parse_retriever(retriever),
-            extractive=bool(extractive), memory=parse_memory(memory)))
+            index=index or ASK.index, variants=parse_variants(variant or ASK.variant), retriever=parse_retriever(retriever),
+            extractive=parse_extractive(extractive), memory=parse_memory(memory)))
 
     # ---- Compare retrievers ---------------------------------------------------------------------
     def compare(self, question: str, kb_choice: str | None, k: float, mine: Held | KnowledgeBase | None) -> CompareView:
@@ -385,7 +387,7 @@ class DemoActions:
         """The API: log p(answer|question) with its provenance, the AskResult as JSON; `memory` as for `ask_json`."""
         return api_json("/score_json", lambda: self.engine.score(
             require_question(question), require_answer(answer), kb=self.known_kb(kb) if kb else self.engine.default_kb,
-            k=parse_k(k), index=index or ASK.index, variants=parse_variants(variant), retriever=parse_retriever(retriever),
+            k=parse_k(k), index=index or ASK.index, variants=parse_variants(variant or ASK.variant), retriever=parse_retriever(retriever),
             memory=parse_memory(memory)))
 
     # ---- Index variants -----------------------------------------------------------------------

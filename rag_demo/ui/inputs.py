@@ -62,7 +62,8 @@ def parse_question_encoder(choice: object) -> str:
     raise InputError(f"unknown question encoder {str(choice)[:40]!r}; choose {PACKAGED} or {TRAINED}")
 
 
-MEMORY_WORDS = {"": None, "auto": None, "true": True, "on": True, "false": False, "off": False}
+SWITCH_WORDS = {"true": True, "on": True, "false": False, "off": False}
+MEMORY_WORDS = {"": None, "auto": None, **SWITCH_WORDS}
 
 
 def parse_memory(choice: object) -> bool | None:
@@ -80,6 +81,20 @@ def parse_memory(choice: object) -> bool | None:
     return MEMORY_WORDS[word]
 
 
+def parse_extractive(choice: object) -> bool:
+    """The API's extractive switch: true or false, empty meaning false (free decoding).
+
+    >>> parse_extractive(None), parse_extractive("true"), parse_extractive(False)
+    (False, True, False)
+    """
+    if choice is None or isinstance(choice, bool):
+        return bool(choice)
+    word = str(choice).strip().lower()
+    if word != "" and word not in SWITCH_WORDS:
+        raise InputError(f"extractive must be true, false or empty (false), got {str(choice)[:40]!r}")
+    return SWITCH_WORDS.get(word, False)
+
+
 def memory_switch(on: object) -> bool | None:
     """The page's checkbox -> the engine's `memory`: ticked is on where available (None), so that a
     setup without a fitted logit answers with the paper's k passages and says so instead of failing.
@@ -93,11 +108,16 @@ def memory_switch(on: object) -> bool | None:
 def _whole_number(value: object, *, name: str, most: int) -> int:
     """A page or API number (sliders send floats) as a whole number from 1 to `most`.
 
-    >>> _whole_number(3.0, name="k", most=20)
-    3
+    >>> _whole_number(3.0, name="k", most=20), _whole_number("4", name="k", most=20)
+    (3, 4)
     """
     try:
-        number = int(float(value))
+        if isinstance(value, bool):  # JSON true is no count
+            raise TypeError
+        number = float(value)
+        if not number.is_integer():
+            raise ValueError
+        number = int(number)
     except (TypeError, ValueError, OverflowError):
         raise InputError(f"{name} must be a whole number, got {str(value)[:40]!r}") from None
     if not 1 <= number <= most:
@@ -117,13 +137,17 @@ def parse_beams(beams: object) -> int:
 
 
 def require_question(question: str | None) -> str:
-    if not isinstance(question, str) or not question.strip():
+    if question is not None and not isinstance(question, str):
+        raise InputError(f"the question must be text, got {type(question).__name__} {str(question)[:40]!r}")
+    if not question or not question.strip():
         raise InputError("Type a question first, or click one of the examples.")
     return check_length(question, what="question").strip()
 
 
 def require_answer(answer: str | None) -> str:
-    if not isinstance(answer, str) or not answer.strip():
+    if answer is not None and not isinstance(answer, str):
+        raise InputError(f"the answer must be text, got {type(answer).__name__} {str(answer)[:40]!r}")
+    if not answer or not answer.strip():
         raise InputError("Type an answer to score.")
     return check_length(answer, what="answer").strip()
 
