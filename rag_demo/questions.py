@@ -295,16 +295,27 @@ def contains_answer(prediction: str, gold: str) -> bool:
     return bool(gold_norm) and f" {gold_norm} " in f" {normalize_answer(prediction)} "
 
 
-def same_word_or_plural(first: str, second: str) -> bool:
-    """Whether two normalized words are one word, or one is the other's regular plural (+s, +es, y -> ies).
-    Words under three letters must match exactly ("i" is not "is").
+# A small number is written either way ("8", "eight"); answers to "how many" questions are mostly such numbers
+NUMBER_WORDS = {word: str(value) for value, word in enumerate(
+    "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen "
+    "seventeen eighteen nineteen twenty".split())}
+NUMBER_WORDS.update({word: str(10 * tens) for tens, word in enumerate(
+    "thirty forty fifty sixty seventy eighty ninety".split(), start=3)})
 
-    >>> same_word_or_plural("network", "networks"), same_word_or_plural("cities", "city"), same_word_or_plural("box", "boxes")
+
+def same_word(first: str, second: str) -> bool:
+    """Whether two normalized words are one word: the same, one the other's regular plural (+s, +es, y -> ies),
+    or a number in digits and in words up to twenty and the tens ("8" and "eight"). Words under three letters
+    must match exactly ("i" is not "is").
+
+    >>> same_word("network", "networks"), same_word("cities", "city"), same_word("box", "boxes")
     (True, True, True)
-    >>> same_word_or_plural("i", "is"), same_word_or_plural("cat", "cab")
+    >>> same_word("8", "eight"), same_word("forty", "40"), same_word("eight", "18")
+    (True, True, False)
+    >>> same_word("i", "is"), same_word("cat", "cab")
     (False, False)
     """
-    if first == second:
+    if first == second or NUMBER_WORDS.get(first, first) == NUMBER_WORDS.get(second, second):
         return True
     short, long = sorted((first, second), key=len)
     if len(short) < 3:
@@ -313,16 +324,17 @@ def same_word_or_plural(first: str, second: str) -> bool:
 
 
 def holds_words(text: str, answer: str) -> bool:
-    """Whether `text` holds `answer`'s words in order after SQuAD normalization, each word as written or in its
-    regular plural or singular: "Local Area Network" is in "local area networks (LAN)".
+    """Whether `text` holds `answer`'s words in order after SQuAD normalization, each word as written, in its
+    regular plural or singular, or a small number in digits for words (`same_word`): "Local Area Network" is in
+    "local area networks (LAN)", "8" in "eight limbs".
 
-    >>> holds_words("Local area networks (LAN) link computers.", "Local Area Network")
-    True
+    >>> holds_words("Local area networks (LAN) link computers.", "Local Area Network"), holds_words("eight limbs", "8")
+    (True, True)
     >>> holds_words("Parisian cafes", "Paris"), holds_words("anything", "the")
     (False, False)
     """
     needle, hay = normalize_answer(answer).split(), normalize_answer(text).split()
-    return bool(needle) and any(all(same_word_or_plural(a, b) for a, b in zip(needle, hay[start:start + len(needle)]))
+    return bool(needle) and any(all(same_word(a, b) for a, b in zip(needle, hay[start:start + len(needle)]))
                                 for start in range(len(hay) - len(needle) + 1))
 
 
@@ -347,7 +359,7 @@ def new_word_runs(answer: str, question: str) -> list[str]:
     asked = normalize_answer(question).split()
     runs: list[list[str]] = [[]]
     for word in normalize_answer(answer).split():
-        if word in FRAME_WORDS or any(same_word_or_plural(word, said) for said in asked):
+        if word in FRAME_WORDS or any(same_word(word, said) for said in asked):
             runs.append([])
         else:
             runs[-1].append(word)

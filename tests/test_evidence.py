@@ -28,9 +28,17 @@ def words(text: str) -> list[str]:
     return [w for w in kept.split() if w not in ARTICLES]
 
 
+SMALL_NUMBERS = ["zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven", "twelve",
+                 "thirteen", "fourteen", "fifteen", "sixteen", "seventeen", "eighteen", "nineteen", "twenty"]
+TENS = {"thirty": 30, "forty": 40, "fifty": 50, "sixty": 60, "seventy": 70, "eighty": 80, "ninety": 90}
+NUMBER = {**{word: str(n) for n, word in enumerate(SMALL_NUMBERS)}, **{word: str(n) for word, n in TENS.items()}}
+
+
 def forms(word: str) -> set[str]:
-    """The word, its regular plurals, and the singulars it may be the plural of (each side 3+ letters)."""
-    found = {word}
+    """The word, its regular plurals, the singulars it may be the plural of (each side 3+ letters), and a number
+    up to twenty or a ten in digits and in words."""
+    found = {word} | {number for number, digits in NUMBER.items() if word in (number, digits)}
+    found |= {NUMBER[w] for w in found if w in NUMBER}
     if len(word) >= 3:
         found |= {word + "s", word + "es"} | ({word[:-1] + "ies"} if word.endswith("y") else set())
     for ending, back in (("ies", "y"), ("es", ""), ("s", "")):
@@ -57,12 +65,25 @@ def test_the_oracle_takes_a_plural_for_a_singular_and_nothing_looser():
     passage = RetrievedPassage(1, 0, "LAN", "Local area networks link the computers of one building.", 0.5, 1.0, 10.0)
     assert holds(passage, "Local Area Network") and holds(passage, "computer") and not holds(passage, "buildings link")
     assert not holds(passage, "net")
+    legs = RetrievedPassage(1, 0, "Spider", "Spiders have eight limbs and 40 eyes, or about forty.", 0.5, 1.0, 10.0)
+    assert holds(legs, "8") and holds(legs, "eight") and holds(legs, "forty") and holds(legs, "40 eyes")
+    assert not holds(legs, "18") and not holds(legs, "4")
     assert holds(passage, "they join computers", "what do networks join?") and not holds(passage, "they join computers")
+
+
+@pytest.mark.parametrize("answer", ["8", "eight", "8 limbs", "forty", "40", "18", "4", "eight legs", "they have 8"])
+def test_a_number_is_found_written_in_digits_or_words(answer):
+    from rag_demo.questions import passages_holding
+
+    legs = RetrievedPassage(1, 0, "Spider", "Spiders have eight limbs and 40 eyes, or about forty.", 0.5, 1.0, 10.0)
+    question = "how many legs does a spider have?"
+    assert passages_holding(answer, [legs], question=question) == ((1,) if holds(legs, answer, question) else ())
 
 
 @pytest.mark.parametrize("answer", ["Paris", "the river Seine", "Seine, France", "Berlin", "Jupiter", "metres tall",
                                     "metre tall", "8849 metre", "Seines", "The capital of France is Paris.",
-                                    "it is Lyon", "Seine in France", "Paris is on the Seine in France"])
+                                    "it is Lyon", "Seine in France", "Paris is on the Seine in France", "1", "one",
+                                    "2 rivers", "two"])
 def test_a_scored_answer_is_found_in_the_passages_that_hold_its_words(ui_engine, answer):
     result = ui_engine.score(QUESTIONS[0], answer, kb=KB_NAMES[0], k=4)
     expected = tuple(p.rank for p in result.passages if holds(p, answer, result.question))

@@ -124,7 +124,8 @@ def _memory_share(variant: VariantResult) -> float | None:
 
 
 EVIDENCE_MEANS = ("Whether the answer's words appear, as whole words, in the title or text of a passage it read (lower case, "
-                  "punctuation and articles dropped, a plural taken for its singular; of an answer written as a sentence, "
+                  "punctuation and articles dropped, a plural taken for its singular and a small number in digits for "
+                  "its word (8, eight); of an answer written as a sentence, "
                   "the one run of words it adds to the question). A mention is not proof: the words may name something else; and "
                   "a passage that says it in other words is missed.")
 
