@@ -293,7 +293,7 @@ def posterior_heatmap(variant: VariantResult, passages: Sequence[RetrievedPassag
     tokens = [html.escape(token_label(t)) for t in variant.tokens]
     # the passage's rank goes in by hand: with tick labels set, plotly's %{y} shows the label, not the rank
     names = [f"#{p.rank} " + html.escape(shorten(passage_name(p.title, p.text), 40)) for p in passages]
-    rows, labels = list(ranks), [passage_label(p, 18) for p in passages]
+    rows, labels = list(ranks), [passage_label(p, 14) for p in passages]
     if variant.memory_posteriors:
         z.append(list(variant.memory_posteriors))
         doc_p.append([math.exp(lp) for lp in variant.closed_book_token_logprobs])  # ∅'s own: closed-book
@@ -309,7 +309,9 @@ def posterior_heatmap(variant: VariantResult, passages: Sequence[RetrievedPassag
             zmin=0.0,
             zmax=1.0,
             colorscale="Blues",
-            colorbar=dict(title=dict(text="posterior", side="right"), thickness=12, len=0.9),
+            # across the top, under the title: beside the cells it took a fifth of a phone's width from them
+            colorbar=dict(title=dict(text="posterior", side="right"), orientation="h", thickness=10, lenmode="pixels", len=170,
+                          x=1, xanchor="right", y=1.0, yanchor="bottom", tickvals=[0, 0.5, 1]),
             texttemplate="%{z:.2f}" if num_tokens <= 10 and len(rows) <= 11 else None,  # legible cells only
             textfont=dict(size=14),
             customdata=custom,
@@ -320,13 +322,14 @@ def posterior_heatmap(variant: VariantResult, passages: Sequence[RetrievedPassag
         )
     )
     fig.update_xaxes(title_text="answer token", tickvals=list(range(num_tokens)), ticktext=tokens, tickangle=-30)
-    fig.update_yaxes(title_text="passage" if len(rows) == len(passages) else "source", tickvals=rows, ticktext=labels,
-                     autorange="reversed")
+    # no axis title: the rows name themselves ("#1 Mona Lisa", "∅ memory"), and a phone needs the width
+    fig.update_yaxes(tickvals=rows, ticktext=labels, autorange="reversed")
     if variant.variant == "token":
         title = "RAG-Token: p(z | x, yᵢ, y&lt;i) per token"
     else:
         title = "RAG-Sequence: running p(z | x, y≤i)"
-    _layout(fig, title=title, height=max(height, 110 + 28 * len(rows)))
+    _layout(fig, title=title, height=max(height, 140 + 28 * len(rows)))
+    fig.update_layout(margin=dict(l=10, r=10, t=84, b=10))
     return fig
 
 
