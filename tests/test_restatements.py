@@ -25,6 +25,9 @@ QUESTION = "who wrote a farewell to arms"
     ("is paris or lyon the capital of france?", "Paris", False),  # a choice: the answer must repeat it
     ("what is the capital of france?", "", False),
     ("what is the capital of france?", "the", False),  # only an article: nothing left to compare
+    # a paragraph pasted before the question offers its answer: at 46 words nothing restates, at 40 it may
+    (" ".join(["the fire of 1666 burned london"] * 7) + " when did it burn", "1666", False),
+    (" ".join(["the fire of 1666 burned london"] * 6) + " when did it burn", "1666", True),
 ])
 def test_restates_question(question, answer, restates):
     assert restates_question(question, answer) is restates

@@ -2,7 +2,8 @@
 
 A small reader often answers "what is a baby frog called?" with "a baby frog": every word of the
 answer is already in the question. Such an answer cannot be right unless the question offers it
-(a choice between named things: "which is bigger, the sun or the moon?"), so decoding sets it aside
+(a choice between named things: "which is bigger, the sun or the moon?", or a question that carries a
+text of its own, pasted before it, to answer from), so decoding sets it aside
 and decodes again with the set-aside answer's first word barred from starting the answer, a few
 times at most. The probabilities reported for the answer that stays are the model's own; only the
 choice among answers changes, as with any other decoding rule.
@@ -25,11 +26,15 @@ if TYPE_CHECKING:
 # Decodes after the first, at most: each bars one more first word (all its cases and spacings)
 RESTATEMENT_RETRIES = 3
 _CHOICE = re.compile(r"\bor\b", re.IGNORECASE)
+# Past this many words a question carries a text of its own (a pasted paragraph), whose words an answer may rightly
+# copy; the longest of the everyday question sets has 21
+QUESTION_WITH_TEXT_WORDS = 40
 
 
 def restates_question(question: str, answer: str) -> bool:
     """Whether every word of `answer` (SQuAD-normalized) is a word of `question`, where the
-    question offers no choice ("... or ...?") that an answer would have to repeat.
+    question offers no choice ("... or ...?") that an answer would have to repeat and carries no
+    text of its own (more than QUESTION_WITH_TEXT_WORDS words) that an answer would copy.
 
     >>> restates_question("what is a baby frog called?", "A baby frog")
     True
@@ -37,9 +42,11 @@ def restates_question(question: str, answer: str) -> bool:
     False
     >>> restates_question("which is bigger, the sun or the moon?", "the Sun")
     False
+    >>> restates_question("The Great Fire of London burned in 1666. " * 6 + "In which year was it?", "1666")
+    False
     """
     words = normalize_answer(answer).split()
-    if not words or _CHOICE.search(question):
+    if not words or _CHOICE.search(question) or len(question.split()) > QUESTION_WITH_TEXT_WORDS:
         return False
     asked = set(normalize_answer(question).split())
     return all(word in asked for word in words)
