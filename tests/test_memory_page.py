@@ -354,3 +354,9 @@ def test_memory_leading_with_the_two_variants_leaning_different_ways_says_so():
     sentence = memory_sentence(result)
     assert sentence.endswith("; the two answers lean on it differently (see each answer's tokens).")
     assert "leans on what the model remembers" not in sentence and "even so" not in sentence
+
+
+def test_a_tiny_p_memory_is_written_as_a_power_of_ten_not_as_zero():
+    passage = RetrievedPassage(1, 0, "", "Paris is the capital.", 0.5, 0.9996, 10.0)
+    result = AskResult("q", "kb", "flat", 1, (passage,), {}, None, {}, memory_logit=1.0, memory_prob=0.0004)
+    assert memory_sentence(result) == "∅ memory is a source beside the 1 passage: p(∅|x) = 4.00 × 10⁻⁴."

@@ -1076,3 +1076,12 @@ def test_passage_cards_show_the_readers_no_answer_verdict_when_there_is_one():
     assert re.findall(r"p\(no answer\) <b>([0-9.]+)</b>", shown) == ["0.97", "0.01"][:len(passages)]
     assert "no answer" not in format_passages_html(passages)  # a generator without the marker: nothing to show
     assert "no answer" not in format_passages_html(passages, no_answer=[0.5] * (len(passages) + 1))  # not one per passage
+
+
+def test_a_token_of_spaces_alone_shows_as_a_faint_mark_not_an_empty_chip():
+    passage = RetrievedPassage(1, 0, "Spider", "Spiders have eight limbs.", 0.5, 1.0, 10.0)
+    tokens = (" ", "8", "\n\n")
+    variant = VariantResult("token", "8", tokens, (1, 2, 3), -1.0, (-0.3,) * 3, ((-0.3,),) * 3, ((1.0,),) * 3, (-1.0,) * 3)
+    spans = format_token_spans(variant, (passage,))
+    texts = re.findall(r'<span class="rag-tok-text">(.*?)</span>(?=<span class="rag-tok-src"|<span class="rag-tip")', spans)
+    assert texts == ['<span class="rag-tok-space">␣</span>', "8", "↵↵"]

@@ -18,7 +18,7 @@ from ..retrieval.corpus import KnowledgeBase
 from ..progress import counted
 from ..results import AskResult, ClosedBookResult, RetrievedPassage, RetrieverComparison, RetrieverRanking, VariantResult
 from .sentences import (EVIDENCE_MEANS, LINE_BREAK_NOTE, disagreement_sentence, encoders_differ_sentence, evidence,
-                        knowledge_conflicts, memory_sentence, swap_verdict)
+                        fmt_prob, knowledge_conflicts, memory_sentence, swap_verdict)
 
 PARAMETRIC_P = 0.5  # closed-book p at or above which a token is marked as coming from parametric memory
 TIMING_ORDER = ("encode", "search", "generate", "total")
@@ -31,23 +31,6 @@ def esc(text: object) -> str:
     '&lt;img src=x onerror=&quot;1&quot;&gt;'
     """
     return html.escape(str(text), quote=True)
-
-
-_SUPERSCRIPTS = str.maketrans("-0123456789", "⁻⁰¹²³⁴⁵⁶⁷⁸⁹")
-
-
-def fmt_prob(p: float) -> str:
-    """A probability for people: 3 decimals; powers of ten, as a blackboard writes them, when tiny.
-
-    >>> fmt_prob(0.73456), fmt_prob(0.0000123), fmt_prob(4.2e-120), fmt_prob(0.0)
-    ('0.735', '1.23 × 10⁻⁵', '4.20 × 10⁻¹²⁰', '0')
-    """
-    if p == 0:
-        return "0"
-    if abs(p) >= 0.001:
-        return f"{p:.3f}"
-    mantissa, exponent = f"{p:.2e}".split("e")
-    return f"{mantissa} × 10{str(int(exponent)).translate(_SUPERSCRIPTS)}"
 
 
 def fmt_signed(x: float, digits: int = 2) -> str:
@@ -103,9 +86,12 @@ def _ends_answer(tokens: Sequence[str], t: int) -> bool:
 
 
 def _token_text(token: str) -> str:
-    """Escaped token text as shown inline: newlines visible, special tokens kept short."""
+    """Escaped token text as shown inline: newlines visible, special tokens kept short, a token of spaces alone as a
+    faint ␣ (a tokenizer that writes digits one by one puts a space token before " 8"; it drew an empty chip)."""
     if token == "":
         return "∅"
+    if token.strip() == "" and "\n" not in token:
+        return '<span class="rag-tok-space">␣</span>'
     return esc(token).replace("\n", "↵")
 
 

@@ -16,6 +16,23 @@ from ..progress import counted
 from ..results import AskResult, RetrievedPassage, VariantResult
 
 
+_SUPERSCRIPTS = str.maketrans("-0123456789", "⁻⁰¹²³⁴⁵⁶⁷⁸⁹")
+
+
+def fmt_prob(p: float) -> str:
+    """A probability for people: 3 decimals; powers of ten, as a blackboard writes them, when tiny.
+
+    >>> fmt_prob(0.73456), fmt_prob(0.0000123), fmt_prob(4.2e-120), fmt_prob(0.0)
+    ('0.735', '1.23 × 10⁻⁵', '4.20 × 10⁻¹²⁰', '0')
+    """
+    if p == 0:
+        return "0"
+    if abs(p) >= 0.001:
+        return f"{p:.3f}"
+    mantissa, exponent = f"{p:.2e}".split("e")
+    return f"{mantissa} × 10{str(int(exponent)).translate(_SUPERSCRIPTS)}"
+
+
 def memory_sentence(result: AskResult) -> str:
     """What p(∅|x) says, in words (plain text); "" when memory is not a source of this answer."""
     if result.memory_prob is None:
@@ -23,9 +40,9 @@ def memory_sentence(result: AskResult) -> str:
     k = counted(len(result.passages), "passage")
     if plots.memory_leads(result):
         than = "more than the passage" if len(result.passages) == 1 else f"more than any of the {k}"
-        return (f"∅ memory is the largest source: p(∅|x) = {result.memory_prob:.3f}, {than}. "
+        return (f"∅ memory is the largest source: p(∅|x) = {fmt_prob(result.memory_prob)}, {than}. "
                 "No passage matches this question as well as the generator's own memory does" + _how_answers_lean(result))
-    return f"∅ memory is a source beside the {k}: p(∅|x) = {result.memory_prob:.3f}."
+    return f"∅ memory is a source beside the {k}: p(∅|x) = {fmt_prob(result.memory_prob)}."
 
 
 def _how_answers_lean(result: AskResult) -> str:
