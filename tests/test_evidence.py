@@ -111,8 +111,8 @@ def _result(answer: str, texts: list[str], closed: str | None, memory: tuple[flo
 
 
 @pytest.mark.parametrize("answer, texts, closed, memory, kind, sentence", [
-    ("Paris", ["Paris is big.", "Lyon.", "Paris again."], "Rome", (), "passages", "In passages #1 and #3."),
-    ("Lyon", ["Paris.", "Lyon."], None, (), "passages", "In passage #2."),
+    ("Paris", ["Paris is big.", "Lyon.", "Paris again."], "Rome", (), "passages", "Its words are in passages #1 and #3."),
+    ("Lyon", ["Paris.", "Lyon."], None, (), "passages", "Its words are in passage #2."),
     ("Rome", ["Paris.", "Lyon."], "Rome", (), "memory",
      "In none of the 2 passages read: from the generator's memory (the closed-book answer)."),
     ("Rome", ["Paris.", "Lyon."], "Milan", (0.7,), "memory", "∅ memory's posterior is 0.70"),
@@ -139,7 +139,7 @@ def test_a_visitors_own_answer_is_only_placed_in_the_passages_or_not(ui_engine):
 def test_passage_text_in_the_evidence_line_is_escaped():
     result = _result("<b>x</b>", ["a <b>x</b> here"], None)
     html = format_answer_html(result)
-    assert "In passage #1." in html and "<b>x</b>" not in html
+    assert "Its words are in passage #1." in html and "<b>x</b>" not in html
 
 
 def test_the_ask_tab_shows_the_line_on_every_answer_card(ui_engine):

@@ -162,7 +162,7 @@ def evidence(result: AskResult, variant: VariantResult, *, generated: bool = Tru
     if not variant.answer.strip():
         return "", ""
     if variant.found_in:
-        return "passages", f"In {_ranks_in_words(variant.found_in)}."
+        return "passages", f"Its words are in {_ranks_in_words(variant.found_in)}."
     nowhere = (f"In none of the {counted(len(result.passages), 'passage')} read" if len(result.passages) > 1
                else "Not in the passage read")
     if not generated:
