@@ -236,6 +236,22 @@ def test_an_error_dims_the_earlier_answer_until_the_next_one(page):
     page.wait_for_function("getComputedStyle(document.querySelector('#answer')).opacity == 1")
 
 
+def test_changing_an_option_marks_the_answer_on_screen_until_the_next_ask(page):
+    stale = "document.documentElement.classList.contains('rag-ask-stale')"
+    page.locator("#memory input[type=checkbox]").click()  # before any answer: nothing to mark
+    assert not page.evaluate(stale)
+    field(page, "question").fill(QUESTIONS[0])
+    page.locator("#ask-btn").click()
+    expect(page.locator("#answer .rag-card-token .rag-tok").first).to_be_visible()
+    page.locator("#memory input[type=checkbox]").click()
+    page.wait_for_function(stale)
+    note = page.evaluate("getComputedStyle(document.querySelector('#answer'), '::before').content")
+    assert "options changed after this answer was asked" in note
+    assert float(page.locator("#passages").evaluate("node => getComputedStyle(node).opacity")) == 0.5
+    page.locator("#ask-btn").click()
+    page.wait_for_function(f"!{stale}")
+
+
 def test_swap_the_index_changes_the_answer(page, ui_engine):
     question = QUESTIONS[0]
     open_tab(page, "Swap the index")

@@ -147,6 +147,12 @@ COPY_LINK_JS = """(query) => {
 }"""
 
 LARGE_TEXT_JS = "(on) => { document.documentElement.classList.toggle('rag-large', Boolean(on)); return on; }"
+# An answer on screen was asked with the options it was asked with: once a visitor changes one, the answer is
+# marked as asked before the change (assets/style.css, .rag-ask-stale) until the next ask
+MARK_ANSWER_STALE_JS = ("() => { const answer = document.getElementById('answer'); "
+                        "if (answer && answer.querySelector('.rag-answer-block')) "
+                        "document.documentElement.classList.add('rag-ask-stale'); }")
+CLEAR_ANSWER_STALE_JS = "() => { document.documentElement.classList.remove('rag-ask-stale'); }"
 
 
 def scroll_into_view_js(elem_id: str) -> str:
@@ -436,6 +442,11 @@ def build_demo(engine: Engine, *, limits: UploadLimits = UploadLimits(), files: 
         scroll_to = {name: dict(fn=None, js=scroll_into_view_js(name), queue=False, api_visibility="private")
                      for name in ("answer", "swap-summary", "score-out", "compare")}
         gr.on([ask_btn.click, question.submit, examples.click], **scroll_to["answer"])
+        gr.on([control.input for control in (variant, kb, index, k, beams, decoding, retriever, question_encoder,
+                                             extractive, memory)],
+              None, js=MARK_ANSWER_STALE_JS, queue=False, api_visibility="private")
+        gr.on([ask_btn.click, question.submit, examples.click], None, js=CLEAR_ANSWER_STALE_JS, queue=False,
+              api_visibility="private")
         gr.on([swap_btn.click, swap_question.submit, swap_examples.click], **scroll_to["swap-summary"])
         gr.on([score_btn.click, score_answer.submit], **scroll_to["score-out"])
         ask_inputs = [question, variant, k, index, kb, beams, decoding, mine, retriever, extractive, memory, question_encoder]
