@@ -271,3 +271,19 @@ def test_a_failed_read_ahead_leaves_the_start_serving(caplog):
 
     _read_ahead_for_training(SimpleNamespace(), _no_progress)  # an engine without knowledge bases
     assert "reading the Train tab's questions ahead failed" in caplog.text
+
+
+def test_a_finished_run_that_raised_neither_held_out_figure_says_so():
+    from types import SimpleNamespace
+
+    from rag_demo.ui.train import _no_rise
+
+    def run(*checks, finished=True):
+        return SimpleNamespace(checks=list(checks), finished=finished)
+
+    level = run((0, 0.867, 0.639), (60, 0.867, 0.608))
+    assert _no_rise(level, ended=True).startswith(" Neither rose: this run did not make retrieval better")
+    assert _no_rise(level, ended=False) == ""  # still training: nothing to conclude yet
+    assert _no_rise(run((0, 0.8, 0.6), (60, 0.8, 0.61)), ended=True) == ""  # the answer mass rose
+    assert _no_rise(run((0, 0.8, 0.6), (60, 0.85, 0.5)), ended=True) == ""  # recall rose
+    assert _no_rise(run((0, 0.8, 0.6)), ended=True) == ""  # one check: nothing to compare

@@ -273,7 +273,7 @@ def build_demo(engine: Engine, *, limits: UploadLimits = UploadLimits(), files: 
                                                              size="sm", visible=False, min_width=210)
                         with gr.Row():
                             with gr.Column(scale=3, min_width=320):
-                                passages = _html("passages", max_height=440)
+                                passages = _html("passages", max_height=760)
                             with gr.Column(scale=2, min_width=260):
                                 doc_prob = gr.Plot(label="p(z|x)", elem_id="doc-prob", show_label=False, visible=False)
                 with gr.Row():  # side by side on a wide screen, one under the other on a phone
