@@ -190,6 +190,10 @@ def test_narrow_screen_brings_the_answer_into_view_and_stacks_the_heatmaps(brows
         token_box, seq_box = page.locator("#heat-token").bounding_box(), page.locator("#heat-seq").bounding_box()
         assert seq_box["y"] >= token_box["y"] + token_box["height"] - 1  # one under the other, full width
         assert token_box["width"] > 300
+        # the passages flow in the page, every one of them, instead of scrolling in a box of their own
+        box = page.locator("#passages .html-container").evaluate(
+            "node => [getComputedStyle(node).maxHeight, getComputedStyle(node).overflowY]")
+        assert box == ["none", "visible"]
         page.wait_for_timeout(500)
         shot(page, "ask_narrow")
     finally:
