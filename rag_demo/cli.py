@@ -232,6 +232,8 @@ def engine_config(args) -> EngineConfig:
     if args.untuned_generator:
         config = replace(config, generator=replace(config.generator, tuned=False))
     trained = _trained_encoder(args.question_encoder)
+    if trained is None and args.question_encoder:
+        _check_encoder_name(args.question_encoder)
     if trained is not None:  # a question side trained by `train`: the default encoder's passage side, these questions
         config = replace(config, encoder=EncoderConfig(scale=args.scale, tuned=False, question_weights=str(trained)))
     elif args.question_encoder or args.scale is not None or args.untuned_questions:
@@ -266,6 +268,19 @@ def _trained_encoder(name: str | None) -> Path | None:
     from .serving.retriever_training import trained_encoder_path
 
     return trained_encoder_path(name)
+
+
+def _check_encoder_name(name: str) -> None:
+    """Refuse a plain name (no owner/ of a Hugging Face id, no folder) that no `train --save` saved, before any
+    download is tried: a mistyped name otherwise spent half a minute on the Hub's retries."""
+    if "/" in name or "\\" in name or _names_a_folder(name):
+        return
+    from .serving.retriever_training import trained_encoder_names
+
+    saved = trained_encoder_names()
+    raise UsageError(f"no question encoder {name!r}: no `train --save` saved one of that name "
+                     f"({'saved: ' + ', '.join(saved) if saved else 'none is saved'}), and it is no folder; "
+                     "a Hugging Face id has the form owner/name")
 
 
 def _names_a_folder(text: str) -> bool:

@@ -164,6 +164,14 @@ def trained_encoder_path(name: str) -> Path | None:
     return folder if (folder / MARKER).is_file() else None
 
 
+def trained_encoder_names() -> list[str]:
+    """The names of the complete question encoders `train --save` has saved, sorted."""
+    from ..offline.cache import MARKER
+
+    folder = encoders_folder()
+    return sorted(path.name for path in folder.iterdir() if (path / MARKER).is_file()) if folder.is_dir() else []
+
+
 def save_question_encoder(model, name: str, record: dict) -> Path:
     """Save a trained question side under `name` (replacing one of that name), with its training record."""
     from ..offline.cache import publish, staged, writing
