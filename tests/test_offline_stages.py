@@ -286,11 +286,13 @@ def test_a_second_build_of_the_same_cache_waits_for_the_first(tmp_path):
     thread = threading.Thread(target=first)
     thread.start()
     held.wait(5)
-    with build_lock(tmp_path, lambda stage, done, total: waiting.append(stage)):
+    with build_lock(tmp_path, lambda stage, done, total: waiting.append((stage, done, total))):
         order.append("second in")
     thread.join()
     assert order == ["first done", "second in"]
-    assert waiting and "waiting for another process" in waiting[0]
+    assert [(done, total) for _, done, total in waiting] == [(0, 1), (1, 1)]  # the wait's bar ends
+    assert "waiting for another process" in waiting[0][0]
+    waiting = [stage for stage, _, _ in waiting]
     with build_lock(tmp_path, lambda *a: waiting.append("again")):  # free again: no waiting
         pass
     assert waiting[-1] != "again"

@@ -259,6 +259,7 @@ def build_lock(root: Path, progress: Progress | None = None) -> Iterator[None]:
             log.info("%s", stage)
             report(progress, stage, 0, 1)
             fcntl.flock(handle, fcntl.LOCK_EX)
+            report(progress, stage, 1, 1)  # the wait is over: a terminal's bar ends its line
         yield
     finally:
         handle.close()  # closing releases the lock
