@@ -8,6 +8,7 @@ the engine computed for the same inputs, and check the numbers against the RAG e
 from __future__ import annotations
 
 import json
+import html
 import math
 import re
 import threading
@@ -1085,3 +1086,14 @@ def test_a_token_of_spaces_alone_shows_as_a_faint_mark_not_an_empty_chip():
     spans = format_token_spans(variant, (passage,))
     texts = re.findall(r'<span class="rag-tok-text">(.*?)</span>(?=<span class="rag-tok-src"|<span class="rag-tip")', spans)
     assert texts == ['<span class="rag-tok-space">␣</span>', "8", "↵↵"]
+
+
+def test_the_hypotheses_line_marks_a_repeated_text_and_says_why_in_its_title():
+    passage = RetrievedPassage(1, 0, "Fire", "The fire of 1666.", 0.5, 1.0, 10.0)
+    variant = VariantResult("sequence", "1666", ("1666",), (1,), -1.0, (-1.0,), ((-1.0,),), ((1.0,),), (-1.0,),
+                            candidates=(("1666", -1.0), ("1666", -2.0), ("1840", -3.0)))
+    result = AskResult("q", "kb", "flat", 1, (passage,), {"sequence": variant}, None, {})
+    line = re.search(r'<div class="rag-cands"[^>]*>.*?</div>', format_answer_html(result)).group(0)
+    assert "title=" in line and "its own hypothesis" in html.unescape(line)
+    assert line.count("(same words, other tokens)") == 1
+    assert f"“1666” {fmt_prob(math.exp(-1.0))}, “1666” (same words, other tokens) {fmt_prob(math.exp(-2.0))}" in line

@@ -301,6 +301,11 @@ def format_evidence(result: AskResult, variant: VariantResult, *, generated: boo
     return f'<div class="rag-evidence rag-evidence-{kind}" title="{esc(EVIDENCE_MEANS)}">{esc(sentence)}</div>'
 
 
+HYPOTHESES_MEAN = ("RAG-Sequence's candidate answers, each decoded from one source and scored by p(y|x) over all of "
+                   "them. The same words can come twice as different token sequences (\"1840\" written as one token or "
+                   "as four digits, another ending): each sequence is its own hypothesis with its own probability.")
+
+
 def _variant_card(variant: VariantResult, passages: Sequence[RetrievedPassage], *, extra: str = "") -> str:
     name = plots.VARIANT_NAMES.get(variant.variant, variant.variant)
     candidates = ""
@@ -313,7 +318,8 @@ def _variant_card(variant: VariantResult, passages: Sequence[RetrievedPassage], 
                 label += " (same words, other tokens)"
             seen.add(text)
             shown.append(f"{label} {fmt_prob(math.exp(lp))}")
-        candidates = f'<div class="rag-cands">hypotheses p(y|x): {", ".join(shown)}</div>'
+        candidates = (f'<div class="rag-cands" title="{esc(HYPOTHESES_MEAN)}">hypotheses p(y|x): {", ".join(shown)}'
+                      '</div>')
     if not variant.answer.strip():
         candidates = '<div class="rag-cands">(empty answer: the model ended it at once)</div>' + candidates
     return (
