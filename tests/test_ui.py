@@ -1097,3 +1097,10 @@ def test_the_hypotheses_line_marks_a_repeated_text_and_says_why_in_its_title():
     assert "title=" in line and "its own hypothesis" in html.unescape(line)
     assert line.count("(same words, other tokens)") == 1
     assert f"“1666” {fmt_prob(math.exp(-1.0))}, “1666” (same words, other tokens) {fmt_prob(math.exp(-2.0))}" in line
+
+
+def test_a_passage_that_starts_mid_sentence_is_shown_as_continued():
+    passages = (RetrievedPassage(1, 0, "The Night Watch", "into a compelling drama of light.", 0.5, 0.6, 10.0),
+                RetrievedPassage(2, 1, "The Night Watch", "The Night Watch is a painting.", 0.4, 0.4, 9.0))
+    texts = re.findall(r'<div class="rag-passage-text">(.*?)</div>', format_passages_html(passages))
+    assert texts == ["… into a compelling drama of light.", "The Night Watch is a painting."]

@@ -443,6 +443,8 @@ def format_passages_html(passages: Sequence[RetrievedPassage], *, max_chars: int
         reader = ("" if verdict is None else
                   f' · <span title="{esc(NO_ANSWER_TIP)}">p(no answer) <b>{verdict:.2f}</b></span>')
         text = p.text if max_chars is None else plots.shorten(p.text, max_chars)
+        if text[:1].islower():  # a passage cut from the middle of an article's text starts mid-sentence
+            text = "… " + text
         gold = p.id in gold_ids
         cards.append(
             f'<div class="rag-passage{" rag-passage-gold" if gold else ""}" style="border-left-color:{color}">'
