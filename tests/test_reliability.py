@@ -453,7 +453,7 @@ def test_hostile_questions_get_answers_shown_as_text(engine, name):
 
 
 @pytest.mark.parametrize(("question", "message"), [
-    ("", "Type a question"), ("   \n\t ", "Type a question"), (None, "Type a question"), (42, "Type a question"),
+    ("", "Type a question"), ("   \n\t ", "Type a question"), (None, "Type a question"), (42, "the question must be text, got int"),
     ("\x00\x01\x02", "empty"),
     ("x" * (LIMITS.max_input_chars + 1), f"the limit is {LIMITS.max_input_chars:,}"),
 ])
