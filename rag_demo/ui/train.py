@@ -455,9 +455,10 @@ def train_tab(engine, *, encoders: EncoderChoices, runs=None) -> TrainActions:
             page_runs = PageRunConfig()
             questions = gr.Slider(10, page_runs.max_questions, value=page_runs.default_questions, step=10,
                                   label="Training questions", elem_id="train-questions", scale=2,
-                                  info=f"{page_runs.steps} steps of {page_runs.batch_size} questions, whatever this "
-                                  f"number. Each is read once with its top {page_runs.candidates} passages (~2 s; "
-                                  f"the first {page_runs.default_questions} as the page starts)")
+                                  info=f"The run is always {page_runs.steps} steps, each on up to {page_runs.batch_size} "
+                                  "of these questions: fewer questions, more passes over each. Each is read "
+                                  f"once with its top {page_runs.candidates} passages (~2 s; the first "
+                                  f"{page_runs.default_questions} as the page starts)")
             with gr.Column(scale=1, min_width=120):
                 train_btn = gr.Button("Train", variant="primary", elem_id="train-btn")
                 stop_btn = gr.Button("Stop", elem_id="train-stop")
