@@ -1,5 +1,5 @@
-"""How often an answer is right for each line its card shows: its words in a passage read, from the
-generator's memory, or backed by nothing on the page (`ui.sentences.evidence`).
+"""How often an answer is right for each line its card shows: its words in a passage read, in the question
+itself, from the generator's memory, or backed by nothing on the page (`ui.sentences.evidence`).
 
     python -m benchmarks.evidence_kinds --questions everyday-train --n 150 --seed 0
 
@@ -21,7 +21,9 @@ from rag_demo.questions import SetQuestion, load_question_set
 from rag_demo.results import AskResult
 from rag_demo.ui.sentences import evidence
 
-KINDS = {"passages": "in a passage read", "memory": "from the generator's memory", "none": "backed by nothing shown"}
+KINDS = {"passages": "in a passage read", "question": "in the question itself", "memory": "from the generator's memory",
+         "none": "backed by nothing shown"}
+SHOWN_WHEN_EMPTY = ("passages", "memory", "none")  # the rest get a row only where some answer is of that kind
 
 
 def page_asks_arguments(description: str, argv: list[str] | None) -> argparse.Namespace:
@@ -67,7 +69,7 @@ def main(argv: list[str] | None = None) -> None:
                 continue
             low, high = wilson_interval(right, right + wrong)
             cells.append(f"{right} / {right + wrong}: {100 * right / (right + wrong):.1f} ({100 * low:.1f}-{100 * high:.1f})")
-        if kind != "empty" or cells != ["-", "-"]:
+        if kind in SHOWN_WHEN_EMPTY or cells != ["-", "-"]:
             print(f"| {words} | " + " | ".join(cells) + " |")
 
 

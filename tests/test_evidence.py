@@ -14,7 +14,7 @@ from rag_demo.questions import FRAME_WORDS
 from rag_demo.results import AskResult, ClosedBookResult, RetrievedPassage, VariantResult
 from rag_demo.ui.actions import DemoActions, unwrap
 from rag_demo.ui.html import esc, format_answer_html, format_score_html
-from rag_demo.ui.sentences import evidence
+from rag_demo.ui.sentences import evidence, knowledge_conflicts
 from tests.ui_engine import KB_NAMES, QUESTIONS
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -101,13 +101,13 @@ def test_generated_answers_carry_where_their_words_are(ui_engine):
         assert "found_in" in json.dumps(result.to_json())
 
 
-def _result(answer: str, texts: list[str], closed: str | None, memory: tuple[float, ...] = ()) -> AskResult:
+def _result(answer: str, texts: list[str], closed: str | None, memory: tuple[float, ...] = (), question: str = "q") -> AskResult:
     passages = tuple(RetrievedPassage(i + 1, i, f"title {i}", text, 0.5, 1 / len(texts), 10.0) for i, text in enumerate(texts))
     found = tuple(p.rank for p in passages if holds(p, answer))
     variant = VariantResult("token", answer, (answer,), (1,), -1.0, (-1.0,), ((-1.0,) * len(texts),),
                             ((0.2,) * len(texts),), (-0.5,), memory_posteriors=memory, found_in=found)
     closed_book = None if closed is None else ClosedBookResult(closed, (closed,), (-0.5,), -0.5)
-    return AskResult("q", "kb", "flat", len(texts), passages, {"token": variant}, closed_book, {})
+    return AskResult(question, "kb", "flat", len(texts), passages, {"token": variant}, closed_book, {})
 
 
 @pytest.mark.parametrize("answer, texts, closed, memory, kind, sentence", [
@@ -124,6 +124,28 @@ def test_each_answer_says_where_its_words_are(answer, texts, closed, memory, kin
     result = _result(answer, texts, closed, memory)
     got_kind, said = evidence(result, result.variants["token"])
     assert got_kind == kind and sentence in said
+    if kind:
+        assert f'rag-evidence-{kind}' in format_answer_html(result)
+
+
+PASTED = ("The Great Fire of London started in a bakery on Pudding Lane shortly after midnight on Sunday "
+          "2 September 1666. Where did the Great Fire of London start?")
+
+
+@pytest.mark.parametrize("answer, texts, closed, memory, question, kind, sentence", [
+    # copied from a text pasted before the question: there, not in memory, even where memory says it too
+    ("Pudding Lane", ["Paris.", "Lyon."], "Pudding Lane", (0.0,), PASTED, "question",
+     "In none of the 2 passages read, but its words are in the question itself, which the generator reads too."),
+    ("the Sun", ["Paris."], None, (), "which is bigger, the sun or the moon?", "question", "its words are in the question"),
+    ("Pudding Lane", ["It began on Pudding Lane."], None, (), PASTED, "passages", "Its words are in passage #1."),
+    ("Thames Street", ["Paris."], "Thames Street", (), PASTED, "memory", "from the generator's memory"),
+])
+def test_an_answer_whose_words_are_in_the_question_says_so(answer, texts, closed, memory, question, kind, sentence):
+    result = _result(answer, texts, closed, memory, question)
+    got_kind, said = evidence(result, result.variants["token"])
+    assert got_kind == kind and sentence in said
+    # memory gave it too, but the question holds it: no knowledge conflict to report
+    assert bool(knowledge_conflicts(result)) == (kind == "memory")
     if kind:
         assert f'rag-evidence-{kind}' in format_answer_html(result)
 

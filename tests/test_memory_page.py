@@ -129,9 +129,9 @@ def test_memory_has_a_card_among_the_passages_and_a_line_in_words(actions):
     result = unwrap(out.last)
     assert out.passages.count('class="rag-passage"') == len(result.passages)
     card = out.passages[out.passages.index("rag-passage-memory"):]
-    assert f"p(∅|x) <b>{result.memory_prob:.3f}</b>" in card
+    assert f"p(∅|x) <b>{fmt_prob(result.memory_prob)}</b>" in card
     assert "The generator&#x27;s own memory: the question read with no passage" in card and f"θ {result.memory_logit:.2f}" in card
-    assert f"p(∅|x) = {result.memory_prob:.3f}" in out.answer and "grey for ∅" in out.answer
+    assert f"p(∅|x) = {fmt_prob(result.memory_prob)}" in out.answer and "grey for ∅" in out.answer
 
 
 def test_memory_as_the_largest_source_is_said_in_words_and_colours_the_tokens(ui_engine, theta):
@@ -243,7 +243,8 @@ def test_score_shows_memory_and_its_heatmap_row(actions, theta):
     out = actions.score(QUESTION, "Paris", KB_NAMES[0], 3, "flat", None, True)
     assert out.status == ""
     result = actions.engine.score(QUESTION, "Paris", kb=KB_NAMES[0], k=3)
-    assert f"p(∅|x) = {result.memory_prob:.3f}" in out.cards
+    assert f"p(∅|x) = {fmt_prob(result.memory_prob)}" in out.cards
+    assert f"{esc(plots.MEMORY_NAME)} <b>{fmt_prob(result.memory_prob)}</b>" in out.cards  # the priors line: the same figure
     trace = out.heat_token["value"].data[0]
     assert list(trace.z[-1]) == pytest.approx(result.variants["token"].memory_posteriors, abs=1e-6)
     assert list(trace.z[-1]) == pytest.approx([r[-1] for r in by_hand(result, result.variants["token"], theta)], abs=1e-4)

@@ -376,7 +376,7 @@ def format_answer_html(result: AskResult, *, closed_book: bool = True, legend: b
     legend_html = (
         f'<div class="rag-legend">Token colour = the passage{memory} that dominates its posterior (stronger = surer); '
         f'dotted underline = the closed-book model alone gives it p ≥ {PARAMETRIC_P:g} (parametric memory). '
-        "The small #number after a run of tokens is the passage they lean on (∅: memory). "
+        f"The small #number after a run of tokens is the passage they lean on{' (∅: memory)' if memory else ''}. "
         "Hover or focus a token for its posterior and closed-book probability.</div>"
         if legend else ""
     )
@@ -420,7 +420,7 @@ def format_memory_card(memory_prob: float, memory_logit: float | None, *, leads:
         f'<div class="rag-passage rag-passage-memory" style="border-left-color:{plots.MEMORY_COLOR}">'
         f'<div class="rag-passage-head"><span class="rag-rank" style="background:{plots.MEMORY_COLOR};color:{plots.text_color_on(plots.MEMORY_COLOR)}">∅</span>'
         f'<span class="rag-passage-title">memory</span>{lead}'
-        f'<span class="rag-passage-nums">{logit}p(∅|x) <b>{memory_prob:.3f}</b></span></div>'
+        f'<span class="rag-passage-nums">{logit}p(∅|x) <b>{fmt_prob(memory_prob)}</b></span></div>'
         f'<div class="rag-pbar"><span style="width:{100 * memory_prob:.1f}%;background:{plots.MEMORY_COLOR}"></span></div>'
         f'<div class="rag-passage-text">{esc(MEMORY_MEANS)}</div></div>'
     )
@@ -547,7 +547,7 @@ def format_priors(result: AskResult) -> str:
     parts = [f'<span class="rag-prior" data-row="{esc(p.id)}">{swatch(p.rank)}{plots.passage_label(p, 28)} '
              f"<b>{p.prob:.3f}</b></span>" for p in result.passages]
     if result.memory_prob is not None:
-        parts.append(f'<span class="rag-prior">{MEMORY_SWATCH}{esc(plots.MEMORY_NAME)} <b>{result.memory_prob:.3f}</b></span>')
+        parts.append(f'<span class="rag-prior">{MEMORY_SWATCH}{esc(plots.MEMORY_NAME)} <b>{fmt_prob(result.memory_prob)}</b></span>')
     return f'<div class="rag-cands rag-priors">p(z|x) of the passages read: {" · ".join(parts)}</div>'
 
 

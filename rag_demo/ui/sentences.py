@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from .. import plots
 from ..evaluate import exact_match
 from ..progress import counted
+from ..questions import holds_answer
 from ..results import AskResult, RetrievedPassage, VariantResult
 
 
@@ -156,8 +157,9 @@ def _ranks_in_words(ranks: Sequence[int]) -> str:
 
 def evidence(result: AskResult, variant: VariantResult, *, generated: bool = True) -> tuple[str, str]:
     """Where an answer's words are to be found, as (kind, sentence in plain text): "passages" when some passage
-    read holds them (`VariantResult.found_in`); "memory" when none does and the answer is the closed-book one, or
-    ∅ memory carries most of its posterior; "none" when nothing shown backs it. ("", "") for an empty answer.
+    read holds them (`VariantResult.found_in`); "question" when none does but the question itself does (a text
+    pasted before it, a choice it offers); "memory" when the answer is the closed-book one, or ∅ memory carries
+    most of its posterior; "none" when nothing shown backs it. ("", "") for an empty answer.
     An answer the visitor gave (`generated=False`) is only placed in the passages or not."""
     if not variant.answer.strip():
         return "", ""
@@ -167,6 +169,8 @@ def evidence(result: AskResult, variant: VariantResult, *, generated: bool = Tru
                else "Not in the passage read")
     if not generated:
         return "none", f"{nowhere}."
+    if holds_answer(result.question, variant.answer):  # a text pasted before the question, or a choice it offers
+        return "question", f"{nowhere}, but its words are in the question itself, which the generator reads too."
     closed = result.closed_book
     from_memory = closed is not None and closed.answer.strip() and exact_match(variant.answer, closed.answer)
     share = _memory_share(variant)
@@ -181,13 +185,14 @@ def knowledge_conflicts(result: AskResult) -> list[str]:
     """A sentence for each answer that is the closed-book answer and appears in none of the passages it
     read: the generator's memory outweighed the passages (a knowledge conflict). [] without a closed-book answer.
 
-    An answer the passages say too is no conflict, whatever memory says; nor is one memory did not give."""
+    An answer the passages say too is no conflict, whatever memory says; nor is one memory did not give, nor one
+    the question itself holds (copied from a text pasted before it)."""
     closed = result.closed_book
     if closed is None or not closed.answer.strip():
         return []
     sentences = []
     for variant in result.variants.values():
-        if not exact_match(variant.answer, closed.answer) or variant.found_in:
+        if not exact_match(variant.answer, closed.answer) or variant.found_in or holds_answer(result.question, variant.answer):
             continue
         share = _memory_share(variant)
         weight = "" if share is None else f"; ∅ memory's posterior on the answer is {share:.2f}"
