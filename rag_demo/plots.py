@@ -400,8 +400,10 @@ def retrieval_gain_figure(variants: Sequence[VariantResult], *, height: int = 30
                          title_text="answer token" if row == len(panels) else None,
                          gridcolor="rgba(128,128,128,0.2)", row=row if len(panels) > 1 else None,
                          col=1 if len(panels) > 1 else None)
+        # exponentformat "none": plotly's default wrote a tiny gain as "−500μ", a unit prefix nats do not take
         fig.update_yaxes(title_text="Δ log p (nats)", zeroline=False, gridcolor="rgba(128,128,128,0.2)",
-                         row=row if len(panels) > 1 else None, col=1 if len(panels) > 1 else None)
+                         exponentformat="none", row=row if len(panels) > 1 else None,
+                         col=1 if len(panels) > 1 else None)
     fig.add_hline(y=0, line=dict(color="rgba(128,128,128,0.7)", dash="dot"))
     _layout(fig, title=title, height=height)
     # the formula on a line of its own under the title, and the legend under both: a phone's width holds each

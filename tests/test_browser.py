@@ -252,6 +252,11 @@ def test_changing_an_option_marks_the_answer_on_screen_until_the_next_ask(page):
     note = page.evaluate("getComputedStyle(document.querySelector('#answer'), '::before').content")
     assert "options changed after this answer was asked" in note
     assert float(page.locator("#passages").evaluate("node => getComputedStyle(node).opacity")) == 0.5
+    field(page, "question").fill("  ")  # an empty ask asks nothing: the old answer stays marked
+    page.locator("#ask-btn").click()
+    expect(page.locator("#ask-status")).to_contain_text("Type a question")
+    assert page.evaluate(stale)
+    field(page, "question").fill(QUESTIONS[0])
     page.locator("#ask-btn").click()
     page.wait_for_function(f"!{stale}")
 

@@ -234,6 +234,7 @@ def test_figures_have_titles_axes_and_legends(actions):
     v = result.variants["token"]
     assert list(gain.data[0].y) == pytest.approx([a - b for a, b in zip(v.token_logprobs, v.closed_book_token_logprobs)])
     assert gain.layout.yaxis.title.text and gain.layout.title.text and len(gain.data) == 2
+    assert gain.layout.yaxis.exponentformat == "none"  # no "μ" on a tiny gain
 
     bars = plots.doc_prob_figure(result)
     assert list(bars.data[0].x) == pytest.approx([p.prob for p in result.passages])

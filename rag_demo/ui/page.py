@@ -152,7 +152,9 @@ LARGE_TEXT_JS = "(on) => { document.documentElement.classList.toggle('rag-large'
 MARK_ANSWER_STALE_JS = ("() => { const answer = document.getElementById('answer'); "
                         "if (answer && answer.querySelector('.rag-answer-block')) "
                         "document.documentElement.classList.add('rag-ask-stale'); }")
-CLEAR_ANSWER_STALE_JS = "() => { document.documentElement.classList.remove('rag-ask-stale'); }"
+# an empty question asks nothing: the answer on screen stays the old options' one
+CLEAR_ANSWER_STALE_JS = ("(question) => { if (question === undefined || String(question).trim()) "
+                         "document.documentElement.classList.remove('rag-ask-stale'); return []; }")
 
 
 def scroll_into_view_js(elem_id: str) -> str:
@@ -445,8 +447,9 @@ def build_demo(engine: Engine, *, limits: UploadLimits = UploadLimits(), files: 
         gr.on([control.input for control in (variant, kb, index, k, beams, decoding, retriever, question_encoder,
                                              extractive, memory)],
               None, js=MARK_ANSWER_STALE_JS, queue=False, api_visibility="private")
-        gr.on([ask_btn.click, question.submit, examples.click], None, js=CLEAR_ANSWER_STALE_JS, queue=False,
+        gr.on([ask_btn.click, question.submit], None, inputs=question, js=CLEAR_ANSWER_STALE_JS, queue=False,
               api_visibility="private")
+        examples.click(None, js=CLEAR_ANSWER_STALE_JS, queue=False, api_visibility="private")
         gr.on([swap_btn.click, swap_question.submit, swap_examples.click], **scroll_to["swap-summary"])
         gr.on([score_btn.click, score_answer.submit], **scroll_to["score-out"])
         ask_inputs = [question, variant, k, index, kb, beams, decoding, mine, retriever, extractive, memory, question_encoder]
