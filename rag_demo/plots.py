@@ -312,8 +312,9 @@ def posterior_heatmap(variant: VariantResult, passages: Sequence[RetrievedPassag
             # across the top, under the title: beside the cells it took a fifth of a phone's width from them
             colorbar=dict(title=dict(text="posterior", side="right"), orientation="h", thickness=10, lenmode="pixels", len=170,
                           x=1, xanchor="right", y=1.0, yanchor="bottom", tickvals=[0, 0.5, 1]),
-            texttemplate="%{z:.2f}" if num_tokens <= 10 and len(rows) <= 11 else None,  # legible cells only
-            textfont=dict(size=14),
+            # numbers in the cells only where a phone's cells still hold them (about 30 px at 6 tokens)
+            texttemplate="%{z:.2f}" if num_tokens <= 6 and len(rows) <= 11 else None,
+            textfont=dict(size=13),
             customdata=custom,
             hovertemplate="token “%{customdata[0]}”<br>%{customdata[1]}<br>posterior = %{z:.3f}"
             "<br>p(token | x, z, prefix) = %{customdata[2]:.3f}<extra></extra>",
@@ -321,7 +322,9 @@ def posterior_heatmap(variant: VariantResult, passages: Sequence[RetrievedPassag
             ygap=1,
         )
     )
-    fig.update_xaxes(title_text="answer token", tickvals=list(range(num_tokens)), ticktext=tokens, tickangle=-30)
+    # no tickangle: plotly's own choice sets the tokens level where they fit and turns them where they would overlap
+    # (a long answer on a phone)
+    fig.update_xaxes(title_text="answer token", tickvals=list(range(num_tokens)), ticktext=tokens)
     # no axis title: the rows name themselves ("#1 Mona Lisa", "∅ memory"), and a phone needs the width
     fig.update_yaxes(tickvals=rows, ticktext=labels, autorange="reversed")
     if variant.variant == "token":
