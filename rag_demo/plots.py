@@ -323,16 +323,18 @@ def posterior_heatmap(variant: VariantResult, passages: Sequence[RetrievedPassag
         )
     )
     # no tickangle: plotly's own choice sets the tokens level where they fit and turns them where they would overlap
-    # (a long answer on a phone)
-    fig.update_xaxes(title_text="answer token", tickvals=list(range(num_tokens)), ticktext=tokens)
+    # (a long answer on a phone). No axis title either: in the page's plotly it sat on the row of level tokens; the
+    # chart's title names the axis
+    fig.update_xaxes(tickvals=list(range(num_tokens)), ticktext=tokens)
     # no axis title: the rows name themselves ("#1 Mona Lisa", "∅ memory"), and a phone needs the width
     fig.update_yaxes(tickvals=rows, ticktext=labels, autorange="reversed")
     if variant.variant == "token":
-        title = "RAG-Token: p(z | x, yᵢ, y&lt;i) per token"
+        title = "RAG-Token: p(z | x, yᵢ, y&lt;i)"
     else:
         title = "RAG-Sequence: running p(z | x, y≤i)"
-    _layout(fig, title=title, height=max(height, 140 + 28 * len(rows)))
-    fig.update_layout(margin=dict(l=10, r=10, t=84, b=10))
+    _layout(fig, title=title, height=max(height, 160 + 28 * len(rows)))
+    fig.update_layout(title_subtitle=dict(text="a column for each answer token", font_size=12),
+                      margin=dict(l=10, r=10, t=100, b=10))
     return fig
 
 

@@ -224,7 +224,8 @@ def test_figures_have_titles_axes_and_legends(actions):
     trace = heat.data[0]
     assert len(trace.z) == 3 and len(trace.z[0]) == len(result.variants["token"].tokens)  # (K, T)
     assert trace.colorbar.title.text == "posterior" and trace.zmin == 0 and trace.zmax == 1
-    assert heat.layout.title.text and heat.layout.xaxis.title.text
+    assert heat.layout.title.subtitle.text == "a column for each answer token"  # the title names the axis
+    assert list(heat.layout.xaxis.ticktext) == [esc(plots.token_label(t)) for t in result.variants["token"].tokens]
     assert list(heat.layout.yaxis.ticktext) == [plots.passage_label(p, 14) for p in result.passages]  # rows name themselves
     for col in range(len(trace.z[0])):
         assert sum(row[col] for row in trace.z) == pytest.approx(1.0, abs=1e-6)
