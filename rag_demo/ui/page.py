@@ -329,7 +329,7 @@ def build_demo(engine: Engine, *, limits: UploadLimits = UploadLimits(), files: 
                 with gr.Row():
                     with gr.Column(scale=1, min_width=360):
                         mine_files = gr.File(label="Upload text files", file_count="multiple",
-                                             file_types=list(SOURCE_SUFFIXES), elem_id="mine-files", height=120)
+                                             file_types=list(SOURCE_SUFFIXES), elem_id="mine-files", height=150)
                         mine_paste_title = gr.Textbox(label="Title for pasted text", elem_id="mine-paste-title",
                                                       placeholder="Pasted text")
                         mine_paste = gr.Textbox(label=f"…or paste text (≤ {limits.max_paste_chars:,} characters)", lines=5,
