@@ -121,6 +121,7 @@ def test_switched_off_there_is_no_memory_and_p_z_sums_to_one_over_k(actions):
         for t in range(len(trace.z[0])):
             assert sum(row[t] for row in trace.z) == pytest.approx(1, abs=1e-5)
     assert "rag-passage-memory" not in out.passages and "p(∅|x)" not in out.answer
+    assert "(∅: memory)" not in out.answer and "grey for ∅" not in out.answer  # the legend names no ∅ either
     assert esc(MEMORY_UNAVAILABLE) not in out.answer  # switched off is no failure to report
 
 
@@ -132,6 +133,7 @@ def test_memory_has_a_card_among_the_passages_and_a_line_in_words(actions):
     assert f"p(∅|x) <b>{fmt_prob(result.memory_prob)}</b>" in card
     assert "The generator&#x27;s own memory: the question read with no passage" in card and f"θ {result.memory_logit:.2f}" in card
     assert f"p(∅|x) = {fmt_prob(result.memory_prob)}" in out.answer and "grey for ∅" in out.answer
+    assert "(∅: memory)" in out.answer
 
 
 def test_memory_as_the_largest_source_is_said_in_words_and_colours_the_tokens(ui_engine, theta):
