@@ -178,7 +178,8 @@ def build_parser() -> argparse.ArgumentParser:
                             "memory-mapped embeddings.npy beside the passages, for large KBs")
 
     bm25 = commands.add_parser("build-bm25", help="build a KB folder's BM25 index once and save it there; bm25 and "
-                               "hybrid retrieval then open it from disk (for KBs of more than 100 million postings, which an ask does not index itself)")
+                               "hybrid retrieval then open it from disk (for KBs of more than 100 million postings, "
+                               "which an ask does not index itself)")
     bm25.add_argument("kb", help="a KB folder")
     bm25.add_argument("--max-postings", type=_count(), default=None,
                       help="refuse past this many postings (default: no limit; a build takes about 18 bytes a posting)")
@@ -201,7 +202,8 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--decoding", default=DECODING_DEFAULTS.sequence_decoding, choices=DECODINGS)
     evaluate.add_argument("--extractive", action="store_true", help="answers copy a run of a retrieved passage")
     evaluate.add_argument("--table", action="store_true",
-                          help="every variant and closed-book for each --ks, on every KB (or the --kb given); prints a markdown table")
+                          help="every variant and closed-book for each --ks, on every KB (or the --kb given); "
+                               "prints a markdown table")
     evaluate.add_argument("--ks", type=_k_list, default=(1, 5, 10), help="comma-separated k values for --table")
     evaluate.add_argument("--gold-passage", action="store_true",
                           help="read each question's gold passage alone instead of retrieving (the reading ceiling)")

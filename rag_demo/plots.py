@@ -310,8 +310,8 @@ def posterior_heatmap(variant: VariantResult, passages: Sequence[RetrievedPassag
             zmax=1.0,
             colorscale="Blues",
             # across the top, under the title: beside the cells it took a fifth of a phone's width from them
-            colorbar=dict(title=dict(text="posterior", side="right"), orientation="h", thickness=10, lenmode="pixels", len=170,
-                          x=1, xanchor="right", y=1.0, yanchor="bottom", tickvals=[0, 0.5, 1]),
+            colorbar=dict(title=dict(text="posterior", side="right"), orientation="h", thickness=10,
+                          lenmode="pixels", len=170, x=1, xanchor="right", y=1.0, yanchor="bottom", tickvals=[0, 0.5, 1]),
             # numbers in the cells only where a phone's cells still hold them (about 30 px at 6 tokens)
             texttemplate="%{z:.2f}" if num_tokens <= 6 and len(rows) <= 11 else None,
             textfont=dict(size=13),
