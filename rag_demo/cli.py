@@ -273,9 +273,10 @@ def _trained_encoder(name: str | None) -> Path | None:
 
 
 def _check_encoder_name(name: str) -> None:
-    """Refuse a plain name (no owner/ of a Hugging Face id, no folder) that no `train --save` saved, before any
-    download is tried: a mistyped name otherwise spent half a minute on the Hub's retries."""
-    if "/" in name or "\\" in name or _names_a_folder(name):
+    """Refuse a plain name (not the offline default's, no owner/ of a Hugging Face id, no folder) that no
+    `train --save` saved, before any download is tried: a mistyped name otherwise spent half a minute on the Hub's
+    retries."""
+    if name == EncoderConfig().model or "/" in name or "\\" in name or _names_a_folder(name):
         return
     from .serving.retriever_training import trained_encoder_names
 

@@ -307,6 +307,8 @@ def test_train_saves_a_named_encoder_that_ask_can_load(ui_engine, tmp_path, caps
     assert config.encoder.question_weights == out["path"] and not config.encoder.tuned
     with pytest.raises(cli.UsageError, match=r"no question encoder 'mien'.*\(saved: mine\).*owner/name"):
         cli.engine_config(cli.build_parser().parse_args(["ask", "q", "--question-encoder", "mien"]))  # mistyped
+    for named in ("minilm", "sentence-transformers/all-MiniLM-L6-v2"):  # the default's short name, a Hub id
+        assert cli.engine_config(cli.build_parser().parse_args(["ask", "q", "--question-encoder", named])).encoder.model == named
     record = json.loads((Path(out["path"]) / "training.json").read_text())
     assert len(record["losses"]) == 2
 
