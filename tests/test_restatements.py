@@ -28,6 +28,10 @@ QUESTION = "who wrote a farewell to arms"
     # a paragraph pasted before the question offers its answer: at 46 words nothing restates, at 40 it may
     (" ".join(["the fire of 1666 burned london"] * 7) + " when did it burn", "1666", False),
     (" ".join(["the fire of 1666 burned london"] * 6) + " when did it burn", "1666", True),
+    # or a sentence of its own before the question, however short; an initial ends no sentence
+    ("Jumping spiders are spiders in the family Salticidae. What family are jumping spiders in?",
+     "the family Salticidae", False),
+    ("in which city was president John F. Kennedy assassinated?", "John F. Kennedy", True),
 ])
 def test_restates_question(question, answer, restates):
     assert restates_question(question, answer) is restates

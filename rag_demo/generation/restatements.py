@@ -26,15 +26,18 @@ if TYPE_CHECKING:
 # Decodes after the first, at most: each bars one more first word (all its cases and spacings)
 RESTATEMENT_RETRIES = 3
 _CHOICE = re.compile(r"\bor\b", re.IGNORECASE)
-# Past this many words a question carries a text of its own (a pasted paragraph), whose words an answer may rightly
-# copy; the longest of the everyday question sets has 21
+# A question carries a text of its own (pasted before it), whose words an answer may rightly copy, past this many
+# words (the longest of the everyday question sets has 21) or where a sentence ends and another begins inside it
+# (a word of three letters or more, its closing mark, a capital: "... family Salticidae. What family ...?"; an
+# initial such as "John F. Kennedy" is no sentence end). No everyday question is either.
 QUESTION_WITH_TEXT_WORDS = 40
+_SENTENCE_END = re.compile(r"[^\W\d_]{3,}[.!?]\s+[A-Z]")
 
 
 def restates_question(question: str, answer: str) -> bool:
     """Whether every word of `answer` (SQuAD-normalized) is a word of `question`, where the
     question offers no choice ("... or ...?") that an answer would have to repeat and carries no
-    text of its own (more than QUESTION_WITH_TEXT_WORDS words) that an answer would copy.
+    text of its own that an answer would copy (`carries_text`).
 
     >>> restates_question("what is a baby frog called?", "A baby frog")
     True
@@ -46,10 +49,22 @@ def restates_question(question: str, answer: str) -> bool:
     False
     """
     words = normalize_answer(answer).split()
-    if not words or _CHOICE.search(question) or len(question.split()) > QUESTION_WITH_TEXT_WORDS:
+    if not words or _CHOICE.search(question) or carries_text(question):
         return False
     asked = set(normalize_answer(question).split())
     return all(word in asked for word in words)
+
+
+def carries_text(question: str) -> bool:
+    """Whether a question brings a text of its own before it: more than QUESTION_WITH_TEXT_WORDS words, or two
+    sentences.
+
+    >>> carries_text("Jumping spiders are in the family Salticidae. What family are jumping spiders in?")
+    True
+    >>> carries_text("in which city was president John F. Kennedy assassinated?"), carries_text("what is 2.5 times 2?")
+    (False, False)
+    """
+    return len(question.split()) > QUESTION_WITH_TEXT_WORDS or bool(_SENTENCE_END.search(question))
 
 
 def first_word_forms(tokenizer, token_id: int) -> frozenset[int]:
