@@ -23,6 +23,10 @@ class RetrievedPassage:
     prob: float  # p(z|x): softmax of the top-k logits (and the memory's logit, when memory is a source)
     logit: float  # the softmax's input: scale * score, plus lexical_weight * lexical for hybrid retrieval
     lexical: float = 0.0  # BM25 score of the passage for the question (hybrid and bm25 retrieval; 0 for dense)
+    # the passage is part `part` of `parts` neighbouring rows with its title (one article cut into passages);
+    # 0 of 0 for an untitled passage or one whose title no neighbour shares
+    part: int = 0
+    parts: int = 0
 
 
 @dataclass(frozen=True)

@@ -262,3 +262,15 @@ def test_hybrid_recall_is_the_share_of_exact_hybrid_search_among_the_passages_sh
     overlap = {p.id for p in shown.passages} & {p.id for p in exact.passages}
     assert shown.index_recall == len(overlap) / 2
     assert 0 < shown.index_recall  # BM25's best rows still reach the passages shown; the dense search alone found none
+
+
+def test_each_passage_says_which_part_of_its_article_it_is(encoder):
+    passages = [Passage("Moon", "The Moon orbits the Earth."), Passage("Moon", "It has no air."),
+                Passage("Mars", "Mars is red."), Passage("", "An untitled note."), Passage("", "Another note."),
+                Passage("Moon", "A later Moon passage, apart from the others.")]
+    vectors = np.random.default_rng(0).normal(size=(len(passages), encoder.dim)).astype(np.float32)
+    kb = make_kb("parts", passages, vectors)
+    retrieval = Retriever(encoder=encoder, kbs={"parts": kb}).retrieve("moon", k=len(passages), retriever="dense")
+    # counted here from the rows: neighbours with the same non-empty title are one article
+    expected = {0: (1, 2), 1: (2, 2), 2: (0, 0), 3: (0, 0), 4: (0, 0), 5: (0, 0)}
+    assert {p.id: (p.part, p.parts) for p in retrieval.passages} == expected

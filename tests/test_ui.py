@@ -1106,3 +1106,11 @@ def test_a_passage_that_starts_mid_sentence_is_shown_as_continued():
                 RetrievedPassage(2, 1, "The Night Watch", "The Night Watch is a painting.", 0.4, 0.4, 9.0))
     texts = re.findall(r'<div class="rag-passage-text">(.*?)</div>', format_passages_html(passages))
     assert texts == ["… into a compelling drama of light.", "The Night Watch is a painting."]
+
+
+def test_a_passage_card_says_which_part_of_its_article_it_is():
+    passages = (RetrievedPassage(1, 7, "Millipede", "Millipedes are arthropods.", 0.5, 0.6, 10.0, part=2, parts=3),
+                RetrievedPassage(2, 9, "Centipede", "Centipedes are fast.", 0.4, 0.4, 9.0))
+    cards = format_passages_html(passages).split('<div class="rag-passage" style')[1:]
+    assert '<span class="rag-part"' in cards[0] and ">part 2 of 3</span>" in cards[0]
+    assert "rag-part" not in cards[1]  # a passage of its own says nothing

@@ -453,14 +453,39 @@ def top_k(knowledge: KnowledgeBase, ids: Sequence[int], scores: torch.Tensor, le
         order = torch.argsort(logits, descending=True, stable=True)[:k]
     scores, lexical, logits = scores[order], lexical[order], logits[order]
     doc_lp = doc_logprobs(logits[None])[0]  # (K,)
-    passages = tuple(
-        RetrievedPassage(
+    passages = []
+    for rank, row in enumerate(int(ids[i]) for i in order.tolist()):
+        part, parts = part_of_article(knowledge.titles, row)
+        passages.append(RetrievedPassage(
             rank=rank + 1, id=row, title=knowledge.titles[row], text=knowledge.texts[row],
             score=float(scores[rank]), prob=float(doc_lp[rank].exp()), logit=float(logits[rank]), lexical=float(lexical[rank]),
-        )
-        for rank, row in enumerate(int(ids[i]) for i in order.tolist())
-    )
-    return passages, doc_lp
+            part=part, parts=parts,
+        ))
+    return tuple(passages), doc_lp
+
+
+ARTICLE_SCAN = 30  # rows looked at on each side of a passage for the rest of its article
+
+
+def part_of_article(titles: Sequence[str], row: int) -> tuple[int, int]:
+    """(part, parts): which of the neighbouring rows that share `row`'s title it is, 1-based, and how many there are
+    (an article cut into passages sits in consecutive rows); (0, 0) for an untitled passage or a title of one row.
+    At most ARTICLE_SCAN rows are read on each side.
+
+    >>> titles = ["Mars", "Moon", "Moon", "Moon", "", ""]
+    >>> part_of_article(titles, 2), part_of_article(titles, 0), part_of_article(titles, 4)
+    ((2, 3), (0, 0), (0, 0))
+    """
+    title = titles[row]
+    if not title.strip():
+        return 0, 0
+    first = row
+    while first > 0 and row - first < ARTICLE_SCAN and titles[first - 1] == title:
+        first -= 1
+    last = row
+    while last + 1 < len(titles) and last - row < ARTICLE_SCAN and titles[last + 1] == title:
+        last += 1
+    return (row - first + 1, last - first + 1) if last > first else (0, 0)
 
 
 def _bm25_shortfall(matching: int, k: int) -> str:

@@ -450,7 +450,9 @@ def format_passages_html(passages: Sequence[RetrievedPassage], *, max_chars: int
             f'<div class="rag-passage{" rag-passage-gold" if gold else ""}" style="border-left-color:{color}">'
             f'<div class="rag-passage-head"><span class="rag-rank" style="background:{color};color:{plots.text_color_on(color)}">#{p.rank}</span>'
             f'<span class="rag-passage-title">{esc(p.title) if p.title.strip() else _untitled(p.id)}</span>'
-            f'{GOLD_MARK if gold else ""}'
+            + (f'<span class="rag-part" title="one article cut into consecutive passages">part {p.part} of {p.parts}'
+               '</span>' if p.parts > 1 else "")
+            + f'{GOLD_MARK if gold else ""}'
             f'<span class="rag-passage-nums">{_score_names(p, retriever)} · p(z|x) <b>{p.prob:.3f}</b>{reader}</span></div>'
             f'<div class="rag-pbar"><span style="width:{100 * p.prob:.1f}%;background:{color}"></span></div>'
             f'<div class="rag-passage-text">{esc(text)}</div></div>'
