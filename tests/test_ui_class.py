@@ -125,6 +125,47 @@ def test_opening_a_link_sets_the_controls_and_asks_what_it_names(actions, ui_eng
     assert all(value == {"__type__": "update"} for value in actions.ask_linked(None, QUESTIONS[0]))
 
 
+class StartingEngine:
+    """`engine` as a starting BackgroundEngine shows it: not ready until `serve()` (or failed)."""
+
+    def __init__(self, engine, *, failed: bool = False):
+        self._engine, self.ready, self.failed = engine, False, failed
+
+    def serve(self):
+        self.ready = True
+
+    def status_text(self):
+        return "Preparing models and indexes: starting."
+
+    def ask(self, *args, **kwargs):
+        from rag_demo.serving.interface import not_ready
+
+        if not self.ready:
+            raise not_ready(self.status_text(), failed=self.failed)
+        return self._engine.ask(*args, **kwargs)
+
+    def __getattr__(self, name):
+        return getattr(self._engine, name)
+
+
+def test_a_link_opened_while_the_engine_starts_waits_for_it_and_answers(ui_engine, tmp_path):
+    import threading
+
+    from rag_demo.ui.inputs import SessionFiles
+
+    starting = StartingEngine(ui_engine)
+    actions = DemoActions(starting, files=SessionFiles(tmp_path / "sessions"))
+    link = actions.open_link(SimpleNamespace(query_params={"q": QUESTIONS[0]})).link
+    threading.Timer(0.5, starting.serve).start()
+    answered = actions.ask_linked(link, QUESTIONS[0], "token", 3, "flat", KB_NAMES[0], 1, "thorough", None, None,
+                                  False, True)
+    assert answered.status == "" and answered.last.value.question == QUESTIONS[0]  # answered, not "try again"
+    # a visitor's own ask does not wait; a failed start is not waited for
+    assert "Try again in a moment" in page_ask(DemoActions(StartingEngine(ui_engine)), QUESTIONS[0]).status
+    assert not DemoActions(StartingEngine(ui_engine, failed=True)).wait_until_ready(timeout=60)
+    assert not DemoActions(StartingEngine(ui_engine)).wait_until_ready(timeout=0.3)
+
+
 def test_a_link_opened_while_the_engine_starts_keeps_its_knowledge_bases_when_the_choices_arrive(actions):
     link = Held(PageLink(question="q", kb=KB_NAMES[1], left=KB_NAMES[1], right=KB_NAMES[0]))
     view = actions.poll(0, link)

@@ -85,6 +85,9 @@ PRIVATE_KB = "__mine__"  # the dropdown value that means "this visitor's own kno
 PRIVATE_LABEL = "my knowledge (this session)"
 PRIVATE_NAME = "my knowledge"  # as the dropdown calls it
 KB_MENUS = ("kb", "swap_left", "swap_right", "score_kb", "idx_kb")  # the knowledge-base dropdowns of every tab
+# A link opened while the engine starts waits this long for it, so that a shared link answers once the first engine
+# serves (a warm start: seconds; a first start's BM25 stage: under a minute) instead of saying "try again"
+LINK_WAIT_S = 120.0
 
 
 class EncoderCalls(NamedTuple):
@@ -436,6 +439,7 @@ class DemoActions:
         link = unwrap(link)
         if not isinstance(link, PageLink) or link.asks != "ask":
             return changed(AskView)
+        self.wait_until_ready()
         view = self.ask(*ask_inputs)
         if link.notices and isinstance(view.status, str) and not view.status:  # an answer clears the box: say it again
             view = view._replace(status=format_status(as_sentence("; ".join(link.notices)), "info"))
@@ -446,7 +450,18 @@ class DemoActions:
         link = unwrap(link)
         if not isinstance(link, PageLink) or link.asks != "swap":
             return changed(SwapView)
+        self.wait_until_ready()
         return self.swap(*swap_inputs)
+
+    def wait_until_ready(self, timeout: float = LINK_WAIT_S, poll_s: float = 0.25) -> bool:
+        """Block until an engine serves, the build fails, or `timeout` seconds pass; whether one serves. Only a
+        link's own ask waits: a visitor who presses Ask while the engine starts is told to try again."""
+        deadline = time.monotonic() + timeout
+        while not engine_ready(self.engine) and not getattr(self.engine, "failed", False):
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(poll_s)
+        return engine_ready(self.engine)
 
     @staticmethod
     def share_link(question: str, variant: str, kb: str | None, k: float, index: str, retriever: str | None,
