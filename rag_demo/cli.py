@@ -37,7 +37,7 @@ from .serving.train_command import add_train_command
 from .errors import RagDemoError
 from .options import BOTH, CLOSED_BOOK
 from .terminal import print_comparison, print_summary
-from .text import check_length, one_line
+from .text import check_length, looks_like_path, one_line
 
 log = logging.getLogger(__name__)
 
@@ -276,7 +276,7 @@ def _check_encoder_name(name: str) -> None:
     """Refuse a plain name (not the offline default's, no owner/ of a Hugging Face id, no folder) that no
     `train --save` saved, before any download is tried: a mistyped name otherwise spent half a minute on the Hub's
     retries."""
-    if name == EncoderConfig().model or "/" in name or "\\" in name or _names_a_folder(name):
+    if name == EncoderConfig().model or looks_like_path(name) or _names_a_folder(name):  # an owner/name id too
         return
     from .serving.retriever_training import trained_encoder_names
 

@@ -457,3 +457,27 @@ def _disk_vectors(path: Path, table, npy: Path | None, meta: dict) -> tuple[np.n
         # the file is as written: re-hashing a 21M x 768 file would cost minutes at every start
         return embeddings, meta["fingerprint"], bool(meta["normalized"])
     return embeddings, embeddings_fingerprint(embeddings), unit_rows(embeddings)
+
+
+ARTICLE_SCAN = 30  # rows looked at on each side of a passage for the rest of its article
+
+
+def part_of_article(titles: Sequence[str], row: int) -> tuple[int, int]:
+    """(part, parts): which of the neighbouring rows that share `row`'s title it is, 1-based, and how many there are
+    (an article cut into passages sits in consecutive rows); (0, 0) for an untitled passage or a title of one row.
+    At most ARTICLE_SCAN rows are read on each side.
+
+    >>> titles = ["Mars", "Moon", "Moon", "Moon", "", ""]
+    >>> part_of_article(titles, 2), part_of_article(titles, 0), part_of_article(titles, 4)
+    ((2, 3), (0, 0), (0, 0))
+    """
+    title = titles[row]
+    if not title.strip():
+        return 0, 0
+    first = row
+    while first > 0 and row - first < ARTICLE_SCAN and titles[first - 1] == title:
+        first -= 1
+    last = row
+    while last + 1 < len(titles) and last - row < ARTICLE_SCAN and titles[last + 1] == title:
+        last += 1
+    return (row - first + 1, last - first + 1) if last > first else (0, 0)
