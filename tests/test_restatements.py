@@ -32,6 +32,17 @@ QUESTION = "who wrote a farewell to arms"
     ("Jumping spiders are spiders in the family Salticidae. What family are jumping spiders in?",
      "the family Salticidae", False),
     ("in which city was president John F. Kennedy assassinated?", "John F. Kennedy", True),
+    # a possessive is the same word without its 's
+    ("what is the bank of england's nickname?", "the Bank of England", True),
+    ("what is the ring of icy bodies beyond neptune called?", "Neptune's ring of icy bodies", True),
+    # a sentence that opens with the question's words (another form of them counts) ...
+    ("which family of instruments does the oboe belong to?", "the oboe belongs to the family of woodwinds.", True),
+    ("what did wilhelm röntgen discover?", "he discovered x-rays in his laboratory", False),  # x-rays: new
+    ("what did marie curie discover in 1898?", "Marie Curie discovered polonium and radium", True),
+    # ... but not a shorter answer, nor a sentence whose second word is new
+    ("which family of instruments does the oboe belong to?", "oboe family woodwind", False),
+    ("what is hokusai's famous print of a giant wave called?", "the great wave off Kanagawa", False),
+    ("what does opec stand for?", "Organization of the Petroleum Exporting Countries", False),
 ])
 def test_restates_question(question, answer, restates):
     assert restates_question(question, answer) is restates

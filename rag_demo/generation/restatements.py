@@ -5,7 +5,9 @@ answer is already in the question. Such an answer cannot be right unless the que
 (a choice between named things: "which is bigger, the sun or the moon?", or a question that carries a
 text of its own, pasted before it, to answer from), so decoding sets it aside
 and decodes again with the set-aside answer's first word barred from starting the answer, a few
-times at most. The probabilities reported for the answer that stays are the model's own; only the
+times at most. The same holds for an answer that starts a sentence out of the question ("what do
+koalas eat?" -> "koalas eat a variety of plants, ..."): the reader has begun to repeat the question,
+and the span it was asked for, if it comes, comes late in a sentence that exact match never takes. The probabilities reported for the answer that stays are the model's own; only the
 choice among answers changes, as with any other decoding rule.
 
 Importing this module loads nothing heavy.
@@ -17,7 +19,7 @@ import re
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from ..questions import normalize_answer
+from ..questions import FRAME_WORDS, normalize_answer, same_word
 
 if TYPE_CHECKING:
     from .decoding import Hypothesis
@@ -26,6 +28,9 @@ if TYPE_CHECKING:
 # Decodes after the first, at most: each bars one more first word (all its cases and spacings)
 RESTATEMENT_RETRIES = 3
 _CHOICE = re.compile(r"\bor\b", re.IGNORECASE)
+_POSSESSIVE = re.compile(r"['\u2019]s\b", re.IGNORECASE)
+# An answer this long that opens with the question's words is a sentence made of the question, not a span
+SENTENCE_WORDS = 4
 # A question carries a text of its own (pasted before it), whose words an answer may rightly copy, past this many
 # words (the longest of the everyday question sets has 21) or where a sentence ends and another begins inside it
 # (a word of three letters or more, its closing mark, a capital: "... family Salticidae. What family ...?"; an
@@ -35,24 +40,48 @@ _SENTENCE_END = re.compile(r"[^\W\d_]{3,}[.!?]\s+[A-Z]")
 
 
 def restates_question(question: str, answer: str) -> bool:
-    """Whether every word of `answer` (SQuAD-normalized) is a word of `question`, where the
-    question offers no choice ("... or ...?") that an answer would have to repeat and carries no
-    text of its own that an answer would copy (`carries_text`).
+    """Whether `answer` only restates `question`, where the question offers no choice ("... or ...?")
+    that an answer would have to repeat and carries no text of its own that an answer would copy
+    (`carries_text`): every word of the answer (SQuAD-normalized, a possessive 's dropped) is a word of
+    the question, or the answer is a sentence (SENTENCE_WORDS words or more) whose first two words
+    beyond FRAME_WORDS are the question's (`_asked_word`).
 
     >>> restates_question("what is a baby frog called?", "A baby frog")
     True
+    >>> restates_question("what is the bank of england's nickname?", "the Bank of England")
+    True
+    >>> restates_question("what do koalas eat?", "Koalas eat a variety of plants, including leaves.")
+    True
     >>> restates_question("what is a baby frog called?", "tadpole")
+    False
+    >>> restates_question("what is hokusai's print of a giant wave called?", "The Great Wave off Kanagawa")
     False
     >>> restates_question("which is bigger, the sun or the moon?", "the Sun")
     False
     >>> restates_question("The Great Fire of London burned in 1666. " * 6 + "In which year was it?", "1666")
     False
     """
-    words = normalize_answer(answer).split()
+    words = _words(answer)
     if not words or _CHOICE.search(question) or carries_text(question):
         return False
-    asked = set(normalize_answer(question).split())
-    return all(word in asked for word in words)
+    asked = _words(question)
+    if all(word in asked for word in words):
+        return True
+    if len(words) < SENTENCE_WORDS:
+        return False
+    leading = [word for word in words if word not in FRAME_WORDS][:2]
+    return len(leading) == 2 and all(_asked_word(word, asked) for word in leading)
+
+
+def _words(text: str) -> list[str]:
+    return normalize_answer(_POSSESSIVE.sub("", text)).split()
+
+
+def _asked_word(word: str, asked: list[str]) -> bool:
+    """Whether `word` is one of the `asked` words in another form: a plural (`same_word`) or a longer ending of
+    one stem of four letters or more ("discovered" for "discover")."""
+    return any(same_word(word, said) or (min(len(word), len(said)) >= 4 and (word.startswith(said) or said.startswith(word)))
+               for said in asked)
 
 
 def carries_text(question: str) -> bool:
