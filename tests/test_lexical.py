@@ -5,7 +5,7 @@ from collections.abc import Sequence
 import numpy as np
 import pytest
 
-from rag_demo.retrieval.lexical import LexicalIndex, terms
+from rag_demo.retrieval.lexical import QUESTION_TERMS, LexicalIndex, terms
 
 TEXTS = [
     "Mozart composed The Magic Flute in 1791 in Vienna.",
@@ -38,6 +38,17 @@ def bm25_by_formula(texts, question, k1, b):
 def test_scores_equal_the_bm25_formula(question, k1, b):
     index = LexicalIndex.build(TEXTS, k1=k1, b=b)
     np.testing.assert_allclose(index.scores(question), bm25_by_formula(TEXTS, question, k1, b), rtol=1e-5, atol=1e-6)
+
+
+def test_a_question_past_the_term_limit_scores_as_one_of_that_many_terms():
+    index = LexicalIndex.build(TEXTS)
+    question = "magic flute deepest lake"  # 4 terms
+    for repeats in (1, QUESTION_TERMS // 4):  # up to the limit, the plain formula
+        np.testing.assert_allclose(index.scores(" ".join([question] * repeats)),
+                                   bm25_by_formula(TEXTS, " ".join([question] * repeats), 0.9, 0.4), rtol=1e-5, atol=1e-6)
+    pasted = " ".join([question] * 20)  # 80 terms: the mean term, QUESTION_TERMS times
+    np.testing.assert_allclose(index.scores(pasted), bm25_by_formula(TEXTS, question, 0.9, 0.4) * QUESTION_TERMS / 4,
+                               rtol=1e-5, atol=1e-6)
 
 
 def test_top_orders_by_score_and_drops_non_matching():

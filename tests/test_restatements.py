@@ -43,6 +43,10 @@ QUESTION = "who wrote a farewell to arms"
     ("which family of instruments does the oboe belong to?", "oboe family woodwind", False),
     ("what is hokusai's famous print of a giant wave called?", "the great wave off Kanagawa", False),
     ("what does opec stand for?", "Organization of the Petroleum Exporting Countries", False),
+    # a why or how question is answered with a sentence
+    ("why is the sky blue?", "the sky is blue because of the Rayleigh scattering effect.", False),
+    ("how do bees make honey?", "bees make honey from nectar", False),
+    ("how many legs do spiders have?", "the legs of spiders number eight", True),  # "how many" asks for a number
 ])
 def test_restates_question(question, answer, restates):
     assert restates_question(question, answer) is restates

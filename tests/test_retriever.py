@@ -11,6 +11,7 @@ from rag_demo.retrieval.corpus import Passage, make_kb
 from rag_demo.retrieval.encoders import encoder_from_modules
 from rag_demo.errors import InputError
 from rag_demo.retrieval.retriever import Retriever
+from rag_demo.retrieval.lexical import QUESTION_TERMS
 
 QUESTION = "who wrote a farewell to arms"
 
@@ -124,6 +125,19 @@ def test_hybrid_says_when_no_passage_shares_a_word_with_the_question(encoder):
     assert nonsense.notices == ("no passage shares a word with the question: BM25 adds nothing, and the passages are "
                                 "the dense retriever's nearest, however far",)
     assert not retriever.retrieve("zzz penny", k=2).notices  # one shared word is enough to say nothing
+
+
+@pytest.mark.parametrize("retriever", ["hybrid", "bm25"])
+def test_a_long_pasted_question_is_scored_as_an_ordinary_one_and_says_so(encoder, retriever):
+    kb = _hand_made_kb(encoder, "penny black stamp", [0.0, 1.0, 0.5])
+    engine = Retriever(encoder=encoder, kbs={"stamps": kb}, config=RetrievalConfig(lexical_weight=1.0))
+    short = engine.retrieve("penny black stamp", k=3, retriever=retriever, index="flat")
+    pasted = engine.retrieve(" ".join(["penny black stamp"] * 20), k=3, retriever=retriever, index="flat")  # 60 terms
+    lexical = {p.id: p.lexical for p in short.passages}
+    for p in pasted.passages:  # BM25 of the mean term, times QUESTION_TERMS: 16/60 of twenty repeats, 16/3 of one
+        assert p.lexical == pytest.approx(lexical[p.id] * 20 * QUESTION_TERMS / 60, rel=1e-5)
+    said = f"scored it as a question of {QUESTION_TERMS}"
+    assert not any(said in notice for notice in short.notices) and any(said in notice for notice in pasted.notices)
 
 
 def test_retriever_choice_and_options_are_checked(encoder, tiny_kb):

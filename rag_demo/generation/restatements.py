@@ -31,6 +31,9 @@ _CHOICE = re.compile(r"\bor\b", re.IGNORECASE)
 _POSSESSIVE = re.compile(r"['\u2019]s\b", re.IGNORECASE)
 # An answer this long that opens with the question's words is a sentence made of the question, not a span
 SENTENCE_WORDS = 4
+# ... except where the question asks for an explanation, which a sentence gives: "why is the sky blue?" -> "the sky is
+# blue because of Rayleigh scattering"
+_EXPLAINING = re.compile(r"\s*(?:why|how (?:do|does|did|is|are|was|were|can|could|would|should|to))\b", re.IGNORECASE)
 # A question carries a text of its own (pasted before it), whose words an answer may rightly copy, past this many
 # words (the longest of the everyday question sets has 21) or where a sentence ends and another begins inside it
 # (a word of three letters or more, its closing mark, a capital: "... family Salticidae. What family ...?"; an
@@ -44,7 +47,7 @@ def restates_question(question: str, answer: str) -> bool:
     that an answer would have to repeat and carries no text of its own that an answer would copy
     (`carries_text`): every word of the answer (SQuAD-normalized, a possessive 's dropped) is a word of
     the question, or the answer is a sentence (SENTENCE_WORDS words or more) whose first two words
-    beyond FRAME_WORDS are the question's (`_asked_word`).
+    beyond FRAME_WORDS are the question's (`_asked_word`), unless the question asks why or how something is.
 
     >>> restates_question("what is a baby frog called?", "A baby frog")
     True
@@ -67,7 +70,7 @@ def restates_question(question: str, answer: str) -> bool:
     asked = _words(question)
     if all(word in asked for word in words):
         return True
-    if len(words) < SENTENCE_WORDS:
+    if len(words) < SENTENCE_WORDS or _EXPLAINING.match(question):
         return False
     leading = [word for word in words if word not in FRAME_WORDS][:2]
     return len(leading) == 2 and all(_asked_word(word, asked) for word in leading)

@@ -32,7 +32,7 @@ from ..options import check_index
 from ..errors import IndexTooLargeError, InputError, KnowledgeBaseError
 from .flat import inner_products
 from .index import SearchIndex, cached_index, index_cache_paths, measure, prebuilt_kind, recall_at_k
-from .lexical import LexicalIndex, best_rows
+from .lexical import QUESTION_TERMS, LexicalIndex, best_rows, length_share, terms
 from ..marginalize import doc_logprobs
 from ..progress import Progress, counted
 from ..text import looks_like_path
@@ -351,6 +351,8 @@ class Retriever:
         query = xq.numpy()
         weight = self.lexical_weight if hybrid else 0.0
         lexical = self.lexical_index(knowledge).scores(question) if hybrid else None  # (N,)
+        if hybrid:
+            notices.extend(_long_question_notice(question))
         if lexical is not None and len(lexical) and not lexical.max() > 0:
             notices.append("no passage shares a word with the question: BM25 adds nothing, and the passages are the "
                            "dense retriever's nearest, however far")
@@ -410,6 +412,7 @@ class Retriever:
         started = time.perf_counter()
         ids = list(range(len(knowledge))) if rows is None else rows
         lexical = torch.from_numpy(self.lexical_index(knowledge).scores(question))[ids]  # (C,)
+        notices.extend(_long_question_notice(question))
         passages, doc_lp = top_k(knowledge, ids, lexical, lexical, BM25_SCALE * lexical, k)
         matching = int((lexical > 0).sum())
         if matching < k:  # BM25 knows nothing about the others: they tie at 0, so say where their order comes from
@@ -462,6 +465,14 @@ def top_k(knowledge: KnowledgeBase, ids: Sequence[int], scores: torch.Tensor, le
             part=part, parts=parts,
         ))
     return tuple(passages), doc_lp
+
+
+def _long_question_notice(question: str) -> list[str]:
+    """What BM25 did with a question past `lexical.QUESTION_TERMS` terms (a text pasted before it), if it is one."""
+    if length_share(question) >= 1:
+        return []
+    return [f"the question has {len(terms(question))} words that BM25 matches; it scored it as a question of "
+            f"{QUESTION_TERMS}, so that the length of a pasted text does not outweigh what the words mean"]
 
 
 def _bm25_shortfall(matching: int, k: int) -> str:
