@@ -8,6 +8,7 @@ from pathlib import Path
 
 INDEX_KINDS = ("flat", "hnsw", "ivfpq")
 VARIANTS = ("token", "sequence")
+VARIANT_NAMES = {"token": "RAG-Token", "sequence": "RAG-Sequence"}
 DECODINGS = ("thorough", "fast")
 RETRIEVERS = ("dense", "bm25", "hybrid")
 RETRIEVER_NAMES = {"dense": "Dense (the paper)", "bm25": "BM25", "hybrid": "Dense + BM25"}  # as the page and CLI say them

@@ -18,7 +18,7 @@ from pathlib import Path
 import torch
 
 from .generation import decoding
-from .config import ASK, DEFAULT_ENCODER, DEFAULT_GENERATOR, DEFAULT_KBS, DEFAULT_MEMORY_LOGITS, LIMITS, VARIANTS, EngineConfig
+from .config import ASK, DEFAULT_ENCODER, DEFAULT_GENERATOR, DEFAULT_KBS, DEFAULT_MEMORY_LOGITS, LIMITS, VARIANT_NAMES, VARIANTS, EngineConfig
 from .retrieval.corpus import KnowledgeBase, Passage
 from .retrieval.encoders import Encoder
 from .errors import InputError
@@ -77,7 +77,6 @@ class _Steps:
         if self.progress is not None:
             self.progress(stage, min(self.done, self.total - 1), self.total)
         self.done += 1
-
 
 
 class RagEngine:
@@ -491,6 +490,9 @@ class RagEngine:
                     decoding_name=name,
                     candidates=[(gen.decode(list(c)), s) for c, s in candidates], memory=with_memory, set_aside=set_aside,
                 )
+            written = {VARIANT_NAMES[variant]: ids for variant, (ids, *_rest) in answers.items()}
+            written.update({"the closed-book answer": closed_greedy.ids} if closed_book else {})
+            notices += decoding.length_limit_notice(written, max_new_tokens, self._stop_ids())
         timings["generate"] = (time.perf_counter() - started) * 1000
         timings["total"] = (time.perf_counter() - total_started) * 1000
         return AskResult(

@@ -10,11 +10,11 @@ import html
 import math
 from collections.abc import Sequence
 
+from .config import VARIANT_NAMES
 from .results import AskResult, IndexReport, RetrievedPassage, RetrieverRanking, VariantResult
 
 # Colour-blind-friendly qualitative palette (Tableau 10); passage rank r gets PALETTE[(r - 1) % 10].
 PALETTE = ("#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#b07aa1", "#ff9da7", "#9c755f", "#bab0ac")
-VARIANT_NAMES = {"token": "RAG-Token", "sequence": "RAG-Sequence"}
 VARIANT_COLORS = {"token": "#4338ca", "sequence": "#0f766e"}
 # The generator's memory ∅ in every chart and card: the closed-book card's grey, since ∅ is that same
 # generator reading the question with no passage.

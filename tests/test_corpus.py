@@ -7,16 +7,39 @@ import os
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from rag_demo.retrieval.corpus import KB_META, Passage, load_kb, make_kb, read_source, save_kb, split_into_passages
 from rag_demo.errors import InputError, KnowledgeBaseError
 
 
-def test_split_into_100_word_passages():
-    text = " ".join(f"w{i}" for i in range(250))
+def test_split_into_as_many_passages_as_dpr_of_near_equal_length():
+    text = " ".join(f"w{i}" for i in range(250))  # no sentence ends: cut between words
     passages = split_into_passages("T", text)
-    assert [len(p.text.split()) for p in passages] == [100, 100, 50]
-    assert passages[1].text.split()[0] == "w100" and all(p.title == "T" for p in passages)
+    assert [len(p.text.split()) for p in passages] == [84, 83, 83]
+    assert passages[1].text.split()[0] == "w84" and all(p.title == "T" for p in passages)
+    dpr = split_into_passages("T", text, at_sentences=False)  # the packaged general base's cut
+    assert [len(p.text.split()) for p in dpr] == [100, 100, 50] and dpr[1].text.split()[0] == "w100"
+
+
+def test_passages_end_where_sentences_end():
+    sentences = [" ".join(["word"] * n) + " stop." for n in (30, 45, 25, 45, 20)]
+    text = " ".join(f"{s[0].upper()}{s[1:]}" for s in sentences)  # 170 words in 5 sentences
+    passages = split_into_passages("T", text)
+    assert len(passages) == 2  # as DPR's 100 + 70
+    assert all(p.text.endswith(".") for p in passages)
+    assert [len(p.text.split()) for p in passages] == [77, 93]  # the one sentence end that leaves at most 100
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.sampled_from(["a", "Bee.", "cat", "Dog", "1999.", "e.", "F.", "(g)."]), max_size=400),
+       st.integers(min_value=1, max_value=120))
+def test_split_keeps_every_word_in_order_within_the_limit(words, limit):
+    passages = split_into_passages("T", " ".join(words), words_per_passage=limit)
+    assert " ".join(p.text for p in passages).split() == words
+    assert all(1 <= len(p.text.split()) <= limit for p in passages)
+    assert len(passages) == -(-len(words) // limit)  # DPR's count, never more
 
 
 def test_read_source_formats(tmp_path):

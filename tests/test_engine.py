@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from rag_demo.errors import InputError, KnowledgeBaseError
+from rag_demo.generation.decoding import length_limit_notice
 
 QUESTION = "who wrote a farewell to arms"
 
@@ -474,3 +475,21 @@ def test_evaluating_with_bm25_reports_bm25_recall(tiny_engine, tiny_kb):
     report = evaluate(tiny_engine, retriever="bm25", **options)
     assert (report["retriever"], report["retrieval_recall"]) == ("bm25", 1.0)
     assert evaluate(tiny_engine, retriever="dense", **options)["retrieval_recall"] < 1.0
+
+
+def test_an_answer_that_reaches_the_length_limit_is_said_to_be_cut_short(causal_engine):
+    result = causal_engine.ask(QUESTION, k=2, max_new_tokens=3)  # a tiny random generator seldom stops on its own
+    stops = causal_engine._stop_ids()
+    answers = {"RAG-Token": result.variants["token"].token_ids, "RAG-Sequence": result.variants["sequence"].token_ids}
+    cut = [name for name, ids in answers.items() if len(ids) == 3 and ids[-1] not in stops]
+    said = [notice for notice in result.notices if "length limit of 3 tokens" in notice]
+    assert cut and len(said) == 1 and all(name in said[0] for name in cut)
+
+
+def test_only_answers_without_their_stop_token_are_cut_short():
+    stop, ended, open_ended = frozenset({2}), (5, 6, 2), (5, 6, 7)
+    assert length_limit_notice({"RAG-Token": ended, "RAG-Sequence": (5, 2)}, 3, stop) == ()
+    assert length_limit_notice({"RAG-Token": open_ended, "RAG-Sequence": ended, "the closed-book answer": open_ended}, 3,
+                               stop) == ("RAG-Token and the closed-book answer reached the length limit of 3 tokens before "
+                                         "ending: they are cut short",)
+    assert length_limit_notice({"a": open_ended, "b": open_ended, "c": open_ended}, 3, stop)[0].startswith("a, b and c ")

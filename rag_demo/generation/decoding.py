@@ -10,6 +10,7 @@ of the top `num_beams` ranks only), so the same model and passages give the same
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -326,3 +327,20 @@ def beam_search(
             break
         search.advance(next_source, next_tokens)
     return [[Hypothesis(ids=seq, score=score, group=g) for score, seq in finished[g]] for g in range(G)]
+
+
+def length_limit_notice(answers: dict[str, Sequence[int]], max_new_tokens: int, stop_ids: frozenset[int]) -> tuple[str, ...]:
+    """The notice for those of `answers` (name -> generated ids) that reached `max_new_tokens` before a stop token:
+    cut short, not ended; () when every answer ended.
+
+    >>> length_limit_notice({"RAG-Token": (5, 6, 2), "RAG-Sequence": (5, 2)}, 3, frozenset({2}))
+    ()
+    >>> length_limit_notice({"RAG-Token": (5, 6, 7), "RAG-Sequence": (5, 2)}, 3, frozenset({2}))
+    ('RAG-Token reached the length limit of 3 tokens before ending: it is cut short',)
+    """
+    cut = [name for name, ids in answers.items() if len(ids) >= max_new_tokens and ids[-1] not in stop_ids]
+    if not cut:
+        return ()
+    names = cut[0] if len(cut) == 1 else f"{', '.join(cut[:-1])} and {cut[-1]}"
+    return (f"{names} reached the length limit of {max_new_tokens} tokens before ending: "
+            f"{'it is' if len(cut) == 1 else 'they are'} cut short",)
