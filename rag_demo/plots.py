@@ -264,15 +264,15 @@ def doc_prob_figure(result: AskResult, *, height: int = 300):
         ))
         ticks.append(row)
         labels.append(MEMORY_NAME)
-        title = (f"p(z|x) over the top {len(passages)} and ∅<br>= softmax({logit_formula(result)}; "
-                 f"θ = {result.memory_logit:.2f})")
+        title = (f"p(z|x) over the top {len(passages)} and ∅<br>= softmax({logit_formula(result)},<br>"
+                 f"and θ = {result.memory_logit:.2f} for ∅)")
     # overlay: grouped bars would leave each trace half a row, empty where the other trace has its bars
     fig.update_layout(barmode="overlay", showlegend=False)
     fig.update_yaxes(title_text="passage", tickvals=ticks, ticktext=labels, autorange="reversed")
     fig.update_xaxes(title_text="p(z|x)", range=[0, 1.0], gridcolor="rgba(128,128,128,0.2)")
-    # two short lines: one long line ran past the chart's right edge in a half-width column
+    # short lines: one long line ran past the chart's right edge in a half-width column, and on a phone
     _layout(fig, title=title, height=max(height, 110 + 26 * len(ticks)))
-    fig.update_layout(margin=dict(l=10, r=36, t=68, b=10))
+    fig.update_layout(margin=dict(l=10, r=36, t=68 + 20 * title.count("<br>") - 20, b=10))
     return fig
 
 

@@ -111,8 +111,8 @@ def _result(answer: str, texts: list[str], closed: str | None, memory: tuple[flo
 
 
 @pytest.mark.parametrize("answer, texts, closed, memory, kind, sentence", [
-    ("Paris", ["Paris is big.", "Lyon.", "Paris again."], "Rome", (), "passages", "Its words are in passages #1 and #3."),
-    ("Lyon", ["Paris.", "Lyon."], None, (), "passages", "Its words are in passage #2."),
+    ("Paris", ["Paris is big.", "Lyon.", "Paris again."], "Rome", (), "passages", "Its words are in passages #1 and #3; read them to see whether they answer the question."),
+    ("Lyon", ["Paris.", "Lyon."], None, (), "passages", "Its words are in passage #2; read it to see whether it answers the question."),
     ("Rome", ["Paris.", "Lyon."], "Rome", (), "memory",
      "In none of the 2 passages read: from the generator's memory (the closed-book answer)."),
     ("Rome", ["Paris.", "Lyon."], "Milan", (0.7,), "memory", "∅ memory's posterior is 0.70"),
@@ -137,7 +137,7 @@ PASTED = ("The Great Fire of London started in a bakery on Pudding Lane shortly 
     ("Pudding Lane", ["Paris.", "Lyon."], "Pudding Lane", (0.0,), PASTED, "question",
      "In none of the 2 passages read, but its words are in the question itself, which the generator reads too."),
     ("the Sun", ["Paris."], None, (), "which is bigger, the sun or the moon?", "question", "its words are in the question"),
-    ("Pudding Lane", ["It began on Pudding Lane."], None, (), PASTED, "passages", "Its words are in passage #1."),
+    ("Pudding Lane", ["It began on Pudding Lane."], None, (), PASTED, "passages", "Its words are in passage #1; read it to see whether it answers the question."),
     ("Thames Street", ["Paris."], "Thames Street", (), PASTED, "memory", "from the generator's memory"),
 ])
 def test_an_answer_whose_words_are_in_the_question_says_so(answer, texts, closed, memory, question, kind, sentence):
@@ -161,7 +161,7 @@ def test_a_visitors_own_answer_is_only_placed_in_the_passages_or_not(ui_engine):
 def test_passage_text_in_the_evidence_line_is_escaped():
     result = _result("<b>x</b>", ["a <b>x</b> here"], None)
     html = format_answer_html(result)
-    assert "Its words are in passage #1." in html and "<b>x</b>" not in html
+    assert "Its words are in passage #1;" in html and "<b>x</b>" not in html
 
 
 def test_the_ask_tab_shows_the_line_on_every_answer_card(ui_engine):

@@ -246,6 +246,9 @@ def test_a_run_widens_its_candidates_and_says_it_is_reading(ui_engine, monkeypat
     assert heard and {stage for stage, _, _ in heard} == {"reading 3 new passages the trained encoder ranks in its top 2 "
                                                          "(once; cached)"}
     assert heard[-1][1] == heard[-1][2]
+    run = runs._runs["a"]  # the summary's reading time counts the widening's, not only the reading before step 1
+    widened = sum(w.seconds for w in run.trainer.widenings)
+    assert widened > 0 and view.read_seconds == pytest.approx(run.data.read_seconds + widened)
 
 
 def test_reading_ahead_leaves_the_default_run_nothing_to_read(ui_engine, monkeypatch, tmp_path):

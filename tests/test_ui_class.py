@@ -24,6 +24,7 @@ from rag_demo.ui.actions import PRIVATE_KB, DemoActions, Held
 from rag_demo.ui.exports import posterior_csv, write_exports
 from rag_demo.ui.html import (
     LINE_BREAK_NOTE,
+    SPACE_TOKEN_NOTE,
     disagreement_sentence,
     format_answer_html,
     format_token_spans,
@@ -286,3 +287,7 @@ def test_line_breaks_in_answers_are_explained_where_they_show():
     assert "↵↵" in format_answer_html(result) and LINE_BREAK_NOTE.split(".")[0] in format_answer_html(result)
     plain = AskResult(**{**result.__dict__, "variants": {"token": variant_of("token", (" Paris",), [(0.9, 0.1)])}})
     assert LINE_BREAK_NOTE.split(".")[0] not in format_answer_html(plain)
+    assert SPACE_TOKEN_NOTE.split(":")[0] not in format_answer_html(plain) + format_answer_html(result)
+    spaced = AskResult(**{**result.__dict__, "variants": {"token": variant_of("token", (" ", "8"), [(0.9, 0.1), (0.5, 0.5)],
+                                                                                answer="8")}})
+    assert "␣" in format_answer_html(spaced) and SPACE_TOKEN_NOTE.split(":")[0] in format_answer_html(spaced)

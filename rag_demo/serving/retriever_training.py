@@ -248,8 +248,8 @@ class TrainingView:
     answers: tuple[str, ...]
     before: RankedPassages
     now: RankedPassages
-    read_seconds: float
-    step_seconds: float  # mean time of a step so far
+    read_seconds: float  # reading passages with the reader: before the first step, and each widening since
+    step_seconds: float  # mean time of a step so far, its widening's reading included
     gradient: GradientExample | None = None  # None for the gold-passage loss
 
     @property
@@ -498,5 +498,6 @@ class TrainingRuns:
             questions_asked=run.questions_asked, questions_read=len(run.data.examples),
             training_questions=len(run.trainer.examples), batch_size=run.trainer.config.batch_size,
             candidates=run.trainer.config.candidates, question=question, answers=tuple(answers), before=run.before,
-            now=self._ranked(run.data, run.trainer.model, run.followed), read_seconds=run.data.read_seconds,
+            now=self._ranked(run.data, run.trainer.model, run.followed),
+            read_seconds=run.data.read_seconds + sum(widening.seconds for widening in run.trainer.widenings),
             step_seconds=run.step_seconds, gradient=self._gradient(run))

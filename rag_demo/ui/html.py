@@ -17,7 +17,7 @@ from ..config import RETRIEVER_NAMES
 from ..retrieval.corpus import KnowledgeBase
 from ..progress import counted
 from ..results import AskResult, ClosedBookResult, RetrievedPassage, RetrieverComparison, RetrieverRanking, VariantResult
-from .sentences import (EVIDENCE_MEANS, LINE_BREAK_NOTE, disagreement_sentence, encoders_differ_sentence, evidence,
+from .sentences import (EVIDENCE_MEANS, LINE_BREAK_NOTE, SPACE_TOKEN_NOTE, disagreement_sentence, encoders_differ_sentence, evidence,
                         fmt_prob, knowledge_conflicts, memory_sentence, swap_verdict)
 
 PARAMETRIC_P = 0.5  # closed-book p at or above which a token is marked as coming from parametric memory
@@ -355,10 +355,11 @@ def format_memory_line(result: AskResult) -> str:
 
 
 def line_break_note(token_lists: Sequence[Sequence[str]]) -> str:
-    """A note on “↵” when some shown token holds a line break; "" otherwise."""
-    if not any("\n" in token for tokens in token_lists for token in tokens):
-        return ""
-    return f'<div class="rag-legend rag-line-break-note">{esc(LINE_BREAK_NOTE)}</div>'
+    """A note on “↵” when some shown token holds a line break, and on “␣” when one is spaces alone; "" otherwise."""
+    shown = [token for tokens in token_lists for token in tokens]
+    notes = [note for note, used in ((LINE_BREAK_NOTE, any("\n" in token for token in shown)),
+                                     (SPACE_TOKEN_NOTE, any(token and not token.strip(" ") for token in shown))) if used]
+    return "".join(f'<div class="rag-legend rag-line-break-note">{esc(note)}</div>' for note in notes)
 
 
 def format_disagreement(result: AskResult) -> str:

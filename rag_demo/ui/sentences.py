@@ -60,6 +60,8 @@ def _how_answers_lean(result: AskResult) -> str:
 
 LINE_BREAK_NOTE = ("↵ is a line break the generator wrote. At the end of an answer (often “↵↵”, a blank line) it is "
                    "how the generator stops: the stop is a token too, and its probability is part of p(y|x).")
+SPACE_TOKEN_NOTE = ("␣ is a token that is a space alone: the generator's tokenizer writes a number as a space and "
+                    "then one token per digit (“␣ 1 9 8 9”), and each is scored like any other token.")
 
 
 def _switches_in_words(variant: VariantResult, passages: Sequence[RetrievedPassage]) -> str:
@@ -148,6 +150,9 @@ EVIDENCE_MEANS = ("Whether the answer's words appear, as whole words, in the tit
                   "a passage that says it in other words is missed.")
 
 
+READ_IT = ("it to see whether it answers the question", "them to see whether they answer the question")
+
+
 def _ranks_in_words(ranks: Sequence[int]) -> str:
     """'passage #2', 'passages #1 and #3', 'passages #1, #2 and #4'."""
     marks = [f"#{rank}" for rank in ranks]
@@ -164,7 +169,8 @@ def evidence(result: AskResult, variant: VariantResult, *, generated: bool = Tru
     if not variant.answer.strip():
         return "", ""
     if variant.found_in:
-        return "passages", f"Its words are in {_ranks_in_words(variant.found_in)}."
+        # a mention, not a verdict: a wrong answer's words are often in a passage ("from 1961 to 1989" for "1961")
+        return "passages", f"Its words are in {_ranks_in_words(variant.found_in)}; read {READ_IT[len(variant.found_in) > 1]}."
     nowhere = (f"In none of the {counted(len(result.passages), 'passage')} read" if len(result.passages) > 1
                else "Not in the passage read")
     if not generated:
