@@ -18,7 +18,8 @@ from pathlib import Path
 import torch
 
 from .generation import decoding
-from .config import ASK, DEFAULT_ENCODER, DEFAULT_GENERATOR, DEFAULT_KBS, DEFAULT_MEMORY_LOGITS, LIMITS, VARIANT_NAMES, VARIANTS, EngineConfig
+from . import memory as parametric_memory
+from .config import ASK, DEFAULT_KBS, LIMITS, VARIANT_NAMES, VARIANTS, EngineConfig
 from .retrieval.corpus import KnowledgeBase, Passage
 from .retrieval.encoders import Encoder
 from .errors import InputError
@@ -30,7 +31,6 @@ from .generation.teacher_forcing import every_source_logprobs, rows_logprobs, so
 from .generation.restatements import restates_question, set_aside_restatements
 from .retrieval.index import SearchIndex
 from .marginalize import (
-    doc_logprobs_with_memory,
     rag_sequence_logprob,
     rag_sequence_posteriors,
     rag_sequence_token_logprobs,
@@ -344,21 +344,8 @@ class RagEngine:
 
     def _memory_logit(self, retriever: str | None, *, own_question_side: bool, kb: str | None = None) -> float | None:
         """As `memory_logit`; with `kb`, for asks on that knowledge base."""
-        memory = self.config.memory
-        if not memory.enabled:
-            return None
-        if memory.logit is not None:
-            return float(memory.logit)
-        # fitted for the default encoder's packaged question side and the base generator, as a machine
-        # without the NQ pair builds them: a fine-tuned or trained question side moves every passage's logit
-        if (self.encoder.name != DEFAULT_ENCODER or self.encoder.question_weights or not own_question_side
-                or self.generator.name != DEFAULT_GENERATOR or self.generator.has_adapter or self.config.rag_checkpoint):
-            return None
-        # fitted against the packaged bases' logits: another base (a visitor's few passages, a folder of
-        # one's own) has BM25 statistics and passage lengths of its own, and θ would outweigh its passages
-        if kb is not None and kb not in DEFAULT_KBS:
-            return None
-        return DEFAULT_MEMORY_LOGITS.get(self.resolve_retriever(retriever))
+        return parametric_memory.fitted_logit(self.config, self.encoder, self.generator, self.resolve_retriever(retriever),
+                                              own_question_side=own_question_side, kb=kb)
 
     def _with_memory(self, retrieval: Retrieval, memory: bool | None, *,
                      own_question_side: bool = True) -> tuple[Retrieval, float | None]:
@@ -374,10 +361,7 @@ class RagEngine:
                              "`MemoryConfig.logit` in Python)")
         if logit is None or not retrieval.passages:
             return retrieval, None
-        logits = torch.tensor([[p.logit for p in retrieval.passages]])
-        doc_lp = doc_logprobs_with_memory(logits, logit)[0]  # (K + 1,)
-        passages = tuple(replace(p, prob=float(doc_lp[i].exp())) for i, p in enumerate(retrieval.passages))
-        return replace(retrieval, passages=passages, doc_lp=doc_lp), logit
+        return parametric_memory.with_memory(retrieval, logit), logit
 
     # -- public API -----------------------------------------------------------------------------
     def _check_options(self, variants, num_beams, max_new_tokens, sequence_decoding) -> tuple[str, ...]:
@@ -422,6 +406,10 @@ class RagEngine:
             self.retrieve(question, kb=kb, k=k, index=index, retriever=retriever, rows=rows, question_model=question_model),
             memory, own_question_side=question_model is None)
         with_memory = memory_logit is not None
+        if not with_memory:
+            reference = parametric_memory.dense_reference_logit(self.config, self.encoder, self.generator,
+                                                                own_question_side=question_model is None)
+            notices += parametric_memory.poor_match_notice(retrieval, reference)
         timings = {"encode": retrieval.encode_ms, "search": retrieval.search_ms}
         started = time.perf_counter()
         gen = self.generator
@@ -569,6 +557,10 @@ class RagEngine:
             self.retrieve(question, kb=kb, k=k, index=index, retriever=retriever, rows=rows, question_model=question_model),
             memory, own_question_side=question_model is None)
         with_memory = memory_logit is not None
+        if not with_memory:
+            reference = parametric_memory.dense_reference_logit(self.config, self.encoder, self.generator,
+                                                                own_question_side=question_model is None)
+            notices += parametric_memory.poor_match_notice(retrieval, reference)
         timings = {"encode": retrieval.encode_ms, "search": retrieval.search_ms}
         started = time.perf_counter()
         gen = self.generator

@@ -171,11 +171,11 @@ def test_the_fitted_logits_serve_only_the_setup_they_were_fitted_for(tmp_path, m
     """DEFAULT_MEMORY_LOGITS were fitted with the default encoder's packaged question side and the base
     generator: a fine-tuned question side or a reading adapter moves the scales, so memory is then off
     unless a logit is given."""
-    from rag_demo import engine as engine_module
+    from rag_demo import memory as parametric_memory
     from rag_demo.config import DEFAULT_ENCODER, DEFAULT_GENERATOR
 
     plain = make_ui_engine(tmp_path)
-    monkeypatch.setattr(engine_module, "DEFAULT_MEMORY_LOGITS", {"dense": 3.0, "bm25": 1.0})
+    monkeypatch.setattr(parametric_memory, "DEFAULT_MEMORY_LOGITS", {"dense": 3.0, "bm25": 1.0})
     monkeypatch.setattr(plain.encoder, "name", DEFAULT_ENCODER)
     monkeypatch.setattr(plain.generator, "name", DEFAULT_GENERATOR)
     assert plain.memory_logit("dense") == 3.0 and plain.memory_logit("bm25") == 1.0
@@ -231,3 +231,46 @@ def test_memory_joins_the_passages_batch_only_where_they_read_with_the_base_weig
         assert a.token_ids == b.token_ids and a.logprob == pytest.approx(b.logprob, abs=1e-4)
         assert list(a.memory_posteriors) == pytest.approx(list(b.memory_posteriors), abs=1e-4)
     assert together.closed_book.answer == apart.closed_book.answer
+
+
+def _retrieval(scores, *, retriever="hybrid", scale=20.0):
+    from rag_demo.results import Retrieval, RetrievedPassage
+
+    passages = tuple(RetrievedPassage(rank=i + 1, id=i, title=f"T{i}", text="t", score=s, prob=0.0, logit=scale * s + 3.0)
+                     for i, s in enumerate(scores))
+    return Retrieval(kb="mine", passages=passages, doc_lp=torch.zeros(len(scores)), generator_question="q",
+                     retriever=retriever, scale=scale)
+
+
+def test_passages_far_from_the_question_are_said_to_be_where_memory_would_answer():
+    """Where memory is no source, ∅ at the dense θ beside the passages' dense logits (scale · score, BM25 left out)
+    would take p(∅|x) = e^θ / (e^θ + Σ e^logit): past one half, a notice says so, with that share."""
+    from rag_demo.memory import poor_match_notice
+
+    def share(scores, theta):
+        weights = [math.exp(20.0 * s) for s in scores] + [math.exp(theta)]
+        return weights[-1] / sum(weights)
+
+    far = poor_match_notice(_retrieval([0.1, 0.05]), 12.0)
+    assert share([0.1, 0.05], 12.0) > 0.99 and len(far) == 1
+    assert "best score 0.10" in far[0] and f"p(∅|x) = {share([0.1, 0.05], 12.0):.2f}" in far[0]
+    assert share([0.7, 0.3], 12.0) < 0.5 and poor_match_notice(_retrieval([0.7, 0.3]), 12.0) == ()
+    assert share([0.58, 0.58], 12.0) < 0.5 < share([0.58], 12.0)  # the passages' mass counts, not the best alone
+    assert poor_match_notice(_retrieval([0.58, 0.58]), 12.0) == () and poor_match_notice(_retrieval([0.58]), 12.0)
+    assert poor_match_notice(_retrieval([0.1]), None) == ()  # no θ fitted for this setup
+    assert poor_match_notice(_retrieval([0.1], retriever="bm25", scale=0.2), 12.0) == ()  # BM25 has no score to weigh
+
+
+def test_an_ask_on_a_visitors_far_off_text_says_its_passages_match_poorly(tmp_path, monkeypatch, one_torch_thread):
+    from rag_demo import memory as parametric_memory
+    from rag_demo.config import DEFAULT_ENCODER, DEFAULT_GENERATOR
+
+    plain = make_ui_engine(tmp_path)
+    own = plain.build_kb("mine", [Passage("Okafor", "Mr. Okafor is the librarian of the school.")])
+    monkeypatch.setattr(plain.encoder, "name", DEFAULT_ENCODER)
+    monkeypatch.setattr(plain.generator, "name", DEFAULT_GENERATOR)
+    for theta, said in ((1e3, True), (-1e3, False)):  # ∅ would take all of p(z|x), or none of it
+        monkeypatch.setattr(parametric_memory, "DEFAULT_MEMORY_LOGITS", {"dense": theta})
+        result = plain.ask(QUESTIONS[0], kb=own, k=1, retriever="dense", variants="token", closed_book=False, max_new_tokens=2)
+        assert result.memory_prob is None
+        assert any("no passage is close to the question" in notice for notice in result.notices) is said

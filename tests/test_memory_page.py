@@ -166,7 +166,7 @@ def test_token_spans_point_at_memory_by_its_own_column():
 
 def test_where_no_logit_is_fitted_the_page_says_memory_is_unavailable(ui_engine):
     plain = DemoActions(ui_engine)  # the tiny models: no fitted logit
-    assert "Unavailable" in plain.memory_options()["info"]
+    assert "Unavailable" in plain.memory_options()["info"] and plain.memory_options()["interactive"] is False
     out = ask(plain)
     assert out.status == "" and unwrap(out.last).memory_prob is None
     assert esc(MEMORY_UNAVAILABLE) in out.answer
@@ -179,6 +179,7 @@ def test_where_no_logit_is_fitted_the_page_says_memory_is_unavailable(ui_engine)
 def test_the_switchs_help_follows_the_engine(actions, theta):
     assert f"θ = {theta:.2f}" in actions.memory_options()["info"] and "untick" in actions.memory_options("bm25")["info"]
     assert actions.memory_update("dense")["info"] == actions.memory_options("dense")["info"]
+    assert actions.memory_options()["interactive"] is True
     served = DemoActions(BackgroundEngine(lambda progress: actions.engine).start())
     assert served.engine.wait(5) and served.engine.memory_logit() == theta
     assert served.poll(0).memory["info"] == actions.memory_options()["info"]

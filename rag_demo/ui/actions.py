@@ -540,8 +540,8 @@ class DemoActions:
                 "value": "hybrid" if "hybrid" in offered else "dense", "visible": True}
 
     def memory_options(self, retriever: str | None = None) -> dict:
-        """The memory switch's help for this retriever (None: the engine's default): whether memory can be a
-        source here. Before an engine serves, or from one that cannot say, the help stays as the page wrote it."""
+        """The memory switch's help for this retriever (None: the engine's default) and whether it can be ticked:
+        whether memory can be a source here. Before an engine serves, or from one that cannot say, the help stays as the page wrote it."""
         memory_logit = getattr(self.engine, "memory_logit", None)  # a wrapper may not offer it
         if memory_logit is None or not engine_ready(self.engine):
             return {}
@@ -550,7 +550,8 @@ class DemoActions:
         except RagDemoError as err:  # an unknown retriever, or the engine's process gone: the ask will say so
             log.warning("memory availability unknown: %s", err)
             return {}
-        return {"info": memory_switch_info(logit)}
+        # greyed where it cannot be a source (BM25 has no fitted θ), its tick kept for the retriever that has one
+        return {"info": memory_switch_info(logit), "interactive": logit is not None}
 
     def memory_update(self, retriever: str | None) -> dict:
         """When the retriever changes: the memory switch's help for it."""

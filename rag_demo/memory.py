@@ -1,0 +1,72 @@
+"""The generator's memory ∅ as a source beside the k passages: its logit θ for a setup, p(z|x) over the
+k + 1 sources, and what ∅ would have taken in an ask where it is no source.
+
+Importing this module loads nothing heavy.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import torch
+
+from .config import DEFAULT_ENCODER, DEFAULT_GENERATOR, DEFAULT_KBS, DEFAULT_MEMORY_LOGITS, EngineConfig
+from .marginalize import doc_logprobs_with_memory
+from .results import Retrieval
+
+
+def fitted_logit(config: EngineConfig, encoder, generator, retriever: str, *, own_question_side: bool,
+                 kb: str | None = None) -> float | None:
+    """θ for asks with `retriever` ("hybrid", "dense", ...) on `kb`: the configured logit, else the one fitted for
+    this setup (DEFAULT_MEMORY_LOGITS); None where memory is switched off or this setup has no fitted logit."""
+    memory = config.memory
+    if not memory.enabled:
+        return None
+    if memory.logit is not None:
+        return float(memory.logit)
+    if not fitted_for(config, encoder, generator, own_question_side=own_question_side):
+        return None
+    # fitted against the packaged bases' logits: another base (a visitor's few passages, a folder of
+    # one's own) has BM25 statistics and passage lengths of its own, and θ would outweigh its passages
+    if kb is not None and kb not in DEFAULT_KBS:
+        return None
+    return DEFAULT_MEMORY_LOGITS.get(retriever)
+
+
+def fitted_for(config: EngineConfig, encoder, generator, *, own_question_side: bool) -> bool:
+    """Whether DEFAULT_MEMORY_LOGITS were fitted for this setup: the default encoder's packaged question side and
+    the base generator, as a machine without the NQ pair builds them (a fine-tuned or trained question side moves
+    every passage's logit)."""
+    return not (encoder.name != DEFAULT_ENCODER or encoder.question_weights or not own_question_side
+                or generator.name != DEFAULT_GENERATOR or generator.has_adapter or config.rag_checkpoint)
+
+
+def dense_reference_logit(config: EngineConfig, encoder, generator, *, own_question_side: bool) -> float | None:
+    """θ fitted for the dense retriever in this setup, whatever the base and whether memory is on: the yardstick of
+    `poor_match_notice`; None where none was fitted."""
+    return DEFAULT_MEMORY_LOGITS.get("dense") if fitted_for(config, encoder, generator, own_question_side=own_question_side) else None
+
+
+def with_memory(retrieval: Retrieval, logit: float) -> Retrieval:
+    """The retrieval with p(z|x) over its K passages and ∅ at `logit`: doc_lp (K + 1,), the memory's last."""
+    logits = torch.tensor([[p.logit for p in retrieval.passages]])
+    doc_lp = doc_logprobs_with_memory(logits, logit)[0]  # (K + 1,)
+    passages = tuple(replace(p, prob=float(doc_lp[i].exp())) for i, p in enumerate(retrieval.passages))
+    return replace(retrieval, passages=passages, doc_lp=doc_lp)
+
+
+def poor_match_notice(retrieval: Retrieval, dense_logit: float | None) -> tuple[str, ...]:
+    """For an ask where memory is no source: a notice when ∅, at the logit fitted for the dense retriever
+    (`dense_logit`; None: none fitted for this setup) beside the passages' dense logits (scale · score), would take
+    most of p(z|x). Such passages lie far from the question, and with no other source the answer can only be read
+    from them (a visitor's own text asked about something else). () otherwise, and for BM25, which has no score."""
+    if dense_logit is None or not retrieval.passages or retrieval.retriever == "bm25":
+        return ()
+    dense = torch.tensor([[retrieval.scale * p.score for p in retrieval.passages]])  # (1, K)
+    share = float(doc_logprobs_with_memory(dense, dense_logit)[0, -1].exp())
+    if share <= 0.5:
+        return ()
+    best = max(p.score for p in retrieval.passages)
+    return (f"no passage is close to the question (best score {best:.2f}): were the generator's memory a source, "
+            f"it would take p(∅|x) = {share:.2f}. Without it the answer can only be read from these passages, so "
+            "compare it with the closed-book answer",)
