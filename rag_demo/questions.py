@@ -342,7 +342,7 @@ def holds_words(text: str, answer: str) -> bool:
 # and do, prepositions and conjunctions. normalize_answer drops the articles already.
 FRAME_WORDS = frozenset(
     "i you he she it we they me him her us them his its our your their is are was were be been being has have had "
-    "do does did of in on at to for by with from into and or but as that this these those which who whom".split())
+    "do does did of in on at to for by with from into and or but as because that this these those which who whom".split())
 
 
 def new_word_runs(answer: str, question: str) -> list[str]:
@@ -353,6 +353,8 @@ def new_word_runs(answer: str, question: str) -> list[str]:
     ['sardines']
     >>> new_word_runs("The oboe belongs to the woodwind family.", "Which family of instruments does the oboe belong to?")
     ['woodwind']
+    >>> new_word_runs("The sky is blue because of Rayleigh scattering.", "Why is the sky blue?")
+    ['rayleigh scattering']
     >>> new_word_runs("John Adams", "who wrote the declaration?"), new_word_runs("the baby frog", "what is a baby frog called?")
     (['john adams'], [])
     """

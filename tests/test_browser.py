@@ -242,12 +242,12 @@ def test_an_error_dims_the_earlier_answer_until_the_next_one(page):
 
 def test_changing_an_option_marks_the_answer_on_screen_until_the_next_ask(page):
     stale = "document.documentElement.classList.contains('rag-ask-stale')"
-    page.locator("#memory input[type=checkbox]").click()  # before any answer: nothing to mark
+    page.locator("#extractive input[type=checkbox]").click()  # before any answer: nothing to mark
     assert not page.evaluate(stale)
     field(page, "question").fill(QUESTIONS[0])
     page.locator("#ask-btn").click()
     expect(page.locator("#answer .rag-card-token .rag-tok").first).to_be_visible()
-    page.locator("#memory input[type=checkbox]").click()
+    page.locator("#extractive input[type=checkbox]").click()
     page.wait_for_function(stale)
     note = page.evaluate("getComputedStyle(document.querySelector('#answer'), '::before').content")
     assert "options changed after this answer was asked" in note

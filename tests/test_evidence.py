@@ -170,3 +170,12 @@ def test_the_ask_tab_shows_the_line_on_every_answer_card(ui_engine):
     for variant in result.variants.values():
         kind, said = evidence(result, variant)
         assert not variant.answer.strip() or (kind and esc(said) in out.answer)
+
+
+def test_an_explanation_is_found_by_the_words_it_adds_after_because():
+    from rag_demo.questions import holds_answer
+
+    blue = RetrievedPassage(1, 0, "Blue", "The sky looks blue because of an effect known as Rayleigh scattering.", 0.5, 1.0, 10.0)
+    answer, question = "The sky is blue because of Rayleigh scattering.", "why is the sky blue?"
+    assert holds(blue, answer, question) and holds_answer(f"{blue.title} {blue.text}", answer, question)
+    assert not holds_answer("Blue is a colour.", answer, question)
