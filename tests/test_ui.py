@@ -583,7 +583,8 @@ def test_learn_events(actions):
     last = ask(actions).last
     tokens = unwrap(last).variants["token"].tokens
     picker, markup = actions.learn_tokens(last)
-    assert picker["value"] == 0 and len(picker["choices"]) == len(tokens)
+    assert picker["value"] == 0 and len(picker["choices"]) == len(tokens) and picker["visible"] is True
+    assert actions.learn_tokens(None).token_picker["visible"] is False  # no answer yet: no empty menu
     assert "RAG-Token" in markup and "RAG-Sequence" in markup
     assert f"Token {len(tokens)} of the answer" in actions.learn(last, len(tokens) - 1)
     token_only = ask(actions, variant="token").last

@@ -502,7 +502,8 @@ class DemoActions:
         """Starts on the first token (Figure 2's interesting one)."""
         result = unwrap(result)
         choices = learn_token_choices(result)
-        return LearnView(token_picker=gr.update(choices=choices, value=0 if choices else None),
+        # hidden until an answer gives it tokens to offer: an empty menu reads as broken
+        return LearnView(token_picker=gr.update(choices=choices, value=0 if choices else None, visible=bool(choices)),
                          walkthrough=format_learn_html(result, 0))
 
     def learn(self, result: Held | AskResult | None, position: int | None) -> str:

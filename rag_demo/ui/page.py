@@ -394,7 +394,7 @@ def build_demo(engine: Engine, *, limits: UploadLimits = UploadLimits(), files: 
                 gr.HTML('<p class="rag-help">The two RAG equations, worked through with the numbers of your last '
                         "question in the Ask tab.</p>", js_on_load=None)
                 learn_token = gr.Dropdown([], value=None, label="Answer token for step 2", elem_id="learn-token",
-                                          type="value", min_width=240, elem_classes=["rag-fit-dropdown"])
+                                          type="value", min_width=240, elem_classes=["rag-fit-dropdown"], visible=False)
                 learn_out = _html("learn-out", format_learn_html(None))
                 with gr.Accordion("Words used on this page", open=False, elem_id="glossary"):
                     gr.HTML(format_glossary_html(), js_on_load=None)
