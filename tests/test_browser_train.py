@@ -129,8 +129,8 @@ def test_a_run_shows_one_progress_and_after_stop_every_line_says_it_stopped(brow
 
     advance = TrainingRuns.train_advance
 
-    def slowly(self, *args, **kwargs):  # time to press Stop mid-run: the tiny models step in milliseconds
-        time.sleep(0.3)
+    def slowly(self, *args, **kwargs):  # time to press Stop mid-run: the tiny models step in milliseconds, and a
+        time.sleep(1.5)  # loaded machine took longer than 12 updates of 0.3 s to reach the Stop button
         return advance(self, *args, **kwargs)
 
     monkeypatch.setattr(TrainingRuns, "train_advance", slowly)
