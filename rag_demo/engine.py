@@ -347,6 +347,11 @@ class RagEngine:
         return parametric_memory.fitted_logit(self.config, self.encoder, self.generator, self.resolve_retriever(retriever),
                                               own_question_side=own_question_side, kb=kb)
 
+    def _poor_match(self, retrieval: Retrieval, *, own_question_side: bool) -> tuple[str, ...]:
+        reference = parametric_memory.dense_reference_logit(self.config, self.encoder, self.generator,
+                                                            own_question_side=own_question_side)
+        return parametric_memory.poor_match_notice(retrieval, reference)
+
     def _with_memory(self, retrieval: Retrieval, memory: bool | None, *,
                      own_question_side: bool = True) -> tuple[Retrieval, float | None]:
         """The retrieval with p(z|x) over its passages and the memory (the last of doc_lp's K + 1), and
@@ -406,10 +411,8 @@ class RagEngine:
             self.retrieve(question, kb=kb, k=k, index=index, retriever=retriever, rows=rows, question_model=question_model),
             memory, own_question_side=question_model is None)
         with_memory = memory_logit is not None
-        if not with_memory:
-            reference = parametric_memory.dense_reference_logit(self.config, self.encoder, self.generator,
-                                                                own_question_side=question_model is None)
-            notices += parametric_memory.poor_match_notice(retrieval, reference)
+        if not with_memory:  # say where passages lie far from the question and nothing else can answer
+            notices += self._poor_match(retrieval, own_question_side=question_model is None)
         timings = {"encode": retrieval.encode_ms, "search": retrieval.search_ms}
         started = time.perf_counter()
         gen = self.generator
@@ -557,10 +560,8 @@ class RagEngine:
             self.retrieve(question, kb=kb, k=k, index=index, retriever=retriever, rows=rows, question_model=question_model),
             memory, own_question_side=question_model is None)
         with_memory = memory_logit is not None
-        if not with_memory:
-            reference = parametric_memory.dense_reference_logit(self.config, self.encoder, self.generator,
-                                                                own_question_side=question_model is None)
-            notices += parametric_memory.poor_match_notice(retrieval, reference)
+        if not with_memory:  # say where passages lie far from the question and nothing else can answer
+            notices += self._poor_match(retrieval, own_question_side=question_model is None)
         timings = {"encode": retrieval.encode_ms, "search": retrieval.search_ms}
         started = time.perf_counter()
         gen = self.generator

@@ -274,3 +274,5 @@ def test_an_ask_on_a_visitors_far_off_text_says_its_passages_match_poorly(tmp_pa
         result = plain.ask(QUESTIONS[0], kb=own, k=1, retriever="dense", variants="token", closed_book=False, max_new_tokens=2)
         assert result.memory_prob is None
         assert any("no passage is close to the question" in notice for notice in result.notices) is said
+        scored = plain.score(QUESTIONS[0], "Okafor", kb=own, k=1, retriever="dense")  # the Score tab says it too
+        assert any("no passage is close to the question" in notice for notice in scored.notices) is said
