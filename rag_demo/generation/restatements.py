@@ -7,8 +7,9 @@ text of its own, pasted before it, to answer from), so decoding sets it aside
 and decodes again with the set-aside answer's first word barred from starting the answer, a few
 times at most. The same holds for an answer that starts a sentence out of the question ("what do
 koalas eat?" -> "koalas eat a variety of plants, ..."): the reader has begun to repeat the question,
-and the span it was asked for, if it comes, comes late in a sentence that exact match never takes. The probabilities reported for the answer that stays are the model's own; only the
-choice among answers changes, as with any other decoding rule.
+and the span it was asked for, if it comes, comes late in a sentence that exact match never takes.
+The probabilities reported for the answer that stays are the model's own; only the choice among
+answers changes, as with any other decoding rule.
 
 Importing this module loads nothing heavy.
 """
