@@ -21,6 +21,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from ..questions import FRAME_WORDS, normalize_answer, same_word
+from ..retrieval.corpus import sentence_ends
 
 if TYPE_CHECKING:
     from .decoding import Hypothesis
@@ -37,10 +38,9 @@ SENTENCE_WORDS = 4
 _EXPLAINING = re.compile(r"\s*(?:why|how (?:do|does|did|is|are|was|were|can|could|would|should|to))\b", re.IGNORECASE)
 # A question carries a text of its own (pasted before it), whose words an answer may rightly copy, past this many
 # words (the longest of the everyday question sets has 21) or where a sentence ends and another begins inside it
-# (a word of three letters or more, its closing mark, a capital: "... family Salticidae. What family ...?"; an
+# (`corpus.sentence_ends`: "... family Salticidae. What family ...?"; an
 # initial such as "John F. Kennedy" is no sentence end). No everyday question is either.
 QUESTION_WITH_TEXT_WORDS = 40
-_SENTENCE_END = re.compile(r"[^\W\d_]{3,}[.!?]\s+[A-Z]")
 
 
 def restates_question(question: str, answer: str) -> bool:
@@ -97,7 +97,7 @@ def carries_text(question: str) -> bool:
     >>> carries_text("in which city was president John F. Kennedy assassinated?"), carries_text("what is 2.5 times 2?")
     (False, False)
     """
-    return len(question.split()) > QUESTION_WITH_TEXT_WORDS or bool(_SENTENCE_END.search(question))
+    return len(question.split()) > QUESTION_WITH_TEXT_WORDS or bool(sentence_ends(question.split()))
 
 
 def first_word_forms(tokenizer, token_id: int) -> frozenset[int]:
