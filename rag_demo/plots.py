@@ -272,7 +272,7 @@ def doc_prob_figure(result: AskResult, *, height: int = 300):
     fig.update_xaxes(title_text="p(z|x)", range=[0, 1.0], gridcolor="rgba(128,128,128,0.2)")
     # short lines: one long line ran past the chart's right edge in a half-width column, and on a phone
     _layout(fig, title=title, height=max(height, 110 + 26 * len(ticks)))
-    fig.update_layout(margin=dict(l=10, r=36, t=68 + 20 * title.count("<br>") - 20, b=10))
+    fig.update_layout(margin=dict(l=10, r=36, t=48 + 20 * title.count("<br>"), b=10))
     return fig
 
 

@@ -542,7 +542,8 @@ class DemoActions:
 
     def memory_options(self, retriever: str | None = None) -> dict:
         """The memory switch's help for this retriever (None: the engine's default) and whether it can be ticked:
-        whether memory can be a source here. Before an engine serves, or from one that cannot say, the help stays as the page wrote it."""
+        whether memory can be a source here. Before an engine serves, or from one that cannot say, the help stays
+        as the page wrote it."""
         memory_logit = getattr(self.engine, "memory_logit", None)  # a wrapper may not offer it
         if memory_logit is None or not engine_ready(self.engine):
             return {}
