@@ -685,6 +685,18 @@ READABILITY_JS = """() => {
 }"""
 
 
+# the p(z|x) chart's title and first tick label font sizes (px) and its height
+CHART_TEXT_SIZES_JS = """(() => {
+  const chart = document.querySelector('#doc-prob .js-plotly-plot');
+  const px = (sel) => parseFloat(chart.querySelector(sel).style.fontSize);
+  return {title: px('.gtitle'), tick: px('.ytick text'), height: chart.getBoundingClientRect().height};
+})()"""
+
+
+def chart_text_sizes(page) -> dict:
+    return page.evaluate(CHART_TEXT_SIZES_JS)
+
+
 @pytest.mark.parametrize("width", [1280, 800, 420])
 def test_every_text_is_14px_and_4_5_to_1_and_large_text_grows_it(browser, server, ui_engine, width):
     context, page = open_page(browser, server, {"width": width, "height": 900})
@@ -706,8 +718,21 @@ def test_every_text_is_14px_and_4_5_to_1_and_large_text_grows_it(browser, server
         expect(page.get_by_role("radiogroup", name="RAG-Sequence decoding")).to_be_visible()
         assert page.locator("#answer .rag-tok[role=img][aria-label]").count() == page.locator("#answer .rag-tok").count()
         before = page.locator("#answer .rag-legend").first.evaluate("(el) => parseFloat(getComputedStyle(el).fontSize)")
+        chart_before = chart_text_sizes(page)
         page.locator("#large-text input[type=checkbox]").check()
         after = page.locator("#answer .rag-legend").first.evaluate("(el) => parseFloat(getComputedStyle(el).fontSize)")
         assert after >= 1.2 * before
+        # the charts' own text grows with it, and shrinks back
+        page.wait_for_function(f"() => {CHART_TEXT_SIZES_JS}['title'] >= 1.2 * {chart_before['title']}")
+        grown = chart_text_sizes(page)
+        assert grown["tick"] >= 1.2 * chart_before["tick"] and grown["height"] > chart_before["height"]
+        # a chart drawn while it is on is drawn large too
+        field(page, "question").fill(QUESTIONS[0])
+        page.locator("#ask-btn").click()
+        expect(page.locator(".progress-bar")).to_have_count(0)
+        page.wait_for_function(f"() => {CHART_TEXT_SIZES_JS}['title'] >= 1.2 * {chart_before['title']}")
+        page.locator("#large-text input[type=checkbox]").uncheck()
+        page.wait_for_function(f"() => {CHART_TEXT_SIZES_JS}['title'] === {chart_before['title']}")
+        assert chart_text_sizes(page)["tick"] == chart_before["tick"]
     finally:
         context.close()

@@ -66,10 +66,50 @@ INTRO = (
 # No text under 14 px: gradio's small sizes (labels' help, badges) are lifted to it, for a projector's back row.
 TEXT_SIZES = dict(xxs="14px", xs="14px", sm="14px", md="15px", lg="17px", xl="22px", xxl="26px")
 
-# Accessible names gradio leaves out: a radio group's name is its label, and a chart's is the one sentence
-# the page's action puts in its (hidden) label, not the numbers of its axes. Run at load and after every
-# change of the page, since gradio renders components and charts as they come.
-ACCESSIBLE_NAMES_JS = """() => {
+# How much larger "Large text" draws the charts: the page's text grows by its CSS (assets/style.css, .rag-large)
+LARGE_CHART_SCALE = 1.3
+
+# Plotly draws its text at sizes of the figure's own, which the page's CSS cannot reach: with "Large text" on,
+# every font size a chart names, its height and its top margin (the title's room) are redrawn LARGE_CHART_SCALE
+# times larger. A chart remembers the scale it was drawn at with the layout it was drawn from, so a new
+# answer's chart (a new layout) is scaled once and a scaled one is not scaled again.
+SCALE_CHARTS_JS = """window.ragScaleCharts = () => {
+  if (!window.Plotly) return;
+  const want = document.documentElement.classList.contains('rag-large') ? %(scale)s : 1;
+  document.querySelectorAll('.js-plotly-plot').forEach((chart) => {
+    const layout = chart.layout;
+    if (!layout || !Array.isArray(chart.data)) return;
+    const drawnAt = chart.ragScaledLayout === layout ? chart.ragScale : 1;
+    if (drawnAt === want) return;
+    const by = want / drawnAt;
+    const update = {};
+    const grow = (path, value) => { if (typeof value === 'number') update[path] = value * by; };
+    const title = layout.title || {};
+    grow('font.size', (layout.font || {}).size);
+    grow('title.font.size', (title.font || {}).size);
+    grow('title.subtitle.font.size', ((title.subtitle || {}).font || {}).size);
+    grow('height', (chart._fullLayout || {}).height);  // gradio's chart drops the figure's height once drawn
+    grow('margin.t', (layout.margin || {}).t);
+    (layout.annotations || []).forEach((note, i) => grow(`annotations[${i}].font.size`, (note.font || {}).size));
+    const traces = [], sizes = [];
+    chart.data.forEach((trace, i) => {
+      const size = (trace.textfont || {}).size;
+      if (typeof size === 'number') { traces.push(i); sizes.push(size * by); }
+    });
+    chart.ragScaledLayout = layout;
+    chart.ragScale = want;
+    if (traces.length) window.Plotly.restyle(chart, {'textfont.size': sizes}, traces);
+    window.Plotly.relayout(chart, update);
+  });
+};
+""" % {"scale": LARGE_CHART_SCALE}
+
+# The page's script: it adds the accessible names gradio leaves out (a radio group's name is its label, and a
+# chart's is the one sentence the page's action puts in its hidden label, not the numbers of its axes) and
+# scales a chart drawn while "Large text" is on. Run at load and after every change of the page, since gradio
+# renders components and charts as they come.
+LOAD_JS = """() => {
+  """ + SCALE_CHARTS_JS + """
   const name = () => {
     document.querySelectorAll('fieldset').forEach((group) => {
       const info = group.querySelector('[data-testid="block-info"]');
@@ -98,7 +138,7 @@ ACCESSIBLE_NAMES_JS = """() => {
   new MutationObserver(() => {
     if (queued) return;
     queued = true;
-    requestAnimationFrame(() => { queued = false; name(); });
+    requestAnimationFrame(() => { queued = false; name(); window.ragScaleCharts(); });
   }).observe(document.body, {childList: true, subtree: true, characterData: true});
 }"""
 
@@ -118,7 +158,7 @@ def launch_options() -> dict:
             button_primary_background_fill_hover="*primary_700", checkbox_label_background_fill_selected="*primary_600",
             block_label_text_color="*primary_700", block_title_text_color="*primary_700"),
         "css_paths": [ASSETS / "style.css"],
-        "js": ACCESSIBLE_NAMES_JS,
+        "js": LOAD_JS,
         "footer_links": ["api", "gradio", "settings"],
         "run_history": False,
     }
@@ -146,7 +186,8 @@ COPY_LINK_JS = """(query) => {
   return url;
 }"""
 
-LARGE_TEXT_JS = "(on) => { document.documentElement.classList.toggle('rag-large', Boolean(on)); return on; }"
+LARGE_TEXT_JS = ("(on) => { document.documentElement.classList.toggle('rag-large', Boolean(on)); "
+                 "if (window.ragScaleCharts) window.ragScaleCharts(); return on; }")
 # An answer on screen was asked with the options it was asked with: once a visitor changes one, the answer is
 # marked as asked before the change (assets/style.css, .rag-ask-stale) until the next ask
 MARK_ANSWER_STALE_JS = ("() => { const answer = document.getElementById('answer'); "
