@@ -541,6 +541,15 @@ def test_uploads_move_into_the_session_folder_under_safe_names(engine, tmp_path)
     assert not (files.root / "etc").exists() and files.root.exists()
 
 
+def test_session_folders_root_is_made_on_first_upload_only(engine, tmp_path, monkeypatch):
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    files = SessionFiles()
+    DemoActions(engine, files=files)
+    assert list(tmp_path.iterdir()) == []  # a page nobody uploads to leaves no folder behind
+    folder = files.folder("s1")
+    assert folder.parent.parent == tmp_path and folder.parent.name.startswith("rag-demo-sessions-")
+
+
 def test_private_kb_indexes_are_released(engine):
     kb = engine.build_kb("mine", [Passage("a", "alpha beta"), Passage("b", "gamma delta"), Passage("c", "eps")])
     engine.ask("alpha", kb=kb, k=2, index="hnsw", closed_book=False)

@@ -7,6 +7,7 @@ the page's controls, the command line and the engine read too.
 
 from __future__ import annotations
 
+import atexit
 import csv
 import hashlib
 import re
@@ -168,11 +169,19 @@ class SessionFiles:
 
     Gradio first stores an upload in its shared upload folder (named by the content's hash);
     `adopt` moves it from there into the visitor's own folder before anything reads it, and
-    `drop` deletes that folder when the session ends.
+    `drop` deletes that folder when the session ends. Without a `root` given, the temporary root is made on the
+    first upload (a page nobody uploads to leaves nothing behind) and removed when the process exits.
     """
 
     def __init__(self, root: str | Path | None = None):
-        self.root = Path(root) if root is not None else Path(tempfile.mkdtemp(prefix="rag-demo-sessions-"))
+        self._root = Path(root) if root is not None else None
+
+    @property
+    def root(self) -> Path:
+        if self._root is None:
+            self._root = Path(tempfile.mkdtemp(prefix="rag-demo-sessions-"))
+            atexit.register(shutil.rmtree, self._root, ignore_errors=True)
+        return self._root
 
     def folder(self, session: str) -> Path:
         path = self._path(session)
