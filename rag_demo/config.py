@@ -47,6 +47,12 @@ BM25_SCALE = 0.2
 # A retriever missing here (BM25) has no fitted logit: memory is then no source unless a logit is given.
 DEFAULT_MEMORY_LOGITS: dict[str, float] = {"hybrid": 13.0, "dense": 12.0}
 
+# Below this dense score (a cosine, for the default encoder's packaged question side) no passage read is close to
+# the question, and where memory is no source the page says so (`memory.poor_match_notice`). On wikipedia the
+# passage that answers an everyday-train question scores 0.30 or more for 99 of 100 questions, and the best of 100
+# passages about other things scores under 0.30 for 99 of 100 (`python -m benchmarks.match_floor`, quality-notes.md).
+NO_MATCH_SCORE = 0.30
+
 
 @dataclass(frozen=True)
 class AskDefaults:

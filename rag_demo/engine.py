@@ -348,9 +348,8 @@ class RagEngine:
                                               own_question_side=own_question_side, kb=kb)
 
     def _poor_match(self, retrieval: Retrieval, *, own_question_side: bool) -> tuple[str, ...]:
-        reference = parametric_memory.dense_reference_logit(self.config, self.encoder, self.generator,
-                                                            own_question_side=own_question_side)
-        return parametric_memory.poor_match_notice(retrieval, reference)
+        floor = parametric_memory.no_match_floor(self.encoder, own_question_side=own_question_side)
+        return parametric_memory.poor_match_notice(retrieval, floor)
 
     def _with_memory(self, retrieval: Retrieval, memory: bool | None, *,
                      own_question_side: bool = True) -> tuple[Retrieval, float | None]:

@@ -1,5 +1,5 @@
 """The generator's memory ∅ as a source beside the k passages: its logit θ for a setup, p(z|x) over the
-k + 1 sources, and what ∅ would have taken in an ask where it is no source.
+k + 1 sources, and, in an ask where it is no source, the notice that no passage is close to the question.
 
 Importing this module loads nothing heavy.
 """
@@ -10,7 +10,7 @@ from dataclasses import replace
 
 import torch
 
-from .config import DEFAULT_ENCODER, DEFAULT_GENERATOR, DEFAULT_KBS, DEFAULT_MEMORY_LOGITS, EngineConfig
+from .config import DEFAULT_ENCODER, DEFAULT_GENERATOR, DEFAULT_KBS, DEFAULT_MEMORY_LOGITS, NO_MATCH_SCORE, EngineConfig
 from .marginalize import doc_logprobs_with_memory
 from .results import Retrieval
 
@@ -41,10 +41,12 @@ def fitted_for(config: EngineConfig, encoder, generator, *, own_question_side: b
                 or generator.name != DEFAULT_GENERATOR or generator.has_adapter or config.rag_checkpoint)
 
 
-def dense_reference_logit(config: EngineConfig, encoder, generator, *, own_question_side: bool) -> float | None:
-    """θ fitted for the dense retriever in this setup, whatever the base and whether memory is on: the yardstick of
-    `poor_match_notice`; None where none was fitted."""
-    return DEFAULT_MEMORY_LOGITS.get("dense") if fitted_for(config, encoder, generator, own_question_side=own_question_side) else None
+def no_match_floor(encoder, *, own_question_side: bool) -> float | None:
+    """The dense score below which no passage is close to a question (NO_MATCH_SCORE), where it was measured: the
+    default encoder's packaged question side. None elsewhere (another encoder's scores, or a fine-tuned question side
+    that moves them)."""
+    calibrated = encoder.name == DEFAULT_ENCODER and not encoder.question_weights and own_question_side
+    return NO_MATCH_SCORE if calibrated else None
 
 
 def with_memory(retrieval: Retrieval, logit: float) -> Retrieval:
@@ -55,18 +57,16 @@ def with_memory(retrieval: Retrieval, logit: float) -> Retrieval:
     return replace(retrieval, passages=passages, doc_lp=doc_lp)
 
 
-def poor_match_notice(retrieval: Retrieval, dense_logit: float | None) -> tuple[str, ...]:
-    """For an ask where memory is no source: a notice when ∅, at the logit fitted for the dense retriever
-    (`dense_logit`; None: none fitted for this setup) beside the passages' dense logits (scale · score), would take
-    most of p(z|x). Such passages lie far from the question, and with no other source the answer can only be read
-    from them (a visitor's own text asked about something else). () otherwise, and for BM25, which has no score."""
-    if dense_logit is None or not retrieval.passages or retrieval.retriever == "bm25":
-        return ()
-    dense = torch.tensor([[retrieval.scale * p.score for p in retrieval.passages]])  # (1, K)
-    share = float(doc_logprobs_with_memory(dense, dense_logit)[0, -1].exp())
-    if share <= 0.5:
+def poor_match_notice(retrieval: Retrieval, floor: float | None) -> tuple[str, ...]:
+    """For an ask where memory is no source: a notice when every passage's dense score is below `floor` (None: no
+    floor measured for this setup). Such passages are about something else (a visitor's own text asked about
+    another subject), and with no other source the answer can only be read from them. () otherwise, and for BM25,
+    which has no dense score."""
+    if floor is None or not retrieval.passages or retrieval.retriever == "bm25":
         return ()
     best = max(p.score for p in retrieval.passages)
-    return (f"no passage is close to the question (best score {best:.2f}): were the generator's memory a source, "
-            f"it would take p(∅|x) = {share:.2f}. Without it the answer can only be read from these passages, so "
-            "compare it with the closed-book answer",)
+    if best >= floor:
+        return ()
+    return (f"no passage is close to the question (best score {best:.2f}; a passage that answers a question usually "
+            f"scores {floor:.2f} or more), so the answer read from them is likely wrong: compare it with the "
+            "closed-book answer",)

@@ -242,35 +242,41 @@ def _retrieval(scores, *, retriever="hybrid", scale=20.0):
                      retriever=retriever, scale=scale)
 
 
-def test_passages_far_from_the_question_are_said_to_be_where_memory_would_answer():
-    """Where memory is no source, ∅ at the dense θ beside the passages' dense logits (scale · score, BM25 left out)
-    would take p(∅|x) = e^θ / (e^θ + Σ e^logit): past one half, a notice says so, with that share."""
+def test_passages_far_from_the_question_are_said_to_be_so():
+    """Where memory is no source, a notice names the best dense score when every passage's is below the floor."""
     from rag_demo.memory import poor_match_notice
 
-    def share(scores, theta):
-        weights = [math.exp(20.0 * s) for s in scores] + [math.exp(theta)]
-        return weights[-1] / sum(weights)
+    far = poor_match_notice(_retrieval([0.1, 0.05]), 0.3)
+    assert len(far) == 1 and "best score 0.10" in far[0] and "0.30 or more" in far[0]
+    assert poor_match_notice(_retrieval([0.52]), 0.3) == ()  # a passage that answers: a visitor's note scored 0.52
+    assert poor_match_notice(_retrieval([0.05, 0.31]), 0.3) == ()  # the best one counts, wherever it ranks
+    assert poor_match_notice(_retrieval([0.29, 0.29, 0.29]), 0.3)  # many far passages are no closer than one
+    assert poor_match_notice(_retrieval([0.1]), None) == ()  # no floor measured for this setup
+    assert poor_match_notice(_retrieval([0.1], retriever="bm25", scale=0.2), 0.3) == ()  # BM25 has no dense score
 
-    far = poor_match_notice(_retrieval([0.1, 0.05]), 12.0)
-    assert share([0.1, 0.05], 12.0) > 0.99 and len(far) == 1
-    assert "best score 0.10" in far[0] and f"p(∅|x) = {share([0.1, 0.05], 12.0):.2f}" in far[0]
-    assert share([0.7, 0.3], 12.0) < 0.5 and poor_match_notice(_retrieval([0.7, 0.3]), 12.0) == ()
-    assert share([0.58, 0.58], 12.0) < 0.5 < share([0.58], 12.0)  # the passages' mass counts, not the best alone
-    assert poor_match_notice(_retrieval([0.58, 0.58]), 12.0) == () and poor_match_notice(_retrieval([0.58]), 12.0)
-    assert poor_match_notice(_retrieval([0.1]), None) == ()  # no θ fitted for this setup
-    assert poor_match_notice(_retrieval([0.1], retriever="bm25", scale=0.2), 12.0) == ()  # BM25 has no score to weigh
+
+def test_the_floor_holds_only_where_it_was_measured(tmp_path, monkeypatch):
+    from rag_demo.config import DEFAULT_ENCODER, NO_MATCH_SCORE
+    from rag_demo.memory import no_match_floor
+
+    encoder = make_ui_engine(tmp_path).encoder
+    assert no_match_floor(encoder, own_question_side=True) is None  # a tiny test encoder: its scores are its own
+    monkeypatch.setattr(encoder, "name", DEFAULT_ENCODER)
+    assert no_match_floor(encoder, own_question_side=True) == NO_MATCH_SCORE
+    assert no_match_floor(encoder, own_question_side=False) is None  # a question side trained on the Train tab
+    monkeypatch.setattr(encoder, "question_weights", "tuned")
+    assert no_match_floor(encoder, own_question_side=True) is None
 
 
 def test_an_ask_on_a_visitors_far_off_text_says_its_passages_match_poorly(tmp_path, monkeypatch, one_torch_thread):
     from rag_demo import memory as parametric_memory
-    from rag_demo.config import DEFAULT_ENCODER, DEFAULT_GENERATOR
+    from rag_demo.config import DEFAULT_ENCODER
 
     plain = make_ui_engine(tmp_path)
     own = plain.build_kb("mine", [Passage("Okafor", "Mr. Okafor is the librarian of the school.")])
     monkeypatch.setattr(plain.encoder, "name", DEFAULT_ENCODER)
-    monkeypatch.setattr(plain.generator, "name", DEFAULT_GENERATOR)
-    for theta, said in ((1e3, True), (-1e3, False)):  # ∅ would take all of p(z|x), or none of it
-        monkeypatch.setattr(parametric_memory, "DEFAULT_MEMORY_LOGITS", {"dense": theta})
+    for floor, said in ((1e6, True), (-1e6, False)):  # above any score, or below any
+        monkeypatch.setattr(parametric_memory, "NO_MATCH_SCORE", floor)
         result = plain.ask(QUESTIONS[0], kb=own, k=1, retriever="dense", variants="token", closed_book=False, max_new_tokens=2)
         assert result.memory_prob is None
         assert any("no passage is close to the question" in notice for notice in result.notices) is said
