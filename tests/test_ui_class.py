@@ -85,6 +85,23 @@ def test_a_link_made_by_copy_link_reads_back_as_the_same_question_and_options(ui
     assert swap == {"tab": "swap", "q": "q", "left": KB_NAMES[1], "right": KB_NAMES[0], "variant": "token", "k": "3"}
 
 
+def test_a_link_opens_every_tab_of_the_page_by_its_id_or_its_label(ui_engine):
+    import gradio as gr
+
+    from rag_demo.ui import build_demo
+    from rag_demo.ui.inputs import LINK_TABS, TAB_LABELS
+
+    tabs = {block.id: block.label for block in build_demo(ui_engine).blocks.values() if isinstance(block, gr.Tab)}
+    assert set(tabs) == set(LINK_TABS) == set(TAB_LABELS)
+    for tab, label in tabs.items():
+        assert TAB_LABELS[tab] == label.lower()
+        last_word = label.split()[-1].lower()
+        names = (tab, label, label.replace(" ", "-"), label.replace(" ", "_").upper())
+        for name in names + ((last_word,) if last_word not in LINK_TABS or last_word == tab else ()):
+            link = parse_link({"tab": name}, kb_names=None, index_kinds=(), retrievers=())
+            assert link.tab == tab and link.notices == (), name
+
+
 def test_a_link_with_values_the_page_does_not_offer_keeps_the_rest_and_says_what_it_ignored():
     link = parse_link({"q": "who?", "kb": "../etc", "k": "999", "tab": "nowhere", "memory": "maybe", "left": KB_NAMES[0]},
                       kb_names=KB_NAMES, index_kinds=INDEX_KINDS, retrievers=("dense",))

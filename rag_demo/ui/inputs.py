@@ -303,7 +303,22 @@ def looks_english(question: str) -> bool:
 
 # ---- links to a question ----------------------------------------------------------------------------
 
-LINK_TABS = ("ask", "swap", "mine", "score", "index", "learn")  # the page's tab ids, as `?tab=` names them
+LINK_TABS = ("ask", "swap", "mine", "score", "index", "learn", "train")  # the page's tab ids, as `?tab=` names them
+# `?tab=` also takes a tab's label, in any case with "-" or "_" for its spaces ("your-knowledge"), or its last word
+# where that is no other tab's id ("knowledge"; "index" is the Index variants tab)
+TAB_LABELS = {"ask": "ask", "swap": "swap the index", "mine": "your knowledge", "score": "score your answer",
+              "index": "index variants", "learn": "learn", "train": "train"}
+TAB_ALIASES = {name: tab for tab, label in TAB_LABELS.items() for name in (label.replace(" ", "-"), label.split()[-1])}
+
+
+def link_tab(raw: str) -> str:
+    """A `?tab=` value as the page's tab id: an id, a label or its last word; the value itself when none matches.
+
+    >>> link_tab("Your Knowledge"), link_tab("knowledge"), link_tab("index_variants"), link_tab("nope")
+    ('mine', 'mine', 'index', 'nope')
+    """
+    value = "-".join(str(raw).strip().lower().replace("_", " ").split())
+    return value if value in LINK_TABS else TAB_ALIASES.get(value, value)
 LINK_VARIANTS = (*VARIANTS, BOTH)
 
 
@@ -368,6 +383,8 @@ def parse_link(params: Mapping[str, str], *, kb_names: Sequence[str] | None, ind
             return None
 
     k, memory = parsed("k", parse_k), parsed("memory", parse_memory)
+    if params.get("tab"):
+        params = {**params, "tab": link_tab(params["tab"])}
     return PageLink(
         question=question, tab=pick("tab", LINK_TABS), kb=pick("kb", kb_names, lower=False),
         variant=pick("variant", LINK_VARIANTS), k=k, index=pick("index", index_kinds),
