@@ -329,12 +329,14 @@ def test_kb_swap_changes_the_answer(actions, ui_engine):
         for v in result.variants.values():
             assert all(f'<span class="rag-tok-text">{shown(t)}</span>' in column for t in v.tokens)
         assert column.count('class="rag-passage"') == 3
-    for result in (a, b):
-        assert " / ".join(f"“{esc(v.answer)}”" for v in result.variants.values()) in summary
+    for result in (a, b):  # with both variants, each answer is named
+        said = f"RAG-Token “{esc(result.variants['token'].answer)}” / RAG-Sequence “{esc(result.variants['sequence'].answer)}”"
+        assert f"<b>{result.kb}</b> → {said}" in summary
     assert esc(swap_verdict(a, b)) in summary
     assert f"closed-book, no passages → “{esc(a.closed_book.answer)}”" in summary
     same = actions.swap(QUESTION, left_kb, left_kb, "token", 5, None)[1]
     assert "read the same knowledge base" in same
+    assert f"→ “{esc(a.variants['token'].answer)}” &nbsp;" in same and "RAG-Token “" not in same  # one variant: no name
 
 
 def _said(kb: str, answer: str, passage_text: str) -> AskResult:

@@ -529,7 +529,9 @@ def _more_passages_note(total: int, shown: int) -> str:
 def format_swap_summary(left: AskResult, right: AskResult) -> str:
     """Each side's answers, the closed-book answer, the verdict, and any knowledge conflict in words."""
     def answers(r: AskResult) -> str:
-        return " / ".join(f"“{esc(v.answer)}”" for v in r.variants.values())
+        named = len(r.variants) > 1  # with both variants, each answer says whose it is
+        return " / ".join((f"{plots.VARIANT_NAMES.get(v.variant, v.variant)} " if named else "") + f"“{esc(v.answer)}”"
+                          for v in r.variants.values())
 
     closed = next((r.closed_book for r in (left, right) if r.closed_book is not None), None)
     memory = (f' &nbsp;|&nbsp; closed-book, no passages → “{esc(closed.answer)}”' if closed is not None else "")
