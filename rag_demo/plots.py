@@ -188,7 +188,7 @@ def describe_index_reports(reports: Sequence[IndexReport]) -> str:
     """The index comparison's three panels in one sentence (plain text)."""
     if not reports:
         return "Bar charts of the index variants: none measured."
-    parts = ", ".join(f"{r.kind} recall {r.recall_at_k:.2f} at {r.query_ms:.3g} ms" for r in reports)
+    parts = ", ".join(f"{r.kind} recall {r.recall_at_k:.3f} at {r.query_ms:.3g} ms" for r in reports)
     return f"Bar charts of recall against flat, query latency and memory for {len(reports)} index variants: {parts}."
 
 
@@ -437,7 +437,7 @@ def index_report_figure(reports: Sequence[IndexReport], *, height: int = 300):
         [r.query_ms for r in reports],
         [r.bytes / 1e6 for r in reports],
     )
-    formats = ("{:.2f}", "{:.3g}", "{:.3g}")
+    formats = ("{:.3f}", "{:.3g}", "{:.3g}")  # recall to three places, as the table: 0.999 is not 1.00
     for col, (values, fmt) in enumerate(zip(panels, formats), start=1):
         fig.add_trace(go.Bar(x=kinds, y=values, marker_color=colors, text=[fmt.format(v) for v in values],
                              textposition="outside", showlegend=False, cliponaxis=False), row=1, col=col)

@@ -13,6 +13,7 @@ import math
 import re
 import threading
 import time
+from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -244,6 +245,9 @@ def test_figures_have_titles_axes_and_legends(actions):
     reports = actions.engine.index_reports(actions.engine.default_kb)
     fig = plots.index_report_figure(reports)
     assert len(fig.data) == 3 and fig.layout.title.text
+    assert list(fig.data[0].text) == [f"{r.recall_at_k:.3f}" for r in reports]
+    near = [replace(reports[0], recall_at_k=0.999)]  # HNSW's 0.999 is drawn as itself, not "1.00"
+    assert list(plots.index_report_figure(near).data[0].text) == ["0.999"] and "0.999" in plots.describe_index_reports(near)
 
 
 # ---- Ask -----------------------------------------------------------------------------------
