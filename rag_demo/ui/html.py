@@ -276,9 +276,11 @@ def format_index_badge(result: AskResult) -> str:
         recall = f"recall@{result.k} {result.index_recall:.2f}"
     else:
         recall = "exact search" if result.index == "flat" else f"recall@{result.k} n/a"
-    return (f'<span class="rag-badge" title="recall@k: of the k passages exact (flat) search gives this question, '
-            f'the share this index variant shows">index {esc(result.index)} · {recall}</span>{format_retriever_badge(result)}'
-            f"{format_encoder_badge(result)}")
+    title = ("the flat index compares the question with every passage: exact search, the passages the paper's MIPS "
+             "returns" if result.index == "flat" and result.index_recall is None else
+             "recall@k: of the k passages exact (flat) search gives this question, the share this index variant shows")
+    return (f'<span class="rag-badge" title="{title}">index {esc(result.index)} · {recall}</span>'
+            f"{format_retriever_badge(result)}{format_encoder_badge(result)}")
 
 
 SET_ASIDE_MEANS = ("every word of these answers is already in the question, so decoding set them aside and "
