@@ -200,8 +200,41 @@ def test_blank_answer_is_refused(tiny_engine):
 
 
 def test_long_question_is_cut_with_a_notice(tiny_engine):
+    from rag_demo.retrieval.encoders import question_tail
+
     result = tiny_engine.ask("lake " * 3000, k=2, max_new_tokens=2, closed_book=False)
-    assert any("cut" in n for n in result.notices) and any("retriever read" in n for n in result.notices)
+    assert any("cut" in n for n in result.notices) and any("retriever read its last" in n for n in result.notices)
+    encoder = tiny_engine.encoder
+    pasted, question = "lake " * 300, QUESTION.rstrip("?")
+    tail = encoder.encode_questions([pasted + question])
+    assert torch.allclose(tail, encoder.encode_questions([question_tail(encoder.tokenizer, pasted + question, encoder.max_length)]))
+    assert not torch.allclose(tail, encoder.encode_questions([pasted]))  # the question is read, not its first lakes
+
+
+def test_the_retriever_reads_the_end_of_a_long_question_where_the_question_is():
+    """A text pasted before a question: the question encoder keeps the last tokens that fit, not the first."""
+    from transformers import BertTokenizerFast
+
+    from rag_demo.retrieval.encoders import question_tail
+
+    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "who", "wrote", "hamlet", "lake", "##s", "the"]
+    tokenizer = BertTokenizerFast(vocab=_vocab_file(vocab))
+    question = "who wrote hamlet"
+    assert question_tail(tokenizer, question, 8) == question  # 3 tokens and [CLS] [SEP] fit
+    pasted = "the lakes " * 20 + question
+    tail = question_tail(tokenizer, pasted, 8)
+    assert tail.endswith(question) and len(tokenizer(tail)["input_ids"]) == 8
+    assert tokenizer(tail)["input_ids"][1:-1] == tokenizer(pasted, add_special_tokens=False)["input_ids"][-6:]
+    assert question_tail(tokenizer, "the lakes " * 20, 9) == "s the lakes the lakes "  # cut at a token's start, inside a word
+
+
+def _vocab_file(words) -> str:
+    import tempfile
+
+    handle = tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False)
+    handle.write("\n".join(words) + "\n")
+    handle.close()
+    return handle.name
 
 
 def test_kb_with_other_dimension_is_refused(tiny_engine):

@@ -46,6 +46,20 @@ def retrieval_question(question: str) -> str:
     return _CLOSING_MARKS.sub("", question) or question
 
 
+def question_tail(tokenizer, question: str, max_length: int) -> str:
+    """The end of a question too long for the encoder: as much of it as `max_length` tokens hold with the
+    tokenizer's special tokens, cut at a token's start. A visitor who pastes a text before the question asks
+    at the end, so the end is what the retriever keeps. Shorter questions, and tokenizers without character
+    offsets, are returned unchanged (the tokenizer then cuts the end off)."""
+    room = max_length - tokenizer.num_special_tokens_to_add()
+    if not getattr(tokenizer, "is_fast", False) or room <= 0:
+        return question
+    offsets = tokenizer(question, add_special_tokens=False, return_offsets_mapping=True)["offset_mapping"]
+    if len(offsets) <= room:
+        return question
+    return question[offsets[-room][0]:]
+
+
 def load_pretrained(loader, model: str, what: str, **kwargs):
     """`loader.from_pretrained(model)` with a message that says what to do when it fails."""
     looks_like_path = model.startswith((".", "/", "~")) or Path(model).expanduser().exists()
@@ -110,9 +124,11 @@ class Encoder:
             return self.vectors(model, tokenizer, first, second)
 
     def question_vectors(self, model: torch.nn.Module, questions: list[str]) -> torch.Tensor:
-        """(B, D) vectors of questions (`retrieval_question`) read by `model`, this encoder's question side
+        """(B, D) vectors of questions (`retrieval_question`, the end of a long one: `question_tail`) read by
+        `model`, this encoder's question side
         or a copy of it being trained, with gradients when grad mode is on."""
-        return self.vectors(model, self.tokenizer, [retrieval_question(q) for q in questions])
+        read = [question_tail(self.tokenizer, retrieval_question(q), self.max_length) for q in questions]
+        return self.vectors(model, self.tokenizer, read)
 
     def encode_questions(self, questions: list[str], *, question_model: torch.nn.Module | None = None) -> torch.Tensor:
         """(B, D) float32 question vectors from the encoder's question side, or from `question_model` in its

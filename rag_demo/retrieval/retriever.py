@@ -344,7 +344,7 @@ class Retriever:
         started = time.perf_counter()
         question_tokens = len(self.encoder.tokenizer(question)["input_ids"])
         if question_tokens > self.encoder.max_length:
-            notices.append(f"the question is {question_tokens} tokens; the retriever read its first {self.encoder.max_length}")
+            notices.append(f"the question is {question_tokens} tokens; the retriever read its last {self.encoder.max_length}")
         xq = self.encoder.encode_questions([question], question_model=question_model).float().cpu()  # (1, D)
         encode_ms = (time.perf_counter() - started) * 1000
         started = time.perf_counter()
