@@ -379,7 +379,8 @@ def format_answer_html(result: AskResult, *, closed_book: bool = True, legend: b
     legend_html = (
         f'<div class="rag-legend">Token colour = the passage{memory} that dominates its posterior (stronger = surer); '
         f'dotted underline = the closed-book model alone gives it p ≥ {PARAMETRIC_P:g} (parametric memory). '
-        f"The small #number after a run of tokens is the passage they lean on{' (∅: memory)' if memory else ''}. "
+        f"The small #number after a run of tokens is the source with the largest share of their posterior"
+        f"{' (∅: memory)' if memory else ''}, however small: a pale token leans on it barely. "
         "Hover or focus a token for its posterior and closed-book probability.</div>"
         if legend else ""
     )
