@@ -569,6 +569,30 @@ def test_a_link_asks_on_load_and_copy_link_makes_one(browser, server, ui_engine)
         context.close()
 
 
+def test_on_a_phone_a_links_answer_is_scrolled_into_view_and_a_plain_page_stays_at_the_top(browser, server):
+    from urllib.parse import urlencode
+
+    phone = {"width": 390, "height": 800}
+    in_view = "(el) => { const r = el.getBoundingClientRect(); return r.top >= -2 && r.top < window.innerHeight / 2; }"
+    for query, shown_at in ((urlencode({"q": QUESTIONS[1]}), "#answer"),
+                            (urlencode({"q": QUESTIONS[0], "tab": "Swap the index"}), "#swap-summary")):
+        context, page = open_page(browser, f"{server}?{query}", phone)
+        try:
+            expect(page.locator(f"{shown_at} .rag-tok, {shown_at}.rag-swap-summary, {shown_at} .rag-swap-summary")
+                   .first).to_be_attached()
+            page.wait_for_function(f"() => ({in_view})(document.querySelector('{shown_at}'))")
+            assert page.evaluate("() => window.scrollY") > 300  # the controls stack above it
+        finally:
+            context.close()
+    context, page = open_page(browser, f"{server}?tab=learn", phone)  # no question: nothing to scroll to
+    try:
+        expect(page.get_by_role("tab", name="Learn")).to_have_attribute("aria-selected", "true")
+        page.wait_for_timeout(1000)
+        assert page.evaluate("() => window.scrollY") == 0
+    finally:
+        context.close()
+
+
 def test_the_answer_downloads_as_json_and_each_heatmap_as_csv(browser, server, ui_engine):
     import csv
     import io

@@ -35,7 +35,7 @@ from .views import (
 )
 from ..options import BOTH
 from .html import esc, format_status
-from .inputs import SessionFiles, UploadLimits
+from .inputs import TAB_ALIASES, SessionFiles, UploadLimits, link_tab
 from .learn import format_glossary_html, format_learn_html
 from .train import EncoderChoices, encoder_choice, train_tab, training_runs
 
@@ -203,6 +203,16 @@ def scroll_into_view_js(elem_id: str) -> str:
     return (f"() => {{ if (window.matchMedia({json.dumps(NARROW_SCREEN)}).matches) {{ "
             f"const el = document.getElementById({json.dumps(elem_id)}); "
             "if (el) el.scrollIntoView({behavior: 'smooth', block: 'start'}); } }")
+
+
+def scroll_if_linked_js(elem_id: str, *, swap: bool) -> str:
+    """`scroll_into_view_js` for the answer to a link's question (`?q=`), asked on load: on the Swap tab when the
+    link names it (`swap`), on the Ask tab otherwise; nothing for a page opened without a question."""
+    swap_names = json.dumps(sorted(name for name in {"swap", *TAB_ALIASES} if link_tab(name) == "swap"))
+    return ("() => { const link = new URLSearchParams(window.location.search); "
+            "const tab = (link.get('tab') || '').trim().toLowerCase().split(/[\\s_]+/).join('-'); "
+            f"if (!(link.get('q') || '').trim() || {swap_names}.includes(tab) !== {json.dumps(swap)}) return; "
+            f"({scroll_into_view_js(elem_id)})(); }}")
 
 
 def _html(elem_id: str, value: str = "", **options: Any) -> gr.HTML:
@@ -495,7 +505,8 @@ def build_demo(engine: Engine, *, limits: UploadLimits = UploadLimits(), files: 
         gr.on([score_btn.click, score_answer.submit], **scroll_to["score-out"])
         ask_inputs = [question, variant, k, index, kb, beams, decoding, mine, retriever, extractive, memory, question_encoder]
         opened.then(actions.ask_linked, inputs=[link, *ask_inputs], outputs=list(ask_view), api_visibility="private",
-                    show_progress_on=answer, **engine_events)
+                    show_progress_on=answer, **engine_events).then(
+            None, js=scroll_if_linked_js("answer", swap=False), queue=False, api_visibility="private")
         last.change(actions.exports, inputs=last, outputs=list(export_view), api_visibility="private", queue=False)
         share_btn.click(actions.share_link, inputs=[question, variant, kb, k, index, retriever, memory],
                         outputs=share_box, api_visibility="private", queue=False).then(
@@ -524,7 +535,8 @@ def build_demo(engine: Engine, *, limits: UploadLimits = UploadLimits(), files: 
 
         swap_inputs = [swap_question, swap_left, swap_right, swap_variant, swap_k, mine, memory, swap_encoder]
         opened.then(actions.swap_linked, inputs=[link, *swap_inputs], outputs=list(swap_view), api_visibility="private",
-                    show_progress_on=swap_summary, **engine_events)
+                    show_progress_on=swap_summary, **engine_events).then(
+            None, js=scroll_if_linked_js("swap-summary", swap=True), queue=False, api_visibility="private")
         swap_share_btn.click(actions.share_swap_link, inputs=[swap_question, swap_left, swap_right, swap_variant, swap_k],
                              outputs=swap_share_box, api_visibility="private", queue=False).then(
             None, inputs=swap_share_box, outputs=swap_share_box, js=COPY_LINK_JS, api_visibility="private",
