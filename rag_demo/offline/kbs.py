@@ -34,7 +34,8 @@ KB_FORMAT = 6  # 2: example questions retrieval gets right in both KBs; 3: one c
 # answer, and swapped names swapped in every counterfactual passage; 6: examples picked with questions read as
 # the retriever reads them (`encoders.retrieval_question`)
 EXAMPLES_PER_KB = 8
-GENERAL_FORMAT = 3  # 2: the twin's examples only where the canonical answer is a swapped person; 3: as KB_FORMAT 6
+GENERAL_FORMAT = 4  # 2: the twin's examples only where the canonical answer is a swapped person; 3: as KB_FORMAT 6;
+# 4: in the twin, a surname alone is swapped in every article that names its person in full (`swapped.swap_people`)
 WORLD_FILE = "world.json"  # beside the counterfactual general KB: who was swapped for whom
 EXAMPLES_FROM = "everyday-train"  # wikipedia's example questions: never the evaluation set
 EXAMPLE_CANDIDATES = 200  # of them, tried in a seeded order until EXAMPLES_PER_KB pass

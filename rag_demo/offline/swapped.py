@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import random
 import re
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -41,6 +41,8 @@ _LIFE_SPAN = re.compile(r"\((?:born |died |b\. |d\. |c\. ?|fl\. )?\d", re.I)  # 
 _TERM = re.compile(r"\bfrom (?:c\. )?\d+(?: BCE?| AD)? to (?:c\. )?\d")  # "President of ... from 1861 to 1865"
 _PERSONAL_PRONOUN = re.compile(r"\b(?:[Hh]e|[Hh]is|him|[Ss]he|[Hh]er)\b")
 _SENTENCE_END = re.compile(r"[.!?][\"'”’)\]]*\s*$")
+# a place named after a person, then its region: "Stanford, California" (a surname alone before it is left)
+_PLACE_AFTER = re.compile(r", [A-Z][a-z]")
 
 
 @dataclass(frozen=True)
@@ -327,11 +329,13 @@ def _birth_name_end(text: str, person: Person) -> int:
 
 
 def _spans(text: str, names: WholeWords | None, substitutes: Mapping[str, str], own: Person | None,
-           own_substitute: Person | None, opening: bool) -> list[tuple[int, int, str]]:
+           own_substitute: Person | None, opening: bool,
+           mentioned: Sequence[tuple[Person, Person]] = ()) -> list[tuple[int, int, str]]:
     """(start, end, replacement) of every name to swap in one passage, left to right, not overlapping.
 
     Every candidate's full name; in the person's own article (`own`) also their surname alone and,
-    in the lead's opening passage, the birth name it opens with. Where spans overlap, the earlier
+    in the lead's opening passage, the birth name it opens with; the surname alone of each person the
+    article names in full (`mentioned`, with their substitutes). Where spans overlap, the earlier
     wins, and at one start the birth name, then a full name, then a surname: so "Vincent van Gogh"
     is swapped as a whole, never as "Vincent" + the surname's substitute.
     """
@@ -347,6 +351,11 @@ def _spans(text: str, names: WholeWords | None, substitutes: Mapping[str, str], 
             for start, end in _whole_spans(text, form):
                 if _stands_alone(text, start, end):
                     found.append((start, 2 + (form != own.surname), end, _as_mentioned(own_substitute.surname, text, start)))
+    for person, substitute in mentioned:
+        for form in _surname_forms(person)[:2]:  # not the bare last word ("Gogh"): elsewhere it may be a word
+            for start, end in _whole_spans(text, form):
+                if _stands_alone(text, start, end) and not _PLACE_AFTER.match(text, end):
+                    found.append((start, 4, end, _as_mentioned(substitute.surname, text, start)))
     found.sort()
     spans, reached = [], 0
     for start, _, end, replacement in found:
@@ -364,12 +373,40 @@ def _apply(text: str, spans: Iterable[tuple[int, int, str]]) -> str:
     return "".join(pieces) + text[kept:]
 
 
+def _named_in_full(passages: Sequence[Passage], rows: Sequence[int], names: WholeWords | None,
+                   by_name: Mapping[str, Person], substitutes: Mapping[str, str], shared: frozenset[str]) -> list[tuple[Person, Person]]:
+    """The candidates one article (its `rows`) names in full, other than its own subject, with their substitutes:
+    after "Leo Tolstoy" a lead says "Tolstoy". Left out: a surname several candidates share ("Roosevelt"), which
+    may name another of them."""
+    if names is None:
+        return []
+    title = passages[rows[0]].title
+    found = {passages[row].text[start:end] for row in rows for start, end in names.spans(passages[row].text)
+             if _stands_alone(passages[row].text, start, end)}
+    return [(by_name[name], by_name[substitutes[name]]) for name in sorted(found)
+            if name != title and by_name[name].surname not in shared]
+
+
+def _articles(passages: Sequence[Passage]) -> Iterator[list[int]]:
+    """Each article's rows: a run of passages with one title."""
+    rows: list[int] = []
+    for row, passage in enumerate(passages):
+        if rows and passage.title != passages[rows[-1]].title:
+            yield rows
+            rows = []
+        rows.append(row)
+    if rows:
+        yield rows
+
+
 def swap_people(articles: Mapping[str, Mapping], passages: Sequence[Passage], *, seed: int = 0) -> SwappedWorld:
     """The counterfactual twin of `passages` (`leads.lead_passages(articles)`): every candidate's full
     name (`people`) replaced by their substitute's (`pair_people`) in every title and text, all at once
     (A -> B and B -> C never turn A into C), whole words only, a possessive "'s" kept. In a person's own
-    article their surname alone and the birth name the lead opens with are swapped too; elsewhere a
-    surname alone is left, as it may name someone else (a relative, a place).
+    article their surname alone and the birth name the lead opens with are swapped too. In an article that
+    names a person in full, their surname alone is theirs as well ("Leo Tolstoy ... Tolstoy himself"), title
+    included ("Shakespeare's sonnets"), unless several candidates share it; in other articles a surname alone
+    is left, as it may name someone else (a relative, a place).
 
     Rows are aligned with the input: row i of the twin is row i of `passages`, its names swapped.
 
@@ -388,17 +425,21 @@ def swap_people(articles: Mapping[str, Mapping], passages: Sequence[Passage], *,
     substitutes = pair_people(candidates, seed=seed)
     by_name = {p.name: p for p in candidates}
     names = WholeWords(substitutes) if substitutes else None
-    swapped, rows, previous_title = [], set(), None
-    for row, passage in enumerate(passages):
-        own = by_name.get(passage.title) if passage.title in substitutes else None
-        own_substitute = by_name[substitutes[own.name]] if own is not None else None
-        opening = passage.title != previous_title  # the first passage of an article opens its lead
-        previous_title = passage.title
-        text = _apply(passage.text, _spans(passage.text, names, substitutes, own, own_substitute, opening))
-        title = _apply(passage.title, _spans(passage.title, names, substitutes, None, None, False))
-        if (title, text) != (passage.title, passage.text):
-            rows.add(row)
-        swapped.append(Passage(title=title, text=text))
+    surname_counts = Counter(p.surname for p in candidates if p.name in substitutes)
+    shared = frozenset(surname for surname, count in surname_counts.items() if count > 1)
+    swapped, rows = [], set()
+    for article in _articles(passages):
+        mentioned = _named_in_full(passages, article, names, by_name, substitutes, shared)
+        for row in article:
+            passage = passages[row]
+            own = by_name.get(passage.title) if passage.title in substitutes else None
+            own_substitute = by_name[substitutes[own.name]] if own is not None else None
+            opening = row == article[0]  # the first passage of an article opens its lead
+            text = _apply(passage.text, _spans(passage.text, names, substitutes, own, own_substitute, opening, mentioned))
+            title = _apply(passage.title, _spans(passage.title, names, substitutes, None, None, False, mentioned))
+            if (title, text) != (passage.title, passage.text):
+                rows.add(row)
+            swapped.append(Passage(title=title, text=text))
     return SwappedWorld(swapped, substitutes, frozenset(rows), {p.name: p.surname for p in candidates if p.name in substitutes})
 
 
