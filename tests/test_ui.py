@@ -1108,6 +1108,16 @@ def test_the_hypotheses_line_marks_a_repeated_text_and_says_why_in_its_title():
     assert f"“1666” {fmt_prob(math.exp(-1.0))}, “1666” (same words, other tokens) {fmt_prob(math.exp(-2.0))}" in line
 
 
+def test_the_hypotheses_line_marks_a_hypothesis_that_restates_the_question():
+    passage = RetrievedPassage(1, 0, "Observatory", "The observatory's cat is called Nebula.", 0.5, 1.0, 10.0)
+    variant = VariantResult("sequence", "Nebula", ("Nebula",), (1,), -1.0, (-1.0,), ((-1.0,),), ((1.0,),), (-1.0,),
+                            candidates=(("Nebula", -1.0), ("the cat", -2.0)))
+    result = AskResult("what is the name of the observatory's cat?", "kb", "flat", 1, (passage,), {"sequence": variant},
+                       None, {})
+    line = re.search(r'<div class="rag-cands"[^>]*>.*?</div>', format_answer_html(result)).group(0)
+    assert f"“Nebula” {fmt_prob(math.exp(-1.0))}, “the cat” (restates the question) {fmt_prob(math.exp(-2.0))}" in line
+
+
 def test_a_passage_that_starts_mid_sentence_is_shown_as_continued():
     passages = (RetrievedPassage(1, 0, "The Night Watch", "into a compelling drama of light.", 0.5, 0.6, 10.0),
                 RetrievedPassage(2, 1, "The Night Watch", "The Night Watch is a painting.", 0.4, 0.4, 9.0))

@@ -14,6 +14,7 @@ from collections.abc import Collection, Sequence
 
 from .. import plots
 from ..config import RETRIEVER_NAMES
+from ..generation.restatements import restates_question
 from ..retrieval.corpus import KnowledgeBase
 from ..progress import counted
 from ..results import AskResult, ClosedBookResult, RetrievedPassage, RetrieverComparison, RetrieverRanking, VariantResult
@@ -305,10 +306,12 @@ def format_evidence(result: AskResult, variant: VariantResult, *, generated: boo
 
 HYPOTHESES_MEAN = ("RAG-Sequence's candidate answers, each decoded from one source and scored by p(y|x) over all of "
                    "them. The same words can come twice as different token sequences (\"1840\" written as one token or "
-                   "as four digits, another ending): each sequence is its own hypothesis with its own probability.")
+                   "as four digits, another ending): each sequence is its own hypothesis with its own probability. "
+                   "One marked as restating the question is one decoding sets aside as an answer.")
 
 
-def _variant_card(variant: VariantResult, passages: Sequence[RetrievedPassage], *, extra: str = "") -> str:
+def _variant_card(variant: VariantResult, passages: Sequence[RetrievedPassage], *, question: str = "",
+                  extra: str = "") -> str:
     name = plots.VARIANT_NAMES.get(variant.variant, variant.variant)
     candidates = ""
     if variant.candidates:
@@ -318,6 +321,8 @@ def _variant_card(variant: VariantResult, passages: Sequence[RetrievedPassage], 
             label = f"“{esc(plots.shorten(text, 30))}”" if text.strip() else "(empty answer)"
             if text in seen:  # one text, two token sequences (another ending or another split into tokens)
                 label += " (same words, other tokens)"
+            elif question and text.strip() and restates_question(question, text):
+                label += " (restates the question)"
             seen.add(text)
             shown.append(f"{label} {fmt_prob(math.exp(lp))}")
         candidates = (f'<div class="rag-cands" title="{esc(HYPOTHESES_MEAN)}">hypotheses p(y|x): {", ".join(shown)}'
@@ -372,7 +377,8 @@ def format_disagreement(result: AskResult) -> str:
 def format_answer_html(result: AskResult, *, closed_book: bool = True, legend: bool = True, question: bool = True) -> str:
     """Answer cards (one per variant, plus closed-book), p(∅|x) when memory is a source, the index's
     recall, notices and timings."""
-    cards = [_variant_card(v, result.passages, extra=format_evidence(result, v)) for v in result.variants.values()]
+    cards = [_variant_card(v, result.passages, question=result.question, extra=format_evidence(result, v))
+             for v in result.variants.values()]
     if closed_book and result.closed_book is not None:
         cards.append(_closed_card(result.closed_book))
     memory = (" or grey for ∅, the generator's memory," if result.memory_prob is not None else "")
