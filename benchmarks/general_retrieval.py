@@ -46,25 +46,40 @@ def first_hits(logits: torch.Tensor, covering: list[set[int]], depth: int) -> li
     return ranks
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def question_set_parser(description: str) -> argparse.ArgumentParser:
+    """The options of a benchmark over a question set on a knowledge base: --questions and --kb."""
+    parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--questions", default="everyday-train", help="a question set (name or JSONL file)")
     parser.add_argument("--kb", default=GENERAL_KB)
-    parser.add_argument("--weights", default="0,0.1,0.2,0.3,0.5", help="comma-separated BM25 weights β")
-    parser.add_argument("--as-typed", action="store_true", help="also q(x) of the questions as typed, closing marks and all")
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.WARNING)
+    return parser
 
+
+def load_question_set_run(args: argparse.Namespace):
+    """The offline default's engine, the knowledge base `args.kb` and the question set `args.questions`."""
+    logging.basicConfig(level=logging.WARNING)
     from rag_demo.serving.loading import engine_from_config
 
     engine = engine_from_config()
-    knowledge = engine.resolve_kb(args.kb)
-    questions = load_question_set(args.questions)
-    encoder = engine.encoder
+    return engine, engine.resolve_kb(args.kb), load_question_set(args.questions)
+
+
+def dense_scores(encoder, knowledge, questions) -> torch.Tensor:
+    """(Q, N) cosines (inner products for DPR) of the questions with every passage of the base, unscaled."""
     passages = torch.as_tensor(np.ascontiguousarray(knowledge.embeddings, dtype=np.float32))  # (N, D)
     vectors = torch.cat([encoder.encode_questions([q.question for q in questions[i:i + 64]]).float().cpu()
                          for i in range(0, len(questions), 64)])  # (Q, D)
-    dense = encoder.scale * vectors @ passages.T  # (Q, N)
+    return vectors @ passages.T
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = question_set_parser(__doc__.split("\n\n")[0])
+    parser.add_argument("--weights", default="0,0.1,0.2,0.3,0.5", help="comma-separated BM25 weights β")
+    parser.add_argument("--as-typed", action="store_true", help="also q(x) of the questions as typed, closing marks and all")
+    args = parser.parse_args(argv)
+    engine, knowledge, questions = load_question_set_run(args)
+    encoder = engine.encoder
+    passages = torch.as_tensor(np.ascontiguousarray(knowledge.embeddings, dtype=np.float32))  # (N, D)
+    dense = encoder.scale * dense_scores(encoder, knowledge, questions)  # (Q, N)
     bm25 = engine.retriever.lexical_index(knowledge)
     lexical = torch.from_numpy(np.stack([bm25.scores(q.question) for q in questions]).astype(np.float32))  # (Q, N)
 

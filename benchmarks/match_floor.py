@@ -12,38 +12,24 @@ passages that would be called far (false alarms) and of unrelated sets that woul
 
 from __future__ import annotations
 
-import argparse
-import logging
 import random
 
 import numpy as np
-import torch
 
-from rag_demo.config import GENERAL_KB, NO_MATCH_SCORE
-from rag_demo.questions import load_question_set, normalize_answer
+from rag_demo.config import NO_MATCH_SCORE
+from rag_demo.questions import normalize_answer
 
-from .general_retrieval import covering_rows
+from .general_retrieval import covering_rows, dense_scores, load_question_set_run, question_set_parser
 
 PERCENTILES = (1, 5, 10, 25, 50, 75, 90, 95, 99)
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--questions", default="everyday-train", help="a question set (name or JSONL file)")
-    parser.add_argument("--kb", default=GENERAL_KB)
+    parser = question_set_parser(__doc__.split("\n\n")[0])
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.WARNING)
-
-    from rag_demo.serving.loading import engine_from_config
-
-    engine = engine_from_config()
-    knowledge = engine.resolve_kb(args.kb)
-    questions = load_question_set(args.questions)
-    passages = torch.as_tensor(np.ascontiguousarray(knowledge.embeddings, dtype=np.float32))  # (N, D)
-    vectors = torch.cat([engine.encoder.encode_questions([q.question for q in questions[i:i + 64]]).float().cpu()
-                         for i in range(0, len(questions), 64)])  # (Q, D)
-    scores = vectors @ passages.T  # (Q, N): what the page shows as "score"
+    engine, knowledge, questions = load_question_set_run(args)
+    scores = dense_scores(engine.encoder, knowledge, questions)  # (Q, N): what the page shows as "score"
     texts = list(knowledge.texts)
     normalized = [f" {normalize_answer(t)} " for t in texts]
     rng = random.Random(args.seed)

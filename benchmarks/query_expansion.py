@@ -14,17 +14,14 @@ softmax of the question's own logits over those rows, so only which passages are
 
 from __future__ import annotations
 
-import argparse
-import logging
-
 import numpy as np
 import torch
 
-from rag_demo.config import ASK, GENERAL_KB
+from rag_demo.config import ASK
 from rag_demo.evaluate import matches_any, sample_questions, wilson_interval
-from rag_demo.questions import answer_in_text, load_question_set, normalize_answer
+from rag_demo.questions import answer_in_text, normalize_answer
 
-from .general_retrieval import KS, covering_rows, first_hits
+from .general_retrieval import KS, covering_rows, first_hits, load_question_set_run, question_set_parser
 
 
 def hybrid_logits(engine, knowledge, texts: list[str]) -> torch.Tensor:
@@ -43,19 +40,11 @@ def percent(hits: int, n: int) -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--questions", default="everyday-train", help="a question set (name or JSONL file)")
-    parser.add_argument("--kb", default=GENERAL_KB)
+    parser = question_set_parser(__doc__.split("\n\n")[0])
     parser.add_argument("--end-to-end", type=int, default=0, metavar="N", help="also ask N questions both ways")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.WARNING)
-
-    from rag_demo.serving.loading import engine_from_config
-
-    engine = engine_from_config()
-    knowledge = engine.resolve_kb(args.kb)
-    questions = load_question_set(args.questions)
+    engine, knowledge, questions = load_question_set_run(args)
     closed = {q.question: engine.closed_book(q.question).answer for q in questions}
     n = len(questions)
     print(f"{args.kb}: {len(knowledge):,} passages; {args.questions}: {n} questions; the closed-book answer "
