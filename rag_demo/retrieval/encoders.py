@@ -125,8 +125,7 @@ class Encoder:
 
     def question_vectors(self, model: torch.nn.Module, questions: list[str]) -> torch.Tensor:
         """(B, D) vectors of questions (`retrieval_question`, the end of a long one: `question_tail`) read by
-        `model`, this encoder's question side
-        or a copy of it being trained, with gradients when grad mode is on."""
+        `model`, this encoder's question side or a copy of it being trained, with gradients when grad mode is on."""
         read = [question_tail(self.tokenizer, retrieval_question(q), self.max_length) for q in questions]
         return self.vectors(model, self.tokenizer, read)
 
