@@ -319,6 +319,8 @@ def link_tab(raw: str) -> str:
     """
     value = "-".join(str(raw).strip().lower().replace("_", " ").split())
     return value if value in LINK_TABS else TAB_ALIASES.get(value, value)
+
+
 LINK_VARIANTS = (*VARIANTS, BOTH)
 
 
