@@ -85,7 +85,9 @@ def test_stop_ends_a_run_early_and_every_line_says_it_stopped(runs):
 def test_the_tabs_status_counts_the_engines_reading(runs):
     """The engine's reading (here one report, then a wait) reaches the tab's status while the call still runs:
     the tab's status is the run's only progress display."""
-    import time
+    import threading
+
+    shown = threading.Event()
 
     class SlowReading:
         def __init__(self, runs):
@@ -93,14 +95,18 @@ def test_the_tabs_status_counts_the_engines_reading(runs):
 
         def train_begin(self, session, *, progress, **kwargs):
             progress("reading 4 questions' top 10 passages (once; cached)", 1, 4)
-            time.sleep(0.3)
+            shown.wait(10)  # the reading goes on until the tab has shown it (or 10 s, should it never)
             return self.runs.train_begin(session, progress=progress, **kwargs)
 
         def __getattr__(self, name):
             return getattr(self.runs, name)
 
     actions = TrainActions(SlowReading(runs), steps_per_update=4, progress_poll_s=0.02)
-    statuses = [html.unescape(s) for s in _statuses(list(actions.train("rag-token", 4, _request("a"))))]
+    statuses = []
+    for update in actions.train("rag-token", 4, _request("a")):
+        statuses += [html.unescape(s) for s in _statuses([update])]
+        if statuses and "1 of 4" in statuses[-1]:
+            shown.set()
     assert "Reading 4 questions' top 10 passages (once; cached): 1 of 4" in statuses[1]
     assert "then the packaged encoder is measured" in statuses[1]
     assert "Finished" in statuses[-1]
