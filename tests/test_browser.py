@@ -206,9 +206,9 @@ def test_overlong_question_is_cut_with_a_notice(page):
     assert field(page, "question").input_value() == long_question  # the box keeps the whole paste
     # said as soon as it is pasted, not only after the ask
     expect(page.locator("#ask-status")).to_contain_text(
-        f"This question has {len(long_question):,} characters: only the first {LIMITS.max_question_chars:,} are read")
+        f"This question has {len(long_question):,} characters: only the last {LIMITS.max_question_chars:,} are read")
     page.locator("#ask-btn").click()
-    expect(page.locator("#answer")).to_contain_text(f"cut to its first {LIMITS.max_question_chars} characters")
+    expect(page.locator("#answer")).to_contain_text(f"cut to its last {LIMITS.max_question_chars} characters")
     assert field(page, "question").input_value().startswith(QUESTIONS[1])  # what the visitor typed stays
 
 

@@ -173,7 +173,7 @@ def long_question_js(limit: int) -> str:
     return (f"(text, shown) => {{ const n = (text || '').length; if (n <= {limit}) "
             f"return (shown || '').includes('{LONG_QUESTION_MARK}') ? '' : shown; "
             f"return '<div class=\"rag-status rag-status-info {LONG_QUESTION_MARK}\" role=\"status\">This question has ' + "
-            f"n.toLocaleString('en') + ' characters: only the first {limit:,} are read.</div>'; }}")
+            f"n.toLocaleString('en') + ' characters: only the last {limit:,} are read.</div>'; }}")
 
 
 # The link's query comes from the page's action (DemoActions.share_link); the page's own address goes before
