@@ -268,7 +268,8 @@ def doc_prob_figure(result: AskResult, *, height: int = 300):
                  f"and θ = {result.memory_logit:.2f} for ∅)")
     # overlay: grouped bars would leave each trace half a row, empty where the other trace has its bars
     fig.update_layout(barmode="overlay", showlegend=False)
-    fig.update_yaxes(title_text="passage", tickvals=ticks, ticktext=labels, autorange="reversed")
+    # no axis title: the labels name the passages, and a title beside them ran into them in a narrow column
+    fig.update_yaxes(tickvals=ticks, ticktext=labels, autorange="reversed")
     fig.update_xaxes(title_text="p(z|x)", range=[0, 1.0], gridcolor="rgba(128,128,128,0.2)")
     # short lines: one long line ran past the chart's right edge in a half-width column, and on a phone
     _layout(fig, title=title, height=max(height, 110 + 26 * len(ticks)))

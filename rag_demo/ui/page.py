@@ -90,15 +90,20 @@ SCALE_CHARTS_JS = """window.ragScaleCharts = () => {
     grow('title.subtitle.font.size', ((title.subtitle || {}).font || {}).size);
     grow('height', (chart._fullLayout || {}).height);  // gradio's chart drops the figure's height once drawn
     grow('margin.t', (layout.margin || {}).t);
+    grow('margin.r', (layout.margin || {}).r);  // a bar's value label outside it
     (layout.annotations || []).forEach((note, i) => grow(`annotations[${i}].font.size`, (note.font || {}).size));
     const traces = [], sizes = [];
     chart.data.forEach((trace, i) => {
       const size = (trace.textfont || {}).size;
       if (typeof size === 'number') { traces.push(i); sizes.push(size * by); }
     });
+    // a heatmap's short colour bar keeps its tick labels at the chart's first size: larger, they turn sideways
+    const bars = chart.data.map((trace, i) => (trace.type === 'heatmap' ? i : -1)).filter((i) => i >= 0);
+    const base = ((layout.font || {}).size || 12) / drawnAt;
     chart.ragScaledLayout = layout;
     chart.ragScale = want;
     if (traces.length) window.Plotly.restyle(chart, {'textfont.size': sizes}, traces);
+    if (bars.length) window.Plotly.restyle(chart, {'colorbar.tickfont.size': base}, bars);
     window.Plotly.relayout(chart, update);
   });
 };
