@@ -38,7 +38,7 @@ def failure_status(err: Exception) -> str:
 
 def plot_update(figure: Any, description: str = "") -> dict:
     """A chart's new figure; `description`, one sentence, becomes its label: a screen reader's name for
-    the chart (the page's script copies it there, see page.LOAD_JS)."""
+    the chart (the page's script copies it there, see scripts.LOAD_JS)."""
     if description:
         return gr.update(value=figure, visible=figure is not None, label=description)
     return gr.update(value=figure, visible=figure is not None)
