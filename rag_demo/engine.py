@@ -169,7 +169,7 @@ class RagEngine:
     @falls_back_to_cpu_on_gpu_oom
     def compare_retrievers(self, question: str, *, kb: str | KnowledgeBase | None = None, k: int = ASK.k) -> RetrieverComparison:
         """The top k of each retriever offered for one question (`Retriever.compare`)."""
-        question, notices = clean_text(question, what="question")
+        question, notices = clean_text(question, what="question", keep_end=True)
         comparison = self.retriever.compare(question, kb=kb, k=k)
         return replace(comparison, notices=notices + comparison.notices)
 
@@ -402,7 +402,7 @@ class RagEngine:
         if extractive and self.generator.kind != "causal":
             raise InputError("copying answers from passages works with causal generators only; "
                              f"{self.generator.name} is {self.generator.kind}")
-        question, notices = clean_text(question, what="question")
+        question, notices = clean_text(question, what="question", keep_end=True)
         step = _Steps(progress, 3 + ("token" in variants) + 2 * ("sequence" in variants) + closed_book)
         total_started = time.perf_counter()
         step("retrieving passages")
@@ -533,7 +533,7 @@ class RagEngine:
         weights, without a reading adapter)."""
         max_new_tokens = self.config.decoding.max_new_tokens if max_new_tokens is None else max_new_tokens
         self._check_options(VARIANTS, 1, max_new_tokens, "thorough")
-        question, _ = clean_text(question, what="question")
+        question, _ = clean_text(question, what="question", keep_end=True)
         prefix = self.generator.generation_prefix()
         with torch.inference_mode(), self.generator.base_weights():
             state = self._closed_book_state(self.retriever.generator_question(question), prefix)
@@ -550,7 +550,7 @@ class RagEngine:
         generator "\n\n", "\n" or EOS): the one greedy decoding would pick, so an answer the page
         wrote scores as it did when asked. `memory`, `rows` and `question_model` as for `ask`."""
         variants = self._check_options(variants, 1, 1, "thorough")
-        question, notices = clean_text(question, what="question")
+        question, notices = clean_text(question, what="question", keep_end=True)
         answer, answer_notices = clean_text(answer, what="answer", limit=LIMITS.max_answer_chars)
         step = _Steps(progress, 4)
         total_started = time.perf_counter()

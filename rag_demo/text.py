@@ -24,18 +24,19 @@ def plain_text(text: str) -> str:
     return "".join(ch if ch.isprintable() or ch in "\n\t" else " " for ch in text)
 
 
-def clean_text(text: str, *, what: str, limit: int = LIMITS.max_question_chars) -> tuple[str, tuple[str, ...]]:
+def clean_text(text: str, *, what: str, limit: int = LIMITS.max_question_chars,
+               keep_end: bool = False) -> tuple[str, tuple[str, ...]]:
     """`text` as plain words on one line, and the notices the reader should see.
 
     Empty text is refused; text longer than `limit` is cut to it, with a notice, so that a pasted
-    paragraph still gets an answer. A question keeps its end, where a visitor asks after a pasted text
-    (from a word's start); any other text its start.
+    paragraph still gets an answer. `keep_end` keeps its end, from a word's start (a question, which a
+    visitor asks after a pasted text); otherwise its start.
 
     >>> clean_text("  who\\x00wrote\\n it? ", what="question")
     ('who wrote it?', ())
     >>> clean_text("abcdef", what="answer", limit=3)
     ('abc', ('the answer was cut to its first 3 characters',))
-    >>> clean_text("a long text. who wrote it?", what="question", limit=15)
+    >>> clean_text("a long text. who wrote it?", what="question", limit=15, keep_end=True)
     ('who wrote it?', ('the question was cut to its last 15 characters',))
     """
     if not isinstance(text, str):
@@ -43,7 +44,7 @@ def clean_text(text: str, *, what: str, limit: int = LIMITS.max_question_chars) 
     cleaned = " ".join(plain_text(text).split())
     if not cleaned:
         raise InputError(f"the {what} is empty; type a {what}")
-    if len(cleaned) > limit and what == "question":
+    if len(cleaned) > limit and keep_end:
         end = cleaned[-limit:]
         whole_words = end.split(" ", 1)[1] if " " in end and cleaned[-limit - 1] != " " else end
         return whole_words.strip() or end, (f"the {what} was cut to its last {limit} characters",)

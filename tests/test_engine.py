@@ -7,6 +7,7 @@ import math
 import pytest
 import torch
 
+from rag_demo.config import LIMITS
 from rag_demo.errors import InputError, KnowledgeBaseError
 from rag_demo.generation.decoding import length_limit_notice
 
@@ -204,6 +205,9 @@ def test_long_question_is_cut_with_a_notice(tiny_engine):
 
     result = tiny_engine.ask("lake " * 3000, k=2, max_new_tokens=2, closed_book=False)
     assert any("cut" in n for n in result.notices) and any("retriever read its last" in n for n in result.notices)
+    pasted = tiny_engine.ask("lake " * 500 + QUESTION, k=2, max_new_tokens=2, closed_book=False)
+    assert pasted.question.endswith(QUESTION) and pasted.question.startswith("lake")  # its end, from a word's start
+    assert len(pasted.question) <= LIMITS.max_question_chars and any("its last" in n for n in pasted.notices)
     encoder = tiny_engine.encoder
     pasted, question = "lake " * 300, QUESTION.rstrip("?")
     tail = encoder.encode_questions([pasted + question])
