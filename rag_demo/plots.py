@@ -421,6 +421,18 @@ def retrieval_gain_figure(variants: Sequence[VariantResult], *, height: int = 30
     return fig
 
 
+def megabytes(num_bytes: float) -> str:
+    """An index's size in MB to three significant digits, never in exponent form, as the chart and the table show it.
+
+    >>> megabytes(2_163_000), megabytes(18_930_000), megabytes(7_680_000_000), megabytes(0)
+    ('2.16', '18.9', '7,680', '0')
+    """
+    mb = num_bytes / 1e6
+    if mb <= 0:
+        return "0"
+    return f"{mb:,.{max(0, 2 - math.floor(math.log10(mb)))}f}"
+
+
 def index_report_figure(reports: Sequence[IndexReport], *, height: int = 300):
     """Three panels comparing the index variants: recall@k against flat, query latency and memory."""
     import plotly.graph_objects as go
@@ -438,9 +450,10 @@ def index_report_figure(reports: Sequence[IndexReport], *, height: int = 300):
         [r.query_ms for r in reports],
         [r.bytes / 1e6 for r in reports],
     )
-    formats = ("{:.3f}", "{:.3g}", "{:.3g}")  # recall to three places, as the table: 0.999 is not 1.00
+    # recall to three places, as the table: 0.999 is not 1.00; memory as the table writes it
+    formats = ("{:.3f}".format, "{:.3g}".format, lambda mb: megabytes(mb * 1e6))
     for col, (values, fmt) in enumerate(zip(panels, formats), start=1):
-        fig.add_trace(go.Bar(x=kinds, y=values, marker_color=colors, text=[fmt.format(v) for v in values],
+        fig.add_trace(go.Bar(x=kinds, y=values, marker_color=colors, text=[fmt(v) for v in values],
                              textposition="outside", showlegend=False, cliponaxis=False), row=1, col=col)
         # headroom over the tallest bar, so its number stays clear of the panel's title
         fig.update_yaxes(range=[0, 1.25 * max(values, default=0.0) or 1.0], row=1, col=col)

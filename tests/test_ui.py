@@ -246,6 +246,9 @@ def test_figures_have_titles_axes_and_legends(actions):
     fig = plots.index_report_figure(reports)
     assert len(fig.data) == 3 and fig.layout.title.text
     assert list(fig.data[0].text) == [f"{r.recall_at_k:.3f}" for r in reports]
+    table = format_index_table(reports, actions.engine.default_kb)
+    for r in reports:  # the chart and the table write each size alike
+        assert plots.megabytes(r.bytes) in list(fig.data[2].text) and f"<td>{plots.megabytes(r.bytes)}</td>" in table
     near = [replace(reports[0], recall_at_k=0.999)]  # HNSW's 0.999 is drawn as itself, not "1.00"
     assert list(plots.index_report_figure(near).data[0].text) == ["0.999"] and "0.999" in plots.describe_index_reports(near)
 

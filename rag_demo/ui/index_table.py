@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from .. import plots
 from ..results import IndexReport
 from .html import esc
 
@@ -28,7 +29,7 @@ def format_index_table(reports: Sequence[IndexReport], kb_name: str, *, click_se
         return f"{r.build_seconds:,.2f}{mark}"
 
     rows = "".join(
-        f"<tr><td><b>{esc(r.kind)}</b></td><td>{built(r)}</td><td>{r.bytes / 1e6:,.1f}</td>"
+        f"<tr><td><b>{esc(r.kind)}</b></td><td>{built(r)}</td><td>{plots.megabytes(r.bytes)}</td>"
         f"<td>{r.recall_at_k:.3f}</td><td>{r.query_ms:,.3f}</td><td>{r.num_vectors:,}</td></tr>"
         for r in reports
     )
