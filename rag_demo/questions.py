@@ -368,10 +368,28 @@ def new_word_runs(answer: str, question: str) -> list[str]:
     return [" ".join(run) for run in runs if run]
 
 
+# Words a name may open with that a text may keep apart from the surname: "Mr. Greenhalgh" is the man a passage
+# calls "Mr. Tobias Greenhalgh", "Dr. Watson" the one it calls "Dr. John Watson". Not "St" or "Lady": they open
+# names of their own ("St. Louis", "Lady Gaga"), whose last word alone names something else.
+HONORIFICS = frozenset("mr mrs ms miss dr prof professor captain capt rev".split())
+
+
+def without_honorific(answer: str) -> str:
+    """`answer` without the honorific it opens with, when a word follows it; otherwise unchanged.
+
+    >>> without_honorific("Mr. Greenhalgh"), without_honorific("Dr"), without_honorific("St. Louis")
+    ('Greenhalgh', 'Dr', 'St. Louis')
+    """
+    words = answer.split()
+    if len(words) > 1 and normalize_answer(words[0]) in HONORIFICS:
+        return " ".join(words[1:])
+    return answer
+
+
 def holds_answer(text: str, answer: str, question: str = "") -> bool:
-    """Whether `text` says `answer` in its words: holds them all (`holds_words`), or, for an answer that wraps
-    one run of new words in the question's own and FRAME_WORDS ("he eats sardines" for "what does tom eat?"),
-    holds that run (`new_word_runs`). Words scattered through a longer sentence are not looked for one by one:
+    """Whether `text` says `answer` in its words: holds them all (`holds_words`), or all but an honorific it
+    opens with (`without_honorific`), or, for an answer that wraps one run of new words in the question's own and
+    FRAME_WORDS ("he eats sardines" for "what does tom eat?"), holds that run (`new_word_runs`). Words scattered through a longer sentence are not looked for one by one:
     "the sum of the letters in the numeral 50" is not said by a passage that has "sum" and "letters" somewhere.
 
     >>> holds_answer("Tom is a cat. His favourite food is sardines.", "he eats sardines", "what does tom eat?")
@@ -380,8 +398,10 @@ def holds_answer(text: str, answer: str, question: str = "") -> bool:
     (False, True)
     >>> holds_answer("The sum of all letters.", "the sum of the letters in the numeral 50", "what is 50 in roman numerals?")
     False
+    >>> holds_answer("Mr. Tobias Greenhalgh keeps the cat.", "Mr. Greenhalgh")
+    True
     """
-    if holds_words(text, answer):
+    if holds_words(text, answer) or holds_words(text, without_honorific(answer)):
         return True
     runs = new_word_runs(answer, question)
     return len(runs) == 1 and holds_words(text, runs[0])

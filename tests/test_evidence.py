@@ -58,7 +58,11 @@ def holds(passage: RetrievedPassage, answer: str, question: str = "") -> bool:
     asked = set().union(*map(forms, words(question)))
     runs = [list(run) for new, run in itertools.groupby(words(answer), lambda w: w not in FRAME_WORDS and w not in asked)
             if new]
-    return said(words(answer)) or (len(runs) == 1 and said(runs[0]))
+    surname = words(answer)[1:] if words(answer)[:1] and words(answer)[0] in TITLES else []
+    return said(words(answer)) or said(surname) or (len(runs) == 1 and said(runs[0]))
+
+
+TITLES = {"mr", "mrs", "ms", "miss", "dr", "prof", "professor", "captain", "capt", "rev"}
 
 
 def test_the_oracle_takes_a_plural_for_a_singular_and_nothing_looser():
@@ -69,6 +73,17 @@ def test_the_oracle_takes_a_plural_for_a_singular_and_nothing_looser():
     assert holds(legs, "8") and holds(legs, "eight") and holds(legs, "forty") and holds(legs, "40 eyes")
     assert not holds(legs, "18") and not holds(legs, "4")
     assert holds(passage, "they join computers", "what do networks join?") and not holds(passage, "they join computers")
+
+
+@pytest.mark.parametrize("answer", ["Mr. Greenhalgh", "Mr Tobias Greenhalgh", "Dr. Watson", "Mrs. Watson", "Mr.",
+                                    "St. Louis", "Lady Greenhalgh", "Greenhalgh Watson"])
+def test_a_name_is_found_where_a_passage_puts_a_first_name_after_its_title(answer):
+    from rag_demo.questions import passages_holding
+
+    cat = RetrievedPassage(1, 0, "Observatory", "Mr. Tobias Greenhalgh feeds the cat; Dr John Watson and Louis XIV "
+                           "do not.", 0.5, 1.0, 10.0)
+    assert passages_holding(answer, [cat]) == ((1,) if holds(cat, answer) else ())
+    assert holds(cat, answer) == (answer not in ("St. Louis", "Lady Greenhalgh", "Greenhalgh Watson"))
 
 
 @pytest.mark.parametrize("answer", ["8", "eight", "8 limbs", "forty", "40", "18", "4", "eight legs", "they have 8"])
