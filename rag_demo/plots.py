@@ -445,15 +445,15 @@ def index_report_figure(reports: Sequence[IndexReport], *, height: int = 300):
     fig = make_subplots(rows=1, cols=3, subplot_titles=(f"recall@{k} vs flat", "ms per query", "memory (MB)"),
                         horizontal_spacing=0.08)
     fig.update_annotations(font_size=13)
+    # each panel's bar heights and the numbers written on them: recall to three places, as the table (0.999 is
+    # not 1.00), and memory as the table writes it
     panels = (
-        [r.recall_at_k for r in reports],
-        [r.query_ms for r in reports],
-        [r.bytes / 1e6 for r in reports],
+        ([r.recall_at_k for r in reports], [f"{r.recall_at_k:.3f}" for r in reports]),
+        ([r.query_ms for r in reports], [f"{r.query_ms:.3g}" for r in reports]),
+        ([r.bytes / 1e6 for r in reports], [megabytes(r.bytes) for r in reports]),
     )
-    # recall to three places, as the table: 0.999 is not 1.00; memory as the table writes it
-    formats = ("{:.3f}".format, "{:.3g}".format, lambda mb: megabytes(mb * 1e6))
-    for col, (values, fmt) in enumerate(zip(panels, formats), start=1):
-        fig.add_trace(go.Bar(x=kinds, y=values, marker_color=colors, text=[fmt(v) for v in values],
+    for col, (values, texts) in enumerate(panels, start=1):
+        fig.add_trace(go.Bar(x=kinds, y=values, marker_color=colors, text=texts,
                              textposition="outside", showlegend=False, cliponaxis=False), row=1, col=col)
         # headroom over the tallest bar, so its number stays clear of the panel's title
         fig.update_yaxes(range=[0, 1.25 * max(values, default=0.0) or 1.0], row=1, col=col)
