@@ -720,6 +720,9 @@ CHART_TEXT_SIZES_JS = """(() => {
 })()"""
 
 
+FONT_SIZE_JS = "(el) => parseFloat(getComputedStyle(el).fontSize)"
+
+
 def chart_text_sizes(page) -> dict:
     return page.evaluate(CHART_TEXT_SIZES_JS)
 
@@ -744,11 +747,13 @@ def test_every_text_is_14px_and_4_5_to_1_and_large_text_grows_it(browser, server
         expect(page.get_by_role("radiogroup", name="RAG variant")).to_be_visible()
         expect(page.get_by_role("radiogroup", name="RAG-Sequence decoding")).to_be_visible()
         assert page.locator("#answer .rag-tok[role=img][aria-label]").count() == page.locator("#answer .rag-tok").count()
-        before = page.locator("#answer .rag-legend").first.evaluate("(el) => parseFloat(getComputedStyle(el).fontSize)")
+        grown_texts = (page.locator("#answer .rag-legend").first, field(page, "question"), page.locator("#ask-btn"))
+        before = [text.evaluate(FONT_SIZE_JS) for text in grown_texts]
         chart_before = chart_text_sizes(page)
         page.locator("#large-text input[type=checkbox]").check()
-        after = page.locator("#answer .rag-legend").first.evaluate("(el) => parseFloat(getComputedStyle(el).fontSize)")
-        assert after >= 1.2 * before
+        # the answer's legend, the question box and a button: each grows
+        after = [text.evaluate(FONT_SIZE_JS) for text in grown_texts]
+        assert all(large >= 1.2 * small for small, large in zip(before, after)), (before, after)
         # the charts' own text grows with it, and shrinks back
         page.wait_for_function(f"() => {CHART_TEXT_SIZES_JS}['title'] >= 1.2 * {chart_before['title']}")
         grown = chart_text_sizes(page)
