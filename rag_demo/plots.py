@@ -412,12 +412,19 @@ def retrieval_gain_figure(variants: Sequence[VariantResult], *, height: int = 30
                          col=1 if len(panels) > 1 else None)
     fig.add_hline(y=0, line=dict(color="rgba(128,128,128,0.7)", dash="dot"))
     _layout(fig, title=title, height=height)
-    # the formula on a line of its own under the title, and the legend under both: a phone's width holds each
-    fig.update_layout(title_subtitle=dict(text="log p(yᵢ | x, passages) − log p(yᵢ | x) closed-book", font_size=12),
-                      legend=dict(orientation="h", yanchor="bottom", y=1.0, xanchor="left", x=0.0),
-                      margin=dict(l=10, r=10, t=112, b=10))
-    if len(panels) > 1:  # each panel names its variant and answer; the legend would repeat them
-        fig.update_layout(showlegend=False, margin=dict(l=10, r=10, t=104, b=10))
+    # the formula on a line of its own under the title, and the key to the lines under both: a phone holds each
+    formula = "log p(yᵢ) with passages − closed-book"  # short enough for a phone with large text
+    if len(panels) > 1:  # each panel names its variant and answer
+        subtitle = formula
+    else:
+        # the lines' key as a line of text under the formula: a legend wraps its second name up into the formula
+        # where the plot is narrow (a phone with large text)
+        key = "   ".join(f'<span style="color:{VARIANT_COLORS.get(v.variant, "#444")}">'
+                         f'{"○ - -" if v.variant == "sequence" else "●—"} {VARIANT_NAMES.get(v.variant, v.variant)}</span>'
+                         for v in variants)
+        subtitle = f"{formula}<br>{key}" if key else formula
+    fig.update_layout(title_subtitle=dict(text=subtitle, font_size=12), showlegend=False,
+                      margin=dict(l=10, r=10, t=104 if len(panels) > 1 or not variants else 112, b=10))
     return fig
 
 
