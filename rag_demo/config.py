@@ -81,7 +81,7 @@ class Limits:
     # says so: a pasted paragraph still gets an answer.
     max_question_chars: int = 2000
     max_answer_chars: int = 500
-    max_input_chars: int = 5000  # a longer question or answer is refused before any work
+    max_input_chars: int = 50_000  # a longer question or answer is refused before any work (a long article pasted)
 
 
 LIMITS = Limits()

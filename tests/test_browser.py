@@ -210,6 +210,14 @@ def test_overlong_question_is_cut_with_a_notice(page):
     page.locator("#ask-btn").click()
     expect(page.locator("#answer")).to_contain_text(f"cut to its last {LIMITS.max_question_chars} characters")
     assert field(page, "question").input_value().startswith(QUESTIONS[1])  # what the visitor typed stays
+    # a paste longer than the engine accepts keeps its end, the question, for the refusal to name its length
+    pasted = "A pasted text. " * 4000 + QUESTIONS[1]
+    field(page, "question").fill(pasted)
+    assert field(page, "question").input_value() == pasted
+    page.locator("#ask-btn").click()
+    expect(page.locator("#ask-status")).to_contain_text(
+        f"the question has {len(pasted):,} characters; the limit is {LIMITS.max_input_chars:,}")
+    assert field(page, "question").input_value() == pasted
 
 
 def test_empty_question_shows_one_message(page):

@@ -48,9 +48,9 @@ DECODING_CHOICES = [(decoding, decoding) for decoding in DECODINGS]
 RETRIEVER_CHOICES = [(label, name) for name, label in RETRIEVER_NAMES.items()]
 ENGINE_GROUP = "engine"  # concurrency id shared by every event that calls the engine
 STATE_TTL_S = 2 * 3600  # a visitor's knowledge base and last answer are dropped 2 h after their last change
-# What anything accepts at all: a longer paste than the engine reads reaches it, and the box says at once
-# how much of it will be read (scripts.long_question_js), so that nothing is cut silently.
-QUESTION_BOX_CHARS = LIMITS.max_input_chars
+# A question box takes a paste of any length: the browser would cut its end, where the question is. The box says
+# at once how much of it will be read (scripts.long_question_js), and the engine refuses, with a message, what is
+# longer than it accepts at all. An answer to score keeps its start, so its box may stop one character past it.
 ANSWER_BOX_CHARS = LIMITS.max_answer_chars + 1
 
 MEMORY_INFO = ("∅, the generator reading no passage, joins the k passages in p(z|x) where this setup has a "
@@ -117,7 +117,7 @@ def build_demo(engine: Engine, *, limits: UploadLimits = UploadLimits(), files: 
                            allow_custom_value=True, elem_classes=["rag-fit-dropdown"])
 
     def question_box(elem_id: str) -> gr.Textbox:
-        return gr.Textbox(label="Question", lines=2, max_lines=4, elem_id=elem_id, max_length=QUESTION_BOX_CHARS,
+        return gr.Textbox(label="Question", lines=2, max_lines=4, elem_id=elem_id,
                           placeholder="Ask a factual question, or click an example below")
 
     def link_box(elem_id: str) -> gr.Textbox:
@@ -270,8 +270,7 @@ def build_demo(engine: Engine, *, limits: UploadLimits = UploadLimits(), files: 
                         mine_save = gr.Button("Save passage and re-index", elem_id="mine-save")
                         mine_preview = _html("mine-preview", max_height=220)
                 with gr.Row(equal_height=True):
-                    mine_question = gr.Textbox(label="Ask your knowledge base", elem_id="mine-question", scale=6,
-                                               max_length=QUESTION_BOX_CHARS)
+                    mine_question = gr.Textbox(label="Ask your knowledge base", elem_id="mine-question", scale=6)
                     mine_ask = gr.Button("Ask", variant="primary", elem_id="mine-ask", scale=1, min_width=110)
                 mine_ask_status = _status("mine-ask-status")
                 mine_answer = _html("mine-answer")
@@ -282,8 +281,7 @@ def build_demo(engine: Engine, *, limits: UploadLimits = UploadLimits(), files: 
                 gr.HTML('<p class="rag-help">Type an answer of your own: both variants score it, log p(answer | question), '
                         "with the per-token provenance of each word.</p>", js_on_load=None)
                 with gr.Row(equal_height=True):
-                    score_question = gr.Textbox(label="Question", elem_id="score-question", scale=4,
-                                                max_length=QUESTION_BOX_CHARS)
+                    score_question = gr.Textbox(label="Question", elem_id="score-question", scale=4)
                     score_answer = gr.Textbox(label="Your answer", elem_id="score-answer", scale=3,
                                               max_length=ANSWER_BOX_CHARS)
                     score_btn = gr.Button("Score", variant="primary", elem_id="score-btn", scale=1, min_width=110)
