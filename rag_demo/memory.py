@@ -61,12 +61,20 @@ def poor_match_notice(retrieval: Retrieval, floor: float | None) -> tuple[str, .
     """For an ask where memory is no source: a notice when every passage's dense score is below `floor` (None: no
     floor measured for this setup). Such passages are about something else (a visitor's own text asked about
     another subject), and with no other source the answer can only be read from them. () otherwise, and for BM25,
-    which has no dense score."""
+    which has no dense score.
+
+    The floor was measured on the packaged bases' passages, each of one article. A visitor's passage may mix
+    subjects (a page of notes), which lowers the score of one that answers: there the notice says to check the
+    passages, not that the answer is likely wrong."""
     if floor is None or not retrieval.passages or retrieval.retriever == "bm25":
         return ()
     best = max(p.score for p in retrieval.passages)
     if best >= floor:
         return ()
-    return (f"no passage is close to the question (best score {best:.2f}; a passage that answers a question usually "
-            f"scores {floor:.2f} or more), so the answer read from them is likely wrong: compare it with the "
-            "closed-book answer",)
+    if retrieval.kb in DEFAULT_KBS:
+        return (f"no passage is close to the question (best score {best:.2f}; a passage that answers a question usually "
+                f"scores {floor:.2f} or more), so the answer read from them is likely wrong: compare it with the "
+                "closed-book answer",)
+    return (f"no passage is close to the question (best score {best:.2f}; on the Wikipedia bases a passage that answers "
+            f"usually scores {floor:.2f} or more, though one that covers several subjects scores less): check that a "
+            "passage says the answer before trusting it",)

@@ -248,6 +248,11 @@ def test_passages_far_from_the_question_are_said_to_be_so():
 
     far = poor_match_notice(_retrieval([0.1, 0.05]), 0.3)
     assert len(far) == 1 and "best score 0.10" in far[0] and "0.30 or more" in far[0]
+    # measured on the packaged bases: there an answer read from such passages is likely wrong; on a visitor's own
+    # text, whose passages may mix subjects, the notice only asks to check them
+    assert "check that a passage says the answer" in far[0] and "likely wrong" not in far[0]
+    packaged = poor_match_notice(replace(_retrieval([0.1]), kb="wikipedia"), 0.3)
+    assert len(packaged) == 1 and "likely wrong" in packaged[0]
     assert poor_match_notice(_retrieval([0.52]), 0.3) == ()  # a passage that answers: a visitor's note scored 0.52
     assert poor_match_notice(_retrieval([0.05, 0.31]), 0.3) == ()  # the best one counts, wherever it ranks
     assert poor_match_notice(_retrieval([0.29, 0.29, 0.29]), 0.3)  # many far passages are no closer than one
