@@ -319,6 +319,11 @@ def test_html_in_passages_shows_as_text(page):
     expect(page.locator("#doc-prob .main-svg").first).to_be_visible()
     page.wait_for_timeout(300)
     assert page.evaluate("() => window.__pwned") is None
+    # a link cannot carry these passages: the link box says so, and names no knowledge base
+    page.locator("#share-btn").click()
+    expect(field(page, "share-link")).to_have_value(re.compile(r"\?tab=ask&q="))
+    assert "kb=" not in field(page, "share-link").input_value()
+    expect(page.locator("#share-link")).to_contain_text("lives in this browser tab only")
 
 
 def expect_file_listed(page, name: str) -> None:
@@ -549,6 +554,7 @@ def test_a_link_asks_on_load_and_copy_link_makes_one(browser, server, ui_engine)
         expect(link).to_have_value(re.compile(r"^http://127\.0\.0\.1:\d+/\?tab=ask&q="))
         copied = link.input_value()
         assert page.url == copied  # the address bar holds it too
+        expect(page.locator("#share-link")).not_to_contain_text("browser tab only")  # a packaged base travels
     finally:
         context.close()
 

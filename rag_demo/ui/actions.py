@@ -473,6 +473,14 @@ class DemoActions:
                           memory=None if memory else False)
 
     @staticmethod
+    def shown_link(*kbs: str | None) -> dict:
+        """The link box shown once its link is copied; when one of `kbs` is the visitor's own, it says that the link
+        cannot carry those passages, so that the one who opens it knows why its answer comes from another base."""
+        own = PRIVATE_KB in kbs
+        return gr.update(visible=True, info=("Your own knowledge base lives in this browser tab only: the link opens "
+                                             "on the page's knowledge base instead.") if own else "")
+
+    @staticmethod
     def share_swap_link(question: str, left: str | None, right: str | None, variant: str, k: float) -> str:
         """The Swap tab's question and its two knowledge bases as a link's query."""
         left, right = (None if side == PRIVATE_KB else side for side in (left, right))

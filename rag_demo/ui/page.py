@@ -382,7 +382,7 @@ def build_demo(engine: Engine, *, limits: UploadLimits = UploadLimits(), files: 
         share_btn.click(actions.share_link, inputs=[question, variant, kb, k, index, retriever, memory],
                         outputs=share_box, api_visibility="private", queue=False).then(
             None, inputs=share_box, outputs=share_box, js=COPY_LINK_JS, api_visibility="private", queue=False).then(
-            lambda: gr.update(visible=True), outputs=share_box, api_visibility="private", queue=False)
+            actions.shown_link, inputs=kb, outputs=share_box, api_visibility="private", queue=False)
         # one progress bar, where the answer will show: it names the step that runs (engine.ask)
         gr.on([ask_btn.click, question.submit], actions.ask, inputs=ask_inputs, outputs=list(ask_view), api_name="ask",
               show_progress_on=answer, **engine_events, **latest).then(**scroll_to["answer"])
@@ -411,8 +411,8 @@ def build_demo(engine: Engine, *, limits: UploadLimits = UploadLimits(), files: 
         swap_share_btn.click(actions.share_swap_link, inputs=[swap_question, swap_left, swap_right, swap_variant, swap_k],
                              outputs=swap_share_box, api_visibility="private", queue=False).then(
             None, inputs=swap_share_box, outputs=swap_share_box, js=COPY_LINK_JS, api_visibility="private",
-            queue=False).then(lambda: gr.update(visible=True), outputs=swap_share_box, api_visibility="private",
-                              queue=False)
+            queue=False).then(actions.shown_link, inputs=[swap_left, swap_right], outputs=swap_share_box,
+                              api_visibility="private", queue=False)
         gr.on([swap_btn.click, swap_question.submit], actions.swap, inputs=swap_inputs, outputs=list(swap_view),
               api_name="swap", show_progress_on=swap_summary, **engine_events, **latest).then(**scroll_to["swap-summary"])
         swap_examples.click(lambda sample: sample[0] if sample else gr.skip(), inputs=swap_examples,
