@@ -329,10 +329,11 @@ def posterior_heatmap(variant: VariantResult, passages: Sequence[RetrievedPassag
     fig.update_xaxes(tickvals=list(range(num_tokens)), ticktext=tokens)
     # no axis title: the rows name themselves ("#1 Mona Lisa", "∅ memory"), and a phone needs the width
     fig.update_yaxes(tickvals=rows, ticktext=labels, autorange="reversed")
+    # y≤i says the posterior runs over the tokens so far; a word for it made the title too long for a phone
     if variant.variant == "token":
         title = "RAG-Token: p(z | x, yᵢ, y&lt;i)"
     else:
-        title = "RAG-Sequence: running p(z | x, y≤i)"
+        title = "RAG-Sequence: p(z | x, y≤i)"
     _layout(fig, title=title, height=max(height, 160 + 28 * len(rows)))
     fig.update_layout(title_subtitle=dict(text="a column for each answer token", font_size=12),
                       margin=dict(l=10, r=10, t=100, b=10))
@@ -448,8 +449,9 @@ def index_report_figure(reports: Sequence[IndexReport], *, height: int = 300):
     kinds = [html.escape(r.kind) for r in reports]
     colors = [("#4e79a7", "#f28e2b", "#59a14f", "#b07aa1")[i % 4] for i in range(len(reports))]
     k = reports[0].recall_k if reports else 0
-    # short panel titles that carry the units, and no axis titles beside them: three panels fit a phone's width
-    fig = make_subplots(rows=1, cols=3, subplot_titles=(f"recall@{k} vs flat", "ms per query", "memory (MB)"),
+    # short panel titles that carry the units, on two lines, and no axis titles beside them: three panels fit a
+    # phone's width, with large text too
+    fig = make_subplots(rows=1, cols=3, subplot_titles=(f"recall@{k}<br>vs flat", "ms per<br>query", "memory<br>(MB)"),
                         horizontal_spacing=0.08)
     fig.update_annotations(font_size=13)
     # each panel's bar heights and the numbers written on them: recall to three places, as the table (0.999 is
@@ -462,9 +464,10 @@ def index_report_figure(reports: Sequence[IndexReport], *, height: int = 300):
     for col, (values, texts) in enumerate(panels, start=1):
         fig.add_trace(go.Bar(x=kinds, y=values, marker_color=colors, text=texts,
                              textposition="outside", showlegend=False, cliponaxis=False), row=1, col=col)
-        # headroom over the tallest bar, so its number stays clear of the panel's title
-        fig.update_yaxes(range=[0, 1.25 * max(values, default=0.0) or 1.0], row=1, col=col)
+        # headroom over the tallest bar, so its number stays clear of the panel's title; no tick labels, since
+        # each bar carries its number: on a phone they ran into the next panel's bars
+        fig.update_yaxes(range=[0, 1.25 * max(values, default=0.0) or 1.0], showticklabels=False, row=1, col=col)
     fig.update_yaxes(range=[0, 1.25], row=1, col=1)
-    _layout(fig, title="Index variants on this knowledge base", height=height)
-    fig.update_layout(margin=dict(l=10, r=10, t=70, b=10))
+    _layout(fig, title="Index variants compared", height=height)
+    fig.update_layout(margin=dict(l=10, r=10, t=88, b=10))
     return fig
