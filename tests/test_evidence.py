@@ -131,6 +131,10 @@ def _result(answer: str, texts: list[str], closed: str | None, memory: tuple[flo
     ("Rome", ["Paris.", "Lyon."], "Rome", (), "memory",
      "In none of the 2 passages read: from the generator's memory (the closed-book answer)."),
     ("Rome", ["Paris.", "Lyon."], "Milan", (0.7,), "memory", "∅ memory's posterior is 0.70"),
+    # memory's own answer, written while the passages carried the posterior: said so, not left to contradict p(∅)
+    ("Rome", ["Paris.", "Lyon."], "Rome", (0.01,), "memory",
+     "from the generator's memory (the closed-book answer), written while it read the passages: ∅ memory's posterior is only 0.01."),
+    ("Rome", ["Paris.", "Lyon."], "Rome", (0.9,), "memory", "from the generator's memory (the closed-book answer)."),
     ("Rome", ["Paris.", "Lyon."], "Milan", (0.3,), "none", "In none of the 2 passages read, nor the closed-book answer: nothing here"),
     ("Rome", ["Paris."], None, (), "none", "Not in the passage read: nothing here backs it"),
     ("", ["Paris."], "Rome", (), "", ""),

@@ -180,6 +180,10 @@ def evidence(result: AskResult, variant: VariantResult, *, generated: bool = Tru
     closed = result.closed_book
     from_memory = closed is not None and closed.answer.strip() and exact_match(variant.answer, closed.answer)
     share = _memory_share(variant)
+    if from_memory and share is not None and share <= 0.5:
+        # the tokens' colours name a passage, not ∅: the generator knew the answer and wrote it reading a passage
+        return "memory", (f"{nowhere}: from the generator's memory (the closed-book answer), written while it read "
+                          f"the passages: ∅ memory's posterior is only {share:.2f}.")
     if from_memory or (share is not None and share > 0.5):
         said = "the closed-book answer" if from_memory else f"∅ memory's posterior is {share:.2f}"
         return "memory", f"{nowhere}: from the generator's memory ({said})."
