@@ -207,6 +207,16 @@ def passage_label(passage: RetrievedPassage, width: int = 24) -> str:
     return html.escape(f"#{passage.rank} {shorten(passage_name(passage.title, passage.text), width)}")
 
 
+# How much shorter a passage's name is on a chart's axis when "Large text" is on: the same width in pixels then
+# holds fewer letters, and the full ones left a narrow column a sliver of bar (the page's script swaps them)
+LARGE_LABEL_SHARE = 0.6
+
+
+def _large_text_labels(fig, labels: list[str], short: list[str]) -> None:
+    """Keep both sets of the y axis's labels in the figure's meta, for the page's script (`ui.scripts`)."""
+    fig.update_layout(meta=dict(ticktext=labels, large_ticktext=short))
+
+
 def _layout(fig, *, title: str, height: int) -> None:
     fig.update_layout(
         title=dict(text=title, x=0.01, xanchor="left", font=dict(size=15)),
@@ -253,6 +263,7 @@ def doc_prob_figure(result: AskResult, *, height: int = 300):
         )
     )
     ticks, labels = list(ranks), [passage_label(p, 18) for p in passages]
+    short = [passage_label(p, round(18 * LARGE_LABEL_SHARE)) for p in passages]
     title = f"p(z|x) over the top {len(passages)}<br>= softmax({logit_formula(result)})"
     if result.memory_prob is not None:
         row = memory_row(passages)
@@ -264,12 +275,14 @@ def doc_prob_figure(result: AskResult, *, height: int = 300):
         ))
         ticks.append(row)
         labels.append(MEMORY_NAME)
+        short.append(MEMORY_NAME)
         title = (f"p(z|x) over the top {len(passages)} and ∅<br>= softmax({logit_formula(result)},<br>"
                  f"and θ = {result.memory_logit:.2f} for ∅)")
     # overlay: grouped bars would leave each trace half a row, empty where the other trace has its bars
     fig.update_layout(barmode="overlay", showlegend=False)
     # no axis title: the labels name the passages, and a title beside them ran into them in a narrow column
     fig.update_yaxes(tickvals=ticks, ticktext=labels, autorange="reversed")
+    _large_text_labels(fig, labels, short)
     fig.update_xaxes(title_text="p(z|x)", range=[0, 1.0], gridcolor="rgba(128,128,128,0.2)")
     # short lines: one long line ran past the chart's right edge in a half-width column, and on a phone
     _layout(fig, title=title, height=max(height, 110 + 26 * len(ticks)))
@@ -295,12 +308,14 @@ def posterior_heatmap(variant: VariantResult, passages: Sequence[RetrievedPassag
     # the passage's rank goes in by hand: with tick labels set, plotly's %{y} shows the label, not the rank
     names = [f"#{p.rank} " + html.escape(shorten(passage_name(p.title, p.text), 40)) for p in passages]
     rows, labels = list(ranks), [passage_label(p, 14) for p in passages]
+    short = [passage_label(p, round(14 * LARGE_LABEL_SHARE)) for p in passages]
     if variant.memory_posteriors:
         z.append(list(variant.memory_posteriors))
         doc_p.append([math.exp(lp) for lp in variant.closed_book_token_logprobs])  # ∅'s own: closed-book
         names.append(f"{MEMORY_NAME}: {MEMORY_WHAT}")
         rows.append(memory_row(passages))
         labels.append(MEMORY_NAME)
+        short.append(MEMORY_NAME)
     custom = [[[tokens[t], name, doc_p[j][t]] for t in range(num_tokens)] for j, name in enumerate(names)]
     fig = go.Figure(
         go.Heatmap(
@@ -329,6 +344,7 @@ def posterior_heatmap(variant: VariantResult, passages: Sequence[RetrievedPassag
     fig.update_xaxes(tickvals=list(range(num_tokens)), ticktext=tokens)
     # no axis title: the rows name themselves ("#1 Mona Lisa", "∅ memory"), and a phone needs the width
     fig.update_yaxes(tickvals=rows, ticktext=labels, autorange="reversed")
+    _large_text_labels(fig, labels, short)
     # y≤i says the posterior runs over the tokens so far; a word for it made the title too long for a phone
     if variant.variant == "token":
         title = "RAG-Token: p(z | x, yᵢ, y&lt;i)"

@@ -730,7 +730,9 @@ READABILITY_JS = """() => {
 CHART_TEXT_SIZES_JS = """(() => {
   const chart = document.querySelector('#doc-prob .js-plotly-plot');
   const px = (sel) => parseFloat(chart.querySelector(sel).style.fontSize);
-  return {title: px('.gtitle'), tick: px('.ytick text'), height: chart.getBoundingClientRect().height};
+  const labels = Array.from(chart.querySelectorAll('.ytick text')).map((t) => t.textContent);
+  return {title: px('.gtitle'), tick: px('.ytick text'), height: chart.getBoundingClientRect().height,
+          letters: labels.join('').length};
 })()"""
 
 
@@ -772,6 +774,7 @@ def test_every_text_is_14px_and_4_5_to_1_and_large_text_grows_it(browser, server
         page.wait_for_function(f"() => {CHART_TEXT_SIZES_JS}['title'] >= 1.2 * {chart_before['title']}")
         grown = chart_text_sizes(page)
         assert grown["tick"] >= 1.2 * chart_before["tick"] and grown["height"] > chart_before["height"]
+        assert grown["letters"] < chart_before["letters"]  # shorter passage names leave the bars their room
         # a chart drawn while it is on is drawn large too
         field(page, "question").fill(QUESTIONS[0])
         page.locator("#ask-btn").click()
@@ -780,5 +783,10 @@ def test_every_text_is_14px_and_4_5_to_1_and_large_text_grows_it(browser, server
         page.locator("#large-text input[type=checkbox]").uncheck()
         page.wait_for_function(f"() => {CHART_TEXT_SIZES_JS}['title'] === {chart_before['title']}")
         assert chart_text_sizes(page)["tick"] == chart_before["tick"]
+        full = chart_text_sizes(page)["letters"]
+        page.locator("#large-text input[type=checkbox]").check()
+        page.wait_for_function(f"() => {CHART_TEXT_SIZES_JS}['letters'] < {full}")  # short again, and back:
+        page.locator("#large-text input[type=checkbox]").uncheck()
+        page.wait_for_function(f"() => {CHART_TEXT_SIZES_JS}['letters'] === {full}")
     finally:
         context.close()

@@ -37,6 +37,9 @@ SCALE_CHARTS_JS = """window.ragScaleCharts = () => {
     grow('margin.t', (layout.margin || {}).t);
     grow('margin.r', (layout.margin || {}).r);  // a bar's value label outside it
     (layout.annotations || []).forEach((note, i) => grow(`annotations[${i}].font.size`, (note.font || {}).size));
+    // shorter passage names on the axis while large (plots.LARGE_LABEL_SHARE), the figure's own when not
+    const meta = layout.meta || {};
+    if (Array.isArray(meta.large_ticktext)) update['yaxis.ticktext'] = want > 1 ? meta.large_ticktext : meta.ticktext;
     const traces = [], sizes = [];
     chart.data.forEach((trace, i) => {
       const size = (trace.textfont || {}).size;
