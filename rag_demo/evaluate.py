@@ -45,17 +45,17 @@ def f1_score(prediction: str, gold: str) -> float:
 
 
 def answer_record(item: EvalQuestion, prediction: str, *, kb: str, variant: str, k: int | None,
-                  retrieved: bool | None) -> dict:
+                  retrieved: bool | None, logprob: float | None = None) -> dict:
     """One scored answer as plain data (a line of `eval --answers`): the question, both gold
-    answers (and every alias that counts), the prediction, and what it was scored as. `retrieved`
-    (the gold passage, or for a question set a passage holding an answer, was among those read) is
-    None for closed-book, which reads none."""
+    answers (and every alias that counts), the prediction, its log p(y|x), and what it was scored as.
+    `retrieved` (the gold passage, or for a question set a passage holding an answer, was among those
+    read) is None for closed-book, which reads none."""
     swapped = normalize_answer(item.original_answer) != normalize_answer(item.answer)
     return {"kb": kb, "variant": variant, "k": k, "question": item.question, "answer": item.answer,
             "original_answer": item.original_answer, "answers": list(item.answers), "prediction": prediction,
             "exact_match": matches_any(prediction, item.answers),
             "original_match": matches_any(prediction, item.original_answers) if swapped else None,
-            "retrieved": retrieved}
+            "retrieved": retrieved, "logprob": logprob}
 
 
 def counterfactual_questions(questions: list[EvalQuestion], world: SwappedWorld) -> list[EvalQuestion]:
@@ -222,9 +222,10 @@ def evaluate_table(engine, *, kbs, ks, n: int, seed: int, variants=(*VARIANTS, C
             scored = []  # (tally, answer_record) of each answer to this question
             if closed is not None:
                 started = time.perf_counter()
-                prediction = engine.closed_book(item.question, max_new_tokens=max_new_tokens).answer
+                closed_answer = engine.closed_book(item.question, max_new_tokens=max_new_tokens)
                 seconds[CLOSED_BOOK] += time.perf_counter() - started
-                scored.append((closed, answer_record(item, prediction, kb=kb, variant=CLOSED_BOOK, k=None, retrieved=None)))
+                scored.append((closed, answer_record(item, closed_answer.answer, kb=kb, variant=CLOSED_BOOK, k=None,
+                                                     retrieved=None, logprob=closed_answer.logprob)))
             for k in ks if open_book else ():
                 started = time.perf_counter()
                 result = engine.ask(item.question, kb=knowledge, k=k, index=index, variants=open_book, num_beams=num_beams,
@@ -236,7 +237,8 @@ def evaluate_table(engine, *, kbs, ks, n: int, seed: int, variants=(*VARIANTS, C
                 retrieved = (any(answer_in_text(p.text, item.answers) for p in result.passages) if item.gold_id is None
                              else any(p.id == item.gold_id for p in result.passages))
                 scored += [(tallies[v, k], answer_record(item, result.variants[v].answer, kb=kb, variant=v, k=k,
-                                                          retrieved=retrieved)) for v in open_book]
+                                                          retrieved=retrieved, logprob=result.variants[v].logprob))
+                           for v in open_book]
             for tally, record in scored:
                 tally.add(record)
                 if answers is not None:

@@ -184,6 +184,11 @@ def test_every_scored_answer_reaches_the_answers_sink_as_it_was_counted(tiny_eng
     assert sum(r["original_match"] is not None for r in records) == 5
     first = next(r for r in records if r["question"] == questions[0].question and r["variant"] == "token" and r["k"] == 1)
     assert first["exact_match"] and first["prediction"] == questions[0].answer
+    # each answer's log p(y|x), as the engine gives it for the same ask
+    asked = tiny_engine.ask(questions[0].question, kb=kb, k=1, closed_book=True)
+    assert first["logprob"] == pytest.approx(asked.variants["token"].logprob, abs=1e-5)
+    closed_first = next(r for r in closed if r["question"] == questions[0].question)
+    assert closed_first["logprob"] == pytest.approx(asked.closed_book.logprob, abs=1e-5)
 
 
 def test_aliases_count_and_a_question_set_scores_retrieval_by_answer_bearing_passages(tiny_engine, tmp_path):
