@@ -19,6 +19,7 @@ import torch
 
 from .generation import decoding
 from . import memory as parametric_memory
+from . import sureness
 from .config import ASK, DEFAULT_KBS, LIMITS, VARIANT_NAMES, VARIANTS, EngineConfig
 from .retrieval.corpus import KnowledgeBase, Passage
 from .retrieval.encoders import Encoder
@@ -480,6 +481,12 @@ class RagEngine:
                     decoding_name=name,
                     candidates=[(gen.decode(list(c)), s) for c, s in candidates], memory=with_memory, set_aside=set_aside,
                 )
+            if sureness.measured_for(setup_measured=parametric_memory.fitted_for(
+                    self.config, self.encoder, self.generator, own_question_side=question_model is None),
+                    kb=retrieval.kb, retriever=retrieval.retriever, memory=with_memory, num_beams=num_beams,
+                    extractive=extractive):
+                results = {variant: replace(result, sureness=sureness.answer_sureness(result.logprob))
+                           if variant in sureness.MEASURED_VARIANTS else result for variant, result in results.items()}
             written = {VARIANT_NAMES[variant]: ids for variant, (ids, *_rest) in answers.items()}
             written.update({"the closed-book answer": closed_greedy.ids} if closed_book else {})
             notices += decoding.length_limit_notice(written, max_new_tokens, self._stop_ids())

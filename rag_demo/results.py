@@ -71,6 +71,9 @@ class VariantResult:
     # 1-based ranks of the passages read whose title or text holds the answer's words (`questions.passages_holding`):
     # the evidence shown for it; () when none does, or the answer is empty
     found_in: tuple[int, ...] = ()
+    # how often answers as likely as this one were right, where that was measured (`sureness`): "likely right",
+    # "unsure" or "likely wrong"; "" elsewhere (another variant, base, model or option)
+    sureness: str = ""
 
 
 @dataclass(frozen=True)

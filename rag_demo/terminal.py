@@ -30,7 +30,9 @@ def print_summary(result, out=sys.stdout) -> None:
     w(f"{memory_line(result)}\n")
     for name, variant in result.variants.items():
         label = "RAG-Token" if name == "token" else "RAG-Sequence"
-        w(f"\n{label} ({variant.decoding}): {variant.answer!r}  log p(y|x)={variant.logprob:.3f}\n{set_aside_line(variant.set_aside)}"
+        sure = f"  ({variant.sureness})" if variant.sureness else ""
+        w(f"\n{label} ({variant.decoding}): {variant.answer!r}  log p(y|x)={variant.logprob:.3f}{sure}\n"
+          f"{set_aside_line(variant.set_aside)}"
           f"{found_in_line(variant.answer, variant.found_in)}")
         for t, (token, row) in enumerate(zip(variant.tokens, source_posteriors(variant))):
             closed = variant.closed_book_token_logprobs[t] if variant.closed_book_token_logprobs else float("nan")

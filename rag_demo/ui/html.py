@@ -18,8 +18,8 @@ from ..generation.restatements import restates_question
 from ..retrieval.corpus import KnowledgeBase
 from ..progress import counted
 from ..results import AskResult, ClosedBookResult, RetrievedPassage, RetrieverComparison, RetrieverRanking, VariantResult
-from .sentences import (EVIDENCE_MEANS, LINE_BREAK_NOTE, SPACE_TOKEN_NOTE, disagreement_sentence, encoders_differ_sentence, evidence,
-                        fmt_prob, knowledge_conflicts, memory_sentence, swap_verdict)
+from .sentences import (EVIDENCE_MEANS, LINE_BREAK_NOTE, SPACE_TOKEN_NOTE, SURENESS_MEANS, disagreement_sentence,
+                        encoders_differ_sentence, evidence, fmt_prob, knowledge_conflicts, memory_sentence, swap_verdict)
 
 PARAMETRIC_P = 0.5  # closed-book p at or above which a token is marked as coming from parametric memory
 TIMING_ORDER = ("encode", "search", "generate", "total")
@@ -304,6 +304,14 @@ def format_evidence(result: AskResult, variant: VariantResult, *, generated: boo
     return f'<div class="rag-evidence rag-evidence-{kind}" title="{esc(EVIDENCE_MEANS)}">{esc(sentence)}</div>'
 
 
+def format_sureness(variant: VariantResult) -> str:
+    """The answer's band (`sureness`) as a badge, or "" where none was measured."""
+    if not variant.sureness:
+        return ""
+    kind = variant.sureness.replace(" ", "-")
+    return f' · <span class="rag-sure rag-sure-{esc(kind)}" title="{esc(SURENESS_MEANS)}">{esc(variant.sureness)}</span>'
+
+
 HYPOTHESES_MEAN = ("RAG-Sequence's candidate answers, each decoded from one source and scored by p(y|x) over all of "
                    "them. The same words can come twice as different token sequences (\"1840\" written as one token or "
                    "as four digits, another ending): each sequence is its own hypothesis with its own probability. "
@@ -333,7 +341,7 @@ def _variant_card(variant: VariantResult, passages: Sequence[RetrievedPassage], 
         f'<div class="rag-card rag-card-{esc(variant.variant)}">'
         f'<div class="rag-card-head"><span class="rag-kind">{esc(name)}</span>'
         f'<span class="rag-meta">p(y|x) = <b>{fmt_prob(math.exp(variant.logprob))}</b> · log {fmt_log(variant.logprob)}'
-        f' · {esc(variant.decoding)}</span></div>'
+        f' · {esc(variant.decoding)}{format_sureness(variant)}</span></div>'
         f'<div class="rag-answer-text">{format_token_spans(variant, passages)}</div>{format_set_aside(variant.set_aside)}'
         f'{candidates}{extra}</div>'
     )

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from .. import plots
+from ..config import GENERAL_KB, LIKELY_RIGHT_P, LIKELY_WRONG_P
 from ..evaluate import exact_match
 from ..progress import counted
 from ..questions import holds_answer
@@ -141,6 +142,13 @@ def _memory_share(variant: VariantResult) -> float | None:
     if variant.variant == "sequence":
         return variant.memory_posteriors[-1]
     return sum(variant.memory_posteriors) / len(variant.memory_posteriors)
+
+
+SURENESS_MEANS = (f"How often answers this likely were right: RAG-Token's answers to held-out everyday questions on "
+                  f"{GENERAL_KB}, with the page's default options, were right 19 times in 20 at p(y|x) of "
+                  f"{LIKELY_RIGHT_P:g} or more, 3 times in 5 from {LIKELY_WRONG_P:g} to {LIKELY_RIGHT_P:g}, and 1 in 4 "
+                  f"under {LIKELY_WRONG_P:g} (docs/results.md). Shown only where that was measured; read the passages "
+                  "either way.")
 
 
 EVIDENCE_MEANS = ("Whether the answer's words appear, as whole words, in the title or text of a passage it read (lower case, "
