@@ -483,7 +483,7 @@ class RagEngine:
                 )
             if sureness.measured_for(setup_measured=parametric_memory.fitted_for(
                     self.config, self.encoder, self.generator, own_question_side=question_model is None),
-                    kb=retrieval.kb, retriever=retrieval.retriever, memory=with_memory, num_beams=num_beams,
+                    kb=retrieval.kb, k=docs, retriever=retrieval.retriever, memory=with_memory, num_beams=num_beams,
                     extractive=extractive):
                 results = {variant: replace(result, sureness=sureness.answer_sureness(result.logprob))
                            if variant in sureness.MEASURED_VARIANTS else result for variant, result in results.items()}

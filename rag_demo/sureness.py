@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 
-from .config import GENERAL_KB, LIKELY_RIGHT_P, LIKELY_WRONG_P
+from .config import ASK, GENERAL_KB, LIKELY_RIGHT_P, LIKELY_WRONG_P
 
 MEASURED_VARIANTS = ("token",)
 MEASURED_RETRIEVER = "hybrid"  # the page's default, Dense + BM25
@@ -30,16 +30,16 @@ def answer_sureness(logprob: float) -> str:
     return SURENESS_WORDS[1] if p >= LIKELY_WRONG_P else SURENESS_WORDS[2]
 
 
-def measured_for(*, setup_measured: bool, kb: str, retriever: str, memory: bool, num_beams: int,
+def measured_for(*, setup_measured: bool, kb: str, k: int, retriever: str, memory: bool, num_beams: int,
                  extractive: bool) -> bool:
     """Whether the bands were measured for an ask: the default models (`setup_measured`, as for memory's fitted
-    logit: `memory.fitted_for`) on the general base, with the page's default retriever, memory as a source, and
-    free greedy decoding. k is free: at k = 3, 5 and 10 RAG-Token gave nearly the same answers (quality-notes.md).
+    logit: `memory.fitted_for`) on the general base, with the page's default k and retriever, memory as a source,
+    and free greedy decoding. More passages would share p(z|x) among more answers, fewer among fewer.
 
-    >>> measured_for(setup_measured=True, kb="wikipedia", retriever="hybrid", memory=True, num_beams=1, extractive=False)
+    >>> measured_for(setup_measured=True, kb="wikipedia", k=5, retriever="hybrid", memory=True, num_beams=1, extractive=False)
     True
-    >>> measured_for(setup_measured=True, kb="mine", retriever="hybrid", memory=True, num_beams=1, extractive=False)
+    >>> measured_for(setup_measured=True, kb="mine", k=5, retriever="hybrid", memory=True, num_beams=1, extractive=False)
     False
     """
-    return (setup_measured and kb == GENERAL_KB and retriever == MEASURED_RETRIEVER and memory and num_beams == 1
-            and not extractive)
+    return (setup_measured and kb == GENERAL_KB and k == ASK.k and retriever == MEASURED_RETRIEVER and memory
+            and num_beams == 1 and not extractive)

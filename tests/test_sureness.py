@@ -44,9 +44,10 @@ def test_the_bands_meet_at_the_measured_thresholds(p):
 
 
 def test_the_band_is_measured_for_the_default_options_on_the_general_base_only():
-    measured = dict(setup_measured=True, kb="wikipedia", retriever="hybrid", memory=True, num_beams=1, extractive=False)
+    measured = dict(setup_measured=True, kb="wikipedia", k=5, retriever="hybrid", memory=True, num_beams=1,
+                    extractive=False)
     assert sureness.measured_for(**measured)
-    for change in (dict(setup_measured=False), dict(kb="wikipedia-counterfactual"), dict(kb="my knowledge"),
+    for change in (dict(setup_measured=False), dict(kb="wikipedia-counterfactual"), dict(kb="my knowledge"), dict(k=3),
                    dict(retriever="dense"), dict(memory=False), dict(num_beams=4), dict(extractive=True)):
         assert not sureness.measured_for(**(measured | change)), change
 

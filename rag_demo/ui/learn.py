@@ -35,7 +35,7 @@ GLOSSARY = (
                "at the top of every answer card."),
     ("likely right, unsure, likely wrong", "How often RAG-Token's answers as likely as this one were right on "
                                            "held-out everyday questions, by p(y|x): shown beside it where that was "
-                                           "measured (the default models on wikipedia, the page's default options)."),
+                                           "measured (the default models on wikipedia, the page's default options, k = 5)."),
     ("hypotheses", "The candidate answers RAG-Sequence wrote (one or more per passage), each with its p(y|x); "
                    "the likeliest is the answer."),
     ("token", "A piece of text the generator reads or writes: a word, a piece of a rare word (a name may "
