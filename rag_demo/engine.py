@@ -20,7 +20,7 @@ import torch
 from .generation import decoding
 from . import memory as parametric_memory
 from . import sureness
-from .config import ASK, DEFAULT_KBS, LIMITS, VARIANT_NAMES, VARIANTS, EngineConfig
+from .config import ASK, DEFAULT_KBS, GENERAL_KBS, LIMITS, VARIANT_NAMES, VARIANTS, EngineConfig
 from .retrieval.corpus import KnowledgeBase, Passage
 from .retrieval.encoders import Encoder
 from .errors import InputError
@@ -40,7 +40,7 @@ from .marginalize import (
     rag_token_token_logprobs,
 )
 from .progress import Progress, counted
-from .questions import passages_holding
+from .questions import passages_holding, without_last_word
 from .results import AskResult, ClosedBookResult, IndexReport, Retrieval, RetrievedPassage, RetrieverComparison, VariantResult
 from .retrieval.retriever import Retriever
 from .text import clean_text
@@ -216,8 +216,10 @@ class RagEngine:
 
     def _variant_result(self, variant: str, ids: tuple[int, ...], per_source: torch.Tensor, doc_lp: torch.Tensor,
                         closed: torch.Tensor, *, question: str, passages_read: Sequence[RetrievedPassage], decoding_name: str,
-                        candidates=(), memory: bool = False, set_aside: tuple[str, ...] = ()) -> VariantResult:
-        """per_source: (S, T) and doc_lp (S,) over the passages, then the memory when `memory`."""
+                        candidates=(), memory: bool = False, set_aside: tuple[str, ...] = (),
+                        cut_short: bool = False) -> VariantResult:
+        """per_source: (S, T) and doc_lp (S,) over the passages, then the memory when `memory`. `cut_short`: the
+        answer reached the length limit before ending, so its last word may be a word's start."""
         tl, lp = per_source[None], doc_lp[None]  # (1, S, T), (1, S)
         mask = torch.ones(1, per_source.shape[1], dtype=torch.bool)
         if variant == "token":
@@ -244,7 +246,9 @@ class RagEngine:
             decoding=decoding_name,
             memory_posteriors=tuple(float(x) for x in posteriors[:, passages]) if memory else (),
             set_aside=set_aside,
-            found_in=passages_holding(answer, passages_read, question=question),
+            found_in=(passages_holding(answer, passages_read, question=question)
+                      or (passages_holding(without_last_word(answer), passages_read, question=question) if cut_short
+                          else ())),
         )
 
     def _closed_book_state(self, question: str, prefix: tuple[int, ...]) -> DecodeState:
@@ -480,13 +484,18 @@ class RagEngine:
                     variant, ids, lps, retrieval.doc_lp, closed[0], question=question, passages_read=retrieval.passages,
                     decoding_name=name,
                     candidates=[(gen.decode(list(c)), s) for c, s in candidates], memory=with_memory, set_aside=set_aside,
+                    cut_short=bool(decoding.length_limit_notice({variant: ids}, max_new_tokens, self._stop_ids())),
                 )
-            if sureness.measured_for(setup_measured=parametric_memory.fitted_for(
-                    self.config, self.encoder, self.generator, own_question_side=question_model is None),
-                    kb=retrieval.kb, k=docs, retriever=retrieval.retriever, memory=with_memory, num_beams=num_beams,
-                    extractive=extractive):
-                results = {variant: replace(result, sureness=sureness.answer_sureness(result.logprob))
-                           if variant in sureness.MEASURED_VARIANTS else result for variant, result in results.items()}
+            if parametric_memory.fitted_for(self.config, self.encoder, self.generator,
+                                            own_question_side=question_model is None) and retrieval.kb in GENERAL_KBS:
+                differences = sureness.unmeasured_options(
+                    kb=retrieval.kb, question=question, k=docs, index=index, retriever=retrieval.retriever,
+                    memory=with_memory, num_beams=num_beams, extractive=extractive)
+                if not differences:
+                    results = {variant: replace(result, sureness=sureness.answer_sureness(result.logprob))
+                               if variant in sureness.MEASURED_VARIANTS else result for variant, result in results.items()}
+                elif "token" in results:
+                    notices += sureness.unmeasured_notice(differences)
             written = {VARIANT_NAMES[variant]: ids for variant, (ids, *_rest) in answers.items()}
             written.update({"the closed-book answer": closed_greedy.ids} if closed_book else {})
             notices += decoding.length_limit_notice(written, max_new_tokens, self._stop_ids())

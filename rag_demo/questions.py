@@ -407,6 +407,17 @@ def holds_answer(text: str, answer: str, question: str = "") -> bool:
     return len(runs) == 1 and holds_words(text, runs[0])
 
 
+def without_last_word(answer: str) -> str:
+    """`answer` without its last word, for an answer cut short by the length limit, whose last word may be only a
+    word's start ("a vegetarian le"); an answer of one word is kept.
+
+    >>> without_last_word("fish pie, then a vegetarian le"), without_last_word("Paris")
+    ('fish pie, then a vegetarian', 'Paris')
+    """
+    words = answer.split()
+    return " ".join(words[:-1]) if len(words) > 1 else answer
+
+
 def passages_holding(answer: str, passages: Sequence, *, question: str = "") -> tuple[int, ...]:
     """The ranks of `passages` (each with `rank`, `title` and `text`) whose title or text says `answer` in its
     words (`holds_answer`: whole words after SQuAD normalization, a plural for a singular; for an answer

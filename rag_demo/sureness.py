@@ -4,7 +4,7 @@ A 270M generator names an entity with the same fluency whether a passage says it
 alone do not tell a right answer from a wrong one. Its p(y|x) does: on everyday questions over wikipedia, RAG-Token's
 answers of p(y|x) 0.2 or more were nearly always right, and most of those under 0.05 were wrong
 (config.LIKELY_RIGHT_P). The bands hold where they were measured only: another base, model, retriever or decoding
-moves p(y|x), and then no band is given.
+moves p(y|x), and then no band is given (with the default models, a notice says what differs).
 """
 
 from __future__ import annotations
@@ -30,16 +30,35 @@ def answer_sureness(logprob: float) -> str:
     return SURENESS_WORDS[1] if p >= LIKELY_WRONG_P else SURENESS_WORDS[2]
 
 
-def measured_for(*, setup_measured: bool, kb: str, k: int, retriever: str, memory: bool, num_beams: int,
-                 extractive: bool) -> bool:
-    """Whether the bands were measured for an ask: the default models (`setup_measured`, as for memory's fitted
-    logit: `memory.fitted_for`) on the general base, with the page's default k and retriever, memory as a source,
-    and free greedy decoding. More passages would share p(z|x) among more answers, fewer among fewer.
+# The longest question of the sets the bands were measured on has 21 words; a text pasted before a question, which
+# the generator reads too, moves p(y|x) in ways they never saw
+MEASURED_MAX_WORDS = 30
 
-    >>> measured_for(setup_measured=True, kb="wikipedia", k=5, retriever="hybrid", memory=True, num_beams=1, extractive=False)
-    True
-    >>> measured_for(setup_measured=True, kb="mine", k=5, retriever="hybrid", memory=True, num_beams=1, extractive=False)
-    False
+
+def unmeasured_options(*, kb: str, question: str, k: int, index: str, retriever: str, memory: bool, num_beams: int,
+                       extractive: bool) -> list[str]:
+    """What of an ask differs from the setting the bands were measured in (the general base, a question of at most
+    MEASURED_MAX_WORDS words, and the page's default options: k = 5, the flat index, Dense + BM25, memory as a
+    source, free greedy decoding), in words; [] when nothing does. More passages would share p(z|x) among more
+    answers, an approximate index reads other passages, and so on: each moves p(y|x).
+
+    >>> unmeasured_options(kb="wikipedia", question="who wrote hamlet?", k=5, index="flat", retriever="hybrid",
+    ...                    memory=True, num_beams=1, extractive=False)
+    []
+    >>> unmeasured_options(kb="wikipedia", question="who wrote hamlet?", k=3, index="hnsw", retriever="hybrid",
+    ...                    memory=False, num_beams=1, extractive=False)
+    ['k = 3', 'the hnsw index', 'memory off']
     """
-    return (setup_measured and kb == GENERAL_KB and k == ASK.k and retriever == MEASURED_RETRIEVER and memory
-            and num_beams == 1 and not extractive)
+    checks = ((kb != GENERAL_KB, f"the {kb} base"), (len(question.split()) > MEASURED_MAX_WORDS, "a long question"),
+              (k != ASK.k, f"k = {k}"), (index != ASK.index, f"the {index} index"),
+              (retriever != MEASURED_RETRIEVER, f"the {retriever} retriever"), (not memory, "memory off"),
+              (num_beams != 1, f"{num_beams} beams"), (extractive, "copying"))
+    return [words for differs, words in checks if differs]
+
+
+def unmeasured_notice(differences: list[str]) -> tuple[str, ...]:
+    """The notice that no band is shown, naming what differs from where the bands were measured."""
+    if not differences:
+        return ()
+    return (f"no likely right / unsure / likely wrong badge: it was measured with the page's default options on "
+            f"{GENERAL_KB}, and this ask differs ({', '.join(differences)})",)

@@ -47,9 +47,9 @@ def clean_text(text: str, *, what: str, limit: int = LIMITS.max_question_chars,
     if len(cleaned) > limit and keep_end:
         end = cleaned[-limit:]
         whole_words = end.split(" ", 1)[1] if " " in end and cleaned[-limit - 1] != " " else end
-        return whole_words.strip() or end, (f"the {what} was cut to its last {limit} characters",)
+        return whole_words.strip() or end, (f"the {what} was cut to its last {limit:,} characters",)
     if len(cleaned) > limit:
-        return cleaned[:limit], (f"the {what} was cut to its first {limit} characters",)
+        return cleaned[:limit], (f"the {what} was cut to its first {limit:,} characters",)
     return cleaned, ()
 
 

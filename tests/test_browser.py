@@ -208,12 +208,14 @@ def test_overlong_question_is_cut_with_a_notice(page):
     expect(page.locator("#ask-status")).to_contain_text(
         f"This question has {len(long_question):,} characters: only the last {LIMITS.max_question_chars:,} are read")
     page.locator("#ask-btn").click()
-    expect(page.locator("#answer")).to_contain_text(f"cut to its last {LIMITS.max_question_chars} characters")
+    expect(page.locator("#answer")).to_contain_text(f"cut to its last {LIMITS.max_question_chars:,} characters")
     assert field(page, "question").input_value().startswith(QUESTIONS[1])  # what the visitor typed stays
     # a paste longer than the engine accepts keeps its end, the question, for the refusal to name its length
     pasted = "A pasted text. " * 4000 + QUESTIONS[1]
     field(page, "question").fill(pasted)
     assert field(page, "question").input_value() == pasted
+    expect(page.locator("#ask-status")).to_contain_text(  # said before the ask, not a promise to read the end
+        f"This question has {len(pasted):,} characters: the limit is {LIMITS.max_input_chars:,}: shorten it to ask")
     page.locator("#ask-btn").click()
     expect(page.locator("#ask-status")).to_contain_text(
         f"the question has {len(pasted):,} characters; the limit is {LIMITS.max_input_chars:,}")

@@ -109,11 +109,21 @@ def test_a_scored_answer_is_found_in_the_passages_that_hold_its_words(ui_engine,
 
 
 def test_generated_answers_carry_where_their_words_are(ui_engine):
+    from rag_demo.config import VARIANT_NAMES
+
+    cut_any = False
     for question in QUESTIONS[:4]:
         result = ui_engine.ask(question, kb=KB_NAMES[0], k=4)
-        for variant in result.variants.values():
-            assert variant.found_in == tuple(p.rank for p in result.passages if holds(p, variant.answer, result.question))
+        limit = " ".join(notice for notice in result.notices if "length limit" in notice)
+        for name, variant in result.variants.items():
+            # an answer cut short by the length limit may end in a word's start: it is looked for without it too
+            cut = VARIANT_NAMES[name] in limit
+            cut_any |= cut
+            shorter = " ".join(variant.answer.split()[:-1]) if cut and len(variant.answer.split()) > 1 else variant.answer
+            assert variant.found_in == tuple(p.rank for p in result.passages if holds(p, variant.answer, result.question)
+                                             or holds(p, shorter, result.question))
         assert "found_in" in json.dumps(result.to_json())
+    assert cut_any  # the tiny generator's answers run to the limit: the cut case is exercised
 
 
 def _result(answer: str, texts: list[str], closed: str | None, memory: tuple[float, ...] = (), question: str = "q") -> AskResult:

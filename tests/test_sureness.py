@@ -28,28 +28,50 @@ def test_no_band_where_none_was_measured(ui_engine):
     assert "rag-sure" not in format_answer_html(result)
 
 
+def measured_setup(monkeypatch, differences: list[str]) -> None:
+    """The tiny engine taken for the default models on the general base, its ask differing by `differences`."""
+    from rag_demo import engine, memory
+
+    monkeypatch.setattr(memory, "fitted_for", lambda *args, **kwargs: True)
+    monkeypatch.setattr(engine, "GENERAL_KBS", tuple(KB_NAMES))
+    monkeypatch.setattr(sureness, "unmeasured_options", lambda **options: list(differences))
+
+
 def test_where_measured_rag_tokens_answer_gets_the_band_of_its_p(ui_engine, monkeypatch):
-    monkeypatch.setattr(sureness, "measured_for", lambda **options: True)
+    measured_setup(monkeypatch, [])
     for question in QUESTIONS[:3]:
         result = ui_engine.ask(question, kb=KB_NAMES[0], k=3)
         token, sequence = result.variants["token"], result.variants["sequence"]
         assert token.sureness == band(token.logprob)
         assert sequence.sureness == ""  # measured for RAG-Token only
         assert result.to_json()["variants"]["token"]["sureness"] == token.sureness
+        assert not any("badge" in notice for notice in result.notices)
+
+
+def test_an_ask_unlike_the_measured_one_says_why_it_has_no_band(ui_engine, monkeypatch):
+    measured_setup(monkeypatch, ["k = 3", "memory off"])
+    result = ui_engine.ask(QUESTIONS[0], kb=KB_NAMES[0], k=3)
+    assert all(v.sureness == "" for v in result.variants.values())
+    said = [notice for notice in result.notices if "badge" in notice]
+    assert len(said) == 1 and said[0].endswith("(k = 3, memory off)")
+    assert not any("badge" in n for n in ui_engine.ask(QUESTIONS[0], kb=KB_NAMES[0], k=3, variants="sequence").notices)
+
+
+def test_what_differs_from_the_measured_ask_is_named():
+    measured = dict(kb="wikipedia", question="who wrote hamlet?", k=5, index="flat", retriever="hybrid", memory=True,
+                    num_beams=1, extractive=False)
+    assert sureness.unmeasured_options(**measured) == []
+    for change, words in ((dict(kb="wikipedia-counterfactual"), "the wikipedia-counterfactual base"),
+                          (dict(question="a pasted text " * 12 + "who wrote it?"), "a long question"),
+                          (dict(k=6), "k = 6"), (dict(index="ivfpq"), "the ivfpq index"),
+                          (dict(retriever="dense"), "the dense retriever"), (dict(memory=False), "memory off"),
+                          (dict(num_beams=2), "2 beams"), (dict(extractive=True), "copying")):
+        assert sureness.unmeasured_options(**(measured | change)) == [words], change
 
 
 @pytest.mark.parametrize("p", [0.9, LIKELY_RIGHT_P, 0.19, LIKELY_WRONG_P, 0.049, 1e-9])
 def test_the_bands_meet_at_the_measured_thresholds(p):
     assert sureness.answer_sureness(math.log(p)) == band(math.log(p))
-
-
-def test_the_band_is_measured_for_the_default_options_on_the_general_base_only():
-    measured = dict(setup_measured=True, kb="wikipedia", k=5, retriever="hybrid", memory=True, num_beams=1,
-                    extractive=False)
-    assert sureness.measured_for(**measured)
-    for change in (dict(setup_measured=False), dict(kb="wikipedia-counterfactual"), dict(kb="my knowledge"), dict(k=3),
-                   dict(retriever="dense"), dict(memory=False), dict(num_beams=4), dict(extractive=True)):
-        assert not sureness.measured_for(**(measured | change)), change
 
 
 def test_the_card_shows_the_band_as_an_escaped_badge_that_explains_itself():
@@ -59,4 +81,4 @@ def test_the_card_shows_the_band_as_an_escaped_badge_that_explains_itself():
         marked = replace(result, variants={"token": replace(token, sureness=said)})
         shown = format_answer_html(marked)
         assert f'class="rag-sure rag-sure-{said.replace(" ", "-")}"' in shown and f">{said}</span>" in shown
-        assert "19 times in 20" in shown
+        assert ("19 times in 20", "3 times in 5", "1 time in 4")[("likely right", "unsure", "likely wrong").index(said)] in shown

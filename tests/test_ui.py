@@ -1064,7 +1064,7 @@ def test_the_api_takes_the_longest_question_and_refuses_one_char_more(big):
     actions = DemoActions(big)
     longest = ("What is the capital of France? " * LIMITS.max_input_chars)[:LIMITS.max_input_chars - 1] + "?"
     result = actions.ask_json(longest, "token", 2, "flat", "big")
-    assert f"the question was cut to its last {LIMITS.max_question_chars} characters" in result["notices"]
+    assert f"the question was cut to its last {LIMITS.max_question_chars:,} characters" in result["notices"]
     refused = f"the question has {LIMITS.max_input_chars + 1:,} characters; the limit is {LIMITS.max_input_chars:,}"
     with pytest.raises(gr.Error, match=refused):
         actions.ask_json(longest + "?", "token", 2, "flat", "big")

@@ -309,7 +309,8 @@ def format_sureness(variant: VariantResult) -> str:
     if not variant.sureness:
         return ""
     kind = variant.sureness.replace(" ", "-")
-    return f' · <span class="rag-sure rag-sure-{esc(kind)}" title="{esc(SURENESS_MEANS)}">{esc(variant.sureness)}</span>'
+    return (f' · <span class="rag-sure rag-sure-{esc(kind)}" title="{esc(SURENESS_MEANS.get(variant.sureness, ""))}">'
+            f'{esc(variant.sureness)}</span>')
 
 
 HYPOTHESES_MEAN = ("RAG-Sequence's candidate answers, each decoded from one source and scored by p(y|x) over all of "

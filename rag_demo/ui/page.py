@@ -358,8 +358,8 @@ def build_demo(engine: Engine, *, limits: UploadLimits = UploadLimits(), files: 
                    show_progress="hidden", queue=False)
         large_text.change(None, inputs=large_text, js=LARGE_TEXT_JS, api_visibility="private", queue=False)
         for box, status in ((question, ask_status), (swap_question, swap_status)):
-            box.change(None, inputs=[box, status], outputs=status, js=long_question_js(LIMITS.max_question_chars),
-                       api_visibility="private", queue=False)
+            box.change(None, inputs=[box, status], outputs=status, api_visibility="private", queue=False,
+                       js=long_question_js(LIMITS.max_question_chars, LIMITS.max_input_chars))
 
         # On a narrow screen the controls stack above the results: bring the results into view when
         # an ask starts (the progress shows there) and again when it is answered (the page has grown)

@@ -99,13 +99,16 @@ LOAD_JS = """() => {
 LONG_QUESTION_MARK = "rag-long-question"
 
 
-def long_question_js(limit: int) -> str:
+def long_question_js(limit: int, refused_over: int) -> str:
     """Browser code for a question box's change: in its message box, a notice at once when the text is longer
-    than the engine reads (`limit`); when it no longer is, the notice goes and any other message stays."""
+    than the engine reads (`limit`), or longer than it accepts at all (`refused_over`); when it no longer is, the
+    notice goes and any other message stays."""
     return (f"(text, shown) => {{ const n = (text || '').length; if (n <= {limit}) "
             f"return (shown || '').includes('{LONG_QUESTION_MARK}') ? '' : shown; "
+            f"const said = n > {refused_over} ? 'the limit is {refused_over:,}: shorten it to ask' "
+            f": 'only the last {limit:,} are read'; "
             f"return '<div class=\"rag-status rag-status-info {LONG_QUESTION_MARK}\" role=\"status\">This question has ' + "
-            f"n.toLocaleString('en') + ' characters: only the last {limit:,} are read.</div>'; }}")
+            f"n.toLocaleString('en') + ' characters: ' + said + '.</div>'; }}")
 
 
 # The link's query comes from the page's action (DemoActions.share_link); the page's own address goes before

@@ -144,11 +144,15 @@ def _memory_share(variant: VariantResult) -> float | None:
     return sum(variant.memory_posteriors) / len(variant.memory_posteriors)
 
 
-SURENESS_MEANS = (f"How often answers this likely were right: RAG-Token's answers to held-out everyday questions on "
-                  f"{GENERAL_KB}, with the page's default options, were right 19 times in 20 at p(y|x) of "
-                  f"{LIKELY_RIGHT_P:g} or more, 3 times in 5 from {LIKELY_WRONG_P:g} to {LIKELY_RIGHT_P:g}, and 1 in 4 "
-                  f"under {LIKELY_WRONG_P:g} (docs/results.md). Shown only where that was measured; read the passages "
-                  "either way.")
+_MEASURED_ON = (f"RAG-Token's answers to 220 everyday questions its settings were not tuned on, on {GENERAL_KB} with the "
+                "page's default options (k = 5, flat index, Dense + BM25, memory as a source, greedy). Read the passages "
+                "either way.")
+# what each band of `sureness` means, as its badge's hover text says it
+SURENESS_MEANS = {
+    "likely right": f"Answers this likely, p(y|x) of {LIKELY_RIGHT_P:g} or more, were right 19 times in 20: {_MEASURED_ON}",
+    "unsure": f"Answers this likely, p(y|x) from {LIKELY_WRONG_P:g} to {LIKELY_RIGHT_P:g}, were right 3 times in 5: {_MEASURED_ON}",
+    "likely wrong": f"Answers this likely, p(y|x) under {LIKELY_WRONG_P:g}, were right 1 time in 4: {_MEASURED_ON}",
+}
 
 
 EVIDENCE_MEANS = ("Whether the answer's words appear, as whole words, in the title or text of a passage it read (lower case, "
