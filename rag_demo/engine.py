@@ -488,14 +488,10 @@ class RagEngine:
                 )
             if parametric_memory.fitted_for(self.config, self.encoder, self.generator,
                                             own_question_side=question_model is None) and retrieval.kb in GENERAL_KBS:
-                differences = sureness.unmeasured_options(
+                results, said = sureness.banded(results, sureness.unmeasured_options(
                     kb=retrieval.kb, question=question, k=docs, index=index, retriever=retrieval.retriever,
-                    memory=with_memory, num_beams=num_beams, extractive=extractive)
-                if not differences:
-                    results = {variant: replace(result, sureness=sureness.answer_sureness(result.logprob))
-                               if variant in sureness.MEASURED_VARIANTS else result for variant, result in results.items()}
-                elif "token" in results:
-                    notices += sureness.unmeasured_notice(differences)
+                    memory=with_memory, num_beams=num_beams, extractive=extractive))
+                notices += said
             written = {VARIANT_NAMES[variant]: ids for variant, (ids, *_rest) in answers.items()}
             written.update({"the closed-book answer": closed_greedy.ids} if closed_book else {})
             notices += decoding.length_limit_notice(written, max_new_tokens, self._stop_ids())

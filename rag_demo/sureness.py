@@ -1,17 +1,20 @@
 """How sure an answer is, read from its p(y|x), where that was measured.
 
 A 270M generator names an entity with the same fluency whether a passage says it or not, so an answer's words
-alone do not tell a right answer from a wrong one. Its p(y|x) does: on everyday questions over wikipedia, RAG-Token's
-answers of p(y|x) 0.2 or more were nearly always right, and most of those under 0.05 were wrong
-(config.LIKELY_RIGHT_P). The bands hold where they were measured only: another base, model, retriever or decoding
-moves p(y|x), and then no band is given (with the default models, a notice says what differs).
+alone do not tell a right answer from a wrong one. Its p(y|x) tells them apart far better: on everyday questions
+over wikipedia, RAG-Token's answers of p(y|x) 0.2 or more were nearly always right, and most of those under 0.05
+were wrong (config.LIKELY_RIGHT_P): a rate, not a proof. The bands hold where they were measured only: another
+base, model, retriever or decoding moves p(y|x), and then no band is given (with the default models, a notice
+says what differs).
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 from .config import ASK, GENERAL_KB, LIKELY_RIGHT_P, LIKELY_WRONG_P
+from .results import VariantResult
 
 MEASURED_VARIANTS = ("token",)
 MEASURED_RETRIEVER = "hybrid"  # the page's default, Dense + BM25
@@ -56,9 +59,14 @@ def unmeasured_options(*, kb: str, question: str, k: int, index: str, retriever:
     return [words for differs, words in checks if differs]
 
 
-def unmeasured_notice(differences: list[str]) -> tuple[str, ...]:
-    """The notice that no band is shown, naming what differs from where the bands were measured."""
-    if not differences:
-        return ()
-    return (f"no likely right / unsure / likely wrong badge: it was measured with the page's default options on "
-            f"{GENERAL_KB}, and this ask differs ({', '.join(differences)})",)
+def banded(results: dict[str, VariantResult], differences: list[str]) -> tuple[dict[str, VariantResult], tuple[str, ...]]:
+    """An ask's answers by variant, each measured variant's with its band where nothing `differs` from the measured
+    ask (`unmeasured_options`); otherwise unchanged, with the notice that names what differs when a measured
+    variant answered."""
+    if differences:
+        if not any(variant in results for variant in MEASURED_VARIANTS):
+            return results, ()
+        return results, (f"no likely right / unsure / likely wrong badge: it was measured with the page's default "
+                         f"options on {GENERAL_KB}, and this ask differs ({', '.join(differences)})",)
+    return {variant: replace(result, sureness=answer_sureness(result.logprob)) if variant in MEASURED_VARIANTS
+            else result for variant, result in results.items()}, ()
