@@ -484,7 +484,7 @@ class RagEngine:
                     variant, ids, lps, retrieval.doc_lp, closed[0], question=question, passages_read=retrieval.passages,
                     decoding_name=name,
                     candidates=[(gen.decode(list(c)), s) for c, s in candidates], memory=with_memory, set_aside=set_aside,
-                    cut_short=bool(decoding.length_limit_notice({variant: ids}, max_new_tokens, self._stop_ids())),
+                    cut_short=decoding.reached_length_limit(ids, max_new_tokens, self._stop_ids()),
                 )
             if parametric_memory.fitted_for(self.config, self.encoder, self.generator,
                                             own_question_side=question_model is None) and retrieval.kb in GENERAL_KBS:

@@ -389,7 +389,8 @@ def without_honorific(answer: str) -> str:
 def holds_answer(text: str, answer: str, question: str = "") -> bool:
     """Whether `text` says `answer` in its words: holds them all (`holds_words`), or all but an honorific it
     opens with (`without_honorific`), or, for an answer that wraps one run of new words in the question's own and
-    FRAME_WORDS ("he eats sardines" for "what does tom eat?"), holds that run (`new_word_runs`). Words scattered through a longer sentence are not looked for one by one:
+    FRAME_WORDS ("he eats sardines" for "what does tom eat?"), holds that run (`new_word_runs`). Words scattered
+    through a longer sentence are not looked for one by one:
     "the sum of the letters in the numeral 50" is not said by a passage that has "sum" and "letters" somewhere.
 
     >>> holds_answer("Tom is a cat. His favourite food is sardines.", "he eats sardines", "what does tom eat?")

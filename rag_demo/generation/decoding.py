@@ -329,6 +329,15 @@ def beam_search(
     return [[Hypothesis(ids=seq, score=score, group=g) for score, seq in finished[g]] for g in range(G)]
 
 
+def reached_length_limit(ids: Sequence[int], max_new_tokens: int, stop_ids: frozenset[int]) -> bool:
+    """Whether generated `ids` ran to `max_new_tokens` without a stop token: cut short, not ended.
+
+    >>> reached_length_limit((5, 6, 7), 3, frozenset({2})), reached_length_limit((5, 2), 3, frozenset({2}))
+    (True, False)
+    """
+    return len(ids) >= max_new_tokens and ids[-1] not in stop_ids
+
+
 def length_limit_notice(answers: dict[str, Sequence[int]], max_new_tokens: int, stop_ids: frozenset[int]) -> tuple[str, ...]:
     """The notice for those of `answers` (name -> generated ids) that reached `max_new_tokens` before a stop token:
     cut short, not ended; () when every answer ended.
@@ -338,7 +347,7 @@ def length_limit_notice(answers: dict[str, Sequence[int]], max_new_tokens: int, 
     >>> length_limit_notice({"RAG-Token": (5, 6, 7), "RAG-Sequence": (5, 2)}, 3, frozenset({2}))
     ('RAG-Token reached the length limit of 3 tokens before ending: it is cut short',)
     """
-    cut = [name for name, ids in answers.items() if len(ids) >= max_new_tokens and ids[-1] not in stop_ids]
+    cut = [name for name, ids in answers.items() if reached_length_limit(ids, max_new_tokens, stop_ids)]
     if not cut:
         return ()
     names = cut[0] if len(cut) == 1 else f"{', '.join(cut[:-1])} and {cut[-1]}"
