@@ -457,33 +457,36 @@ def megabytes(num_bytes: float) -> str:
     return f"{mb:,.{max(0, 2 - math.floor(math.log10(mb)))}f}"
 
 
-def index_report_figure(reports: Sequence[IndexReport], *, height: int = 300):
-    """Three panels comparing the index variants: recall@k against flat, query latency and memory."""
+def index_report_figure(reports: Sequence[IndexReport], *, height: int | None = None):
+    """Three panels comparing the index variants, one above another: recall@k against flat, query latency and
+    memory, each a row of horizontal bars."""
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots
 
     kinds = [html.escape(r.kind) for r in reports]
     colors = [("#4e79a7", "#f28e2b", "#59a14f", "#b07aa1")[i % 4] for i in range(len(reports))]
     k = reports[0].recall_k if reports else 0
-    # short panel titles that carry the units, on two lines, and no axis titles beside them: three panels fit a
-    # phone's width, with large text too
-    fig = make_subplots(rows=1, cols=3, subplot_titles=(f"recall@{k}<br>vs flat", "ms per<br>query", "memory<br>(MB)"),
-                        horizontal_spacing=0.08)
-    fig.update_annotations(font_size=13)
-    # each panel's bar heights and the numbers written on them: recall to three places, as the table (0.999 is
+    # stacked panels of horizontal bars: side by side on a phone, each panel was a third of 390 px and plotly shrank
+    # the bars' numbers to about 6 px to fit them over bars that narrow
+    fig = make_subplots(rows=3, cols=1, subplot_titles=(f"recall@{k} vs flat", "ms per query", "memory (MB)"),
+                        vertical_spacing=0.16)
+    fig.update_annotations(font_size=13, x=0.0, xanchor="left")
+    # each panel's bar lengths and the numbers written after them: recall to three places, as the table (0.999 is
     # not 1.00), and memory as the table writes it
     panels = (
         ([r.recall_at_k for r in reports], [f"{r.recall_at_k:.3f}" for r in reports]),
         ([r.query_ms for r in reports], [f"{r.query_ms:.3g}" for r in reports]),
         ([r.bytes / 1e6 for r in reports], [megabytes(r.bytes) for r in reports]),
     )
-    for col, (values, texts) in enumerate(panels, start=1):
-        fig.add_trace(go.Bar(x=kinds, y=values, marker_color=colors, text=texts,
-                             textposition="outside", showlegend=False, cliponaxis=False), row=1, col=col)
-        # headroom over the tallest bar, so its number stays clear of the panel's title; no tick labels, since
-        # each bar carries its number: on a phone they ran into the next panel's bars
-        fig.update_yaxes(range=[0, 1.25 * max(values, default=0.0) or 1.0], showticklabels=False, row=1, col=col)
-    fig.update_yaxes(range=[0, 1.25], row=1, col=1)
-    _layout(fig, title="Index variants compared", height=height)
-    fig.update_layout(margin=dict(l=10, r=10, t=88, b=10))
+    for row, (values, texts) in enumerate(panels, start=1):
+        fig.add_trace(go.Bar(y=kinds, x=values, orientation="h", marker_color=colors, text=texts,
+                             textposition="outside", showlegend=False, cliponaxis=False),
+                      row=row, col=1)
+        # room after the longest bar for its number; no tick labels, since each bar carries its number
+        fig.update_xaxes(range=[0, 1.5 * max(values, default=0.0) or 1.0], showticklabels=False, showgrid=False,
+                         row=row, col=1)
+        fig.update_yaxes(autorange="reversed", row=row, col=1)  # flat on top, in the table's order
+    fig.update_xaxes(range=[0, 1.5], row=1, col=1)
+    _layout(fig, title="Index variants compared", height=height or 130 + 78 * max(len(reports), 1))
+    fig.update_layout(margin=dict(l=10, r=10, t=60, b=10))
     return fig

@@ -612,6 +612,29 @@ def test_on_a_phone_a_links_answer_is_scrolled_into_view_and_a_plain_page_stays_
         context.close()
 
 
+def test_on_a_phone_the_index_charts_numbers_stay_full_size_and_the_table_shows_it_scrolls(browser, server):
+    context, page = open_page(browser, server, {"width": 390, "height": 800})
+    try:
+        page.locator("#large-text input[type=checkbox]").check()
+        open_tab(page, "Index variants")
+        page.locator("#idx-btn").click()
+        expect(page.locator("#idx-plot text.bartext")).to_have_count(9)
+        # plotly shrinks a bar's number to fit over a narrow bar: side by side, a phone's were drawn at about 6 px
+        heights = page.evaluate("() => [...document.querySelectorAll('#idx-plot text.bartext')].map("
+                                "(t) => t.getBoundingClientRect().height / parseFloat(getComputedStyle(t).fontSize))")
+        assert min(heights) > 0.9, heights
+        edges = page.evaluate("() => { const plot = document.querySelector('#idx-plot').getBoundingClientRect();"
+                              " return [...document.querySelectorAll('#idx-plot text.bartext')].map("
+                              "(t) => t.getBoundingClientRect().right - plot.right); }")
+        assert max(edges) <= 0, edges  # every number inside the chart, none cut at its edge
+        scroller = page.locator("#idx-table .rag-table-scroll")
+        assert scroller.evaluate("(el) => el.scrollWidth > el.clientWidth")  # too wide for a phone, so it scrolls ...
+        layers = scroller.evaluate("(el) => getComputedStyle(el).backgroundImage.split('linear-gradient').length - 1")
+        assert layers == 4  # ... under a shadow on the side that hides columns
+    finally:
+        context.close()
+
+
 def test_the_answer_downloads_as_json_and_each_heatmap_as_csv(browser, server, ui_engine):
     import csv
     import io
