@@ -795,6 +795,11 @@ def test_every_text_is_14px_and_4_5_to_1_and_large_text_grows_it(browser, server
         # the answer's legend, the question box and a button: each grows
         after = [text.evaluate(FONT_SIZE_JS) for text in grown_texts]
         assert all(large >= 1.2 * small for small, large in zip(before, after)), (before, after)
+        for button in ("#share-btn", "#swap-share-btn"):  # "Copy link" on one line beside the larger Ask
+            lines = page.locator(button).evaluate("(el) => { const range = document.createRange();"
+                                                  " range.selectNodeContents(el); return new Set([...range.getClientRects()]"
+                                                  ".filter((r) => r.width > 0).map((r) => Math.round(r.top))).size; }")
+            assert lines <= 1, (button, lines)
         # the charts' own text grows with it, and shrinks back
         page.wait_for_function(f"() => {CHART_TEXT_SIZES_JS}['title'] >= 1.2 * {chart_before['title']}")
         grown = chart_text_sizes(page)
