@@ -59,6 +59,9 @@ NO_MATCH_SCORE = 0.30
 # 76 of 80, and 14 of 59 (`python -m benchmarks.sureness`; docs/results.md, "How sure an answer is").
 LIKELY_RIGHT_P = 0.2
 LIKELY_WRONG_P = 0.05
+# An answer of this many words or more is a sentence, not a name or a number: a paraphrase of a passage is not found
+# in it word for word, and its p(y|x) is small whatever it says (7 of the 370 measured RAG-Token answers were so long)
+SENTENCE_WORDS = 6
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 
-from .config import ASK, GENERAL_KB, LIKELY_RIGHT_P, LIKELY_WRONG_P
+from .config import ASK, GENERAL_KB, LIKELY_RIGHT_P, LIKELY_WRONG_P, SENTENCE_WORDS, VARIANT_NAMES
 from .results import VariantResult
 
 MEASURED_VARIANTS = ("token",)
@@ -59,14 +59,25 @@ def unmeasured_options(*, kb: str, question: str, k: int, index: str, retriever:
     return [words for differs, words in checks if differs]
 
 
+NO_BADGE = "no likely right / unsure / likely wrong badge"
+
+
 def banded(results: dict[str, VariantResult], differences: list[str]) -> tuple[dict[str, VariantResult], tuple[str, ...]]:
     """An ask's answers by variant, each measured variant's with its band where nothing `differs` from the measured
-    ask (`unmeasured_options`); otherwise unchanged, with the notice that names what differs when a measured
-    variant answered."""
+    ask (`unmeasured_options`) and the answer is not a sentence; otherwise unchanged, with a notice that says why
+    when a measured variant answered."""
+    measured = [variant for variant in MEASURED_VARIANTS if variant in results]
     if differences:
-        if not any(variant in results for variant in MEASURED_VARIANTS):
+        if not measured:
             return results, ()
-        return results, (f"no likely right / unsure / likely wrong badge: it was measured with the page's default "
-                         f"options on {GENERAL_KB}, and this ask differs ({', '.join(differences)})",)
-    return {variant: replace(result, sureness=answer_sureness(result.logprob)) if variant in MEASURED_VARIANTS
-            else result for variant, result in results.items()}, ()
+        return results, (f"{NO_BADGE}: it was measured with the page's default options on {GENERAL_KB}, and this ask "
+                         f"differs ({', '.join(differences)})",)
+    banded_results, notices = dict(results), []
+    for variant in measured:
+        result = results[variant]
+        if len(result.answer.split()) >= SENTENCE_WORDS:
+            notices.append(f"{NO_BADGE} for {VARIANT_NAMES[variant]}'s answer: it is a sentence, and the badge was "
+                           "measured on answers of a few words (a long answer's p(y|x) is small whatever it says)")
+        else:
+            banded_results[variant] = replace(result, sureness=answer_sureness(result.logprob))
+    return banded_results, tuple(notices)

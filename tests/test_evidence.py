@@ -140,10 +140,17 @@ def _result(answer: str, texts: list[str], closed: str | None, memory: tuple[flo
     ("Lyon", ["Paris.", "Lyon."], None, (), "passages", "Its words are in passage #2; read it to see whether it answers the question."),
     ("Rome", ["Paris.", "Lyon."], "Rome", (), "memory",
      "In none of the 2 passages read: from the generator's memory (the closed-book answer)."),
-    ("Rome", ["Paris.", "Lyon."], "Milan", (0.7,), "memory", "∅ memory's posterior is 0.70"),
+    # mostly memory's, mixed with the passages into another answer than memory's own: both said
+    ("Rome", ["Paris.", "Lyon."], "Milan", (0.7,), "memory",
+     "mostly from the generator's memory (∅ memory's posterior is 0.70), mixed with the passages; memory alone answers “Milan”."),
+    ("Rome", ["Paris.", "Lyon."], None, (0.7,), "memory", "mostly from the generator's memory (∅ memory's posterior is 0.70)."),
     # memory's own answer, written while the passages carried the posterior: said so, not left to contradict p(∅)
     ("Rome", ["Paris.", "Lyon."], "Rome", (0.01,), "memory",
-     "from the generator's memory (the closed-book answer), written while it read the passages: ∅ memory's posterior is only 0.01."),
+     "but it is the closed-book answer: the generator knew it, and wrote it while the passages carried its posterior (∅ memory's share 0.01)."),
+    ("Rome", ["Paris.", "Lyon."], "Rome", (0.001,), "memory", "(∅ memory's share under 0.01)."),
+    # a sentence is looked for as one run of words, which a paraphrase never is: not called a guess
+    ("the sky looks blue because air scatters blue light", ["Rayleigh.", "Air."], "blue", (0.1,), "none",
+     "In none of the 2 passages read, nor the closed-book answer word for word: a sentence may say in its own words"),
     ("Rome", ["Paris.", "Lyon."], "Rome", (0.9,), "memory", "from the generator's memory (the closed-book answer)."),
     ("Rome", ["Paris.", "Lyon."], "Milan", (0.3,), "none", "In none of the 2 passages read, nor the closed-book answer: nothing here"),
     ("Rome", ["Paris."], None, (), "none", "Not in the passage read: nothing here backs it"),

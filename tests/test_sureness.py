@@ -39,6 +39,7 @@ def measured_setup(monkeypatch, differences: list[str]) -> None:
 
 def test_where_measured_rag_tokens_answer_gets_the_band_of_its_p(ui_engine, monkeypatch):
     measured_setup(monkeypatch, [])
+    monkeypatch.setattr(sureness, "SENTENCE_WORDS", 10_000)  # the tiny generator's answers run long
     for question in QUESTIONS[:3]:
         result = ui_engine.ask(question, kb=KB_NAMES[0], k=3)
         token, sequence = result.variants["token"], result.variants["sequence"]
@@ -46,6 +47,18 @@ def test_where_measured_rag_tokens_answer_gets_the_band_of_its_p(ui_engine, monk
         assert sequence.sureness == ""  # measured for RAG-Token only
         assert result.to_json()["variants"]["token"]["sureness"] == token.sureness
         assert not any("badge" in notice for notice in result.notices)
+
+
+def test_a_sentence_answer_gets_no_band_and_says_why(ui_engine, monkeypatch):
+    measured_setup(monkeypatch, [])
+    monkeypatch.setattr(sureness, "SENTENCE_WORDS", 2)
+    result = ui_engine.ask(QUESTIONS[0], kb=KB_NAMES[0], k=3)
+    assert len(result.variants["token"].answer.split()) >= 2
+    assert all(v.sureness == "" for v in result.variants.values())
+    said = [notice for notice in result.notices if "badge" in notice]
+    assert len(said) == 1 and "RAG-Token's answer: it is a sentence" in said[0]
+    short = replace(result.variants["token"], answer="Paris")
+    assert sureness.banded({"token": short}, [])[0]["token"].sureness == band(short.logprob)
 
 
 def test_an_ask_unlike_the_measured_one_says_why_it_has_no_band(ui_engine, monkeypatch):

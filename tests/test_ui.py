@@ -214,6 +214,9 @@ def test_learn_numbers_come_from_the_result(actions):
     assert math.isclose(p_seq, math.exp(sequence.logprob), rel_tol=1e-3)  # thorough decoding: the full sum
     assert fmt_prob(p_seq) in markup
     assert "Ask a question" in format_learn_html(None)
+    # one passage is named in the singular
+    one = format_learn_html(unwrap(ask(actions, k=1).last), 0)
+    assert "The top passage becomes a distribution" in one and "those 1" not in one and "top 1 become" not in one
 
 
 # ---- figures -------------------------------------------------------------------------------

@@ -142,12 +142,14 @@ def format_learn_html(result: AskResult | None, position: int | None = 0) -> str
         rows += (f"<tr><td>{MEMORY_CELL}</td>{blank}<td>θ = {result.memory_logit:.3f}</td><td>{weights[-1]:.4f}</td>"
                  f"<td><b>{prior[-1]:.4f}</b></td><td>{result.memory_prob:.4f}</td></tr>")
     k = len(passages)
-    over = f"those {k} and the generator's memory ∅" if memory else f"those {k} only"
+    those = "that one" if k == 1 else f"those {k}"
+    over = f"{those} and the generator's memory ∅" if memory else f"{those} only"
+    top_k = "The top passage becomes" if k == 1 else f"The top {k} become"
     score_head = "<th>score s(z)</th>"
     if hybrid:
         how = (f"The retriever scores each passage <i>z</i> against the question <i>x</i> twice: an inner product of "
                f"their vectors, <i>s(z)</i>, as in the paper, and BM25 word matching, <i>b(z)</i>, which keeps rare "
-               f"names and numbers that one vector blurs. The top {k} become a distribution by a softmax "
+               f"names and numbers that one vector blurs. {top_k} a distribution by a softmax "
                f"over {over}, with the encoder's scale λ = {scale:g} and BM25's weight "
                f"β = {weight:g} (choose “Dense” in the Ask tab for the paper's retriever alone):</p>"
                f'<div class="rag-eq">p(z|x) = exp(λ·s(z) + β·b(z)) / {_sum_over("exp(λ·s(z′) + β·b(z′))", memory)}</div>')
@@ -157,7 +159,7 @@ def format_learn_html(result: AskResult | None, position: int | None = 0) -> str
         how = (f"The retriever scores each passage <i>z</i> by BM25 word matching alone, <i>b(z)</i>: a sum over "
                "the question's words that the passage contains, each weighted by how rare it is in the knowledge "
                "base (its idf) and how often the passage repeats it. No vectors are involved, so BM25 looks at "
-               f"every passage exactly. The top {k} become a distribution by a softmax over {over}, "
+               f"every passage exactly. {top_k} a distribution by a softmax over {over}, "
                f"with the scale λ = {scale:g}. BM25 scores have no natural scale: at λ = 1 "
                "one rare word shared with the question would make p(z|x) all-or-nothing; λ is the weight the default "
                "Dense + BM25 gives a BM25 point (choose “Dense” in the Ask tab for the paper's retriever):</p>"
@@ -167,7 +169,7 @@ def format_learn_html(result: AskResult | None, position: int | None = 0) -> str
         logit_head = "<th>λ·b(z)</th><th>exp(λ·b − max)</th>"
     else:
         how = (f"The retriever scores each passage <i>z</i> against the question <i>x</i> (an inner product of "
-               f"their vectors, <i>s(z)</i>). The top {k} become a distribution by a softmax over {over}, "
+               f"their vectors, <i>s(z)</i>). {top_k} a distribution by a softmax over {over}, "
                f"with the encoder's scale λ = {scale:g}:</p>"
                f'<div class="rag-eq">p(z|x) = exp(λ·s(z)) / {_sum_over("exp(λ·s(z′))", memory)}</div>')
         others = "exp(λ·s(z′))"

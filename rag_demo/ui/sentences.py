@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from .. import plots
-from ..config import GENERAL_KB, LIKELY_RIGHT_P, LIKELY_WRONG_P
+from ..config import GENERAL_KB, LIKELY_RIGHT_P, LIKELY_WRONG_P, SENTENCE_WORDS
 from ..evaluate import exact_match
 from ..progress import counted
 from ..questions import holds_answer
@@ -172,6 +172,15 @@ def _ranks_in_words(ranks: Sequence[int]) -> str:
     return f"passage{'s' if len(marks) > 1 else ''} {listed}"
 
 
+def _share_in_words(share: float) -> str:
+    """∅'s share of an answer's posterior as the cards write it, never a bare 0.00.
+
+    >>> _share_in_words(0.3), _share_in_words(0.004)
+    ('0.30', 'under 0.01')
+    """
+    return f"{share:.2f}" if share >= 0.005 else "under 0.01"
+
+
 def evidence(result: AskResult, variant: VariantResult, *, generated: bool = True) -> tuple[str, str]:
     """Where an answer's words are to be found, as (kind, sentence in plain text): "passages" when some passage
     read holds them (`VariantResult.found_in`); "question" when none does but the question itself does (a text
@@ -190,16 +199,24 @@ def evidence(result: AskResult, variant: VariantResult, *, generated: bool = Tru
     if holds_answer(result.question, variant.answer):  # a text pasted before the question, or a choice it offers
         return "question", f"{nowhere}, but its words are in the question itself, which the generator reads too."
     closed = result.closed_book
-    from_memory = closed is not None and closed.answer.strip() and exact_match(variant.answer, closed.answer)
+    closed_answer = closed.answer.strip() if closed is not None else ""
+    from_memory = bool(closed_answer) and exact_match(variant.answer, closed_answer)
     share = _memory_share(variant)
     if from_memory and share is not None and share <= 0.5:
         # the tokens' colours name a passage, not ∅: the generator knew the answer and wrote it reading a passage
-        return "memory", (f"{nowhere}: from the generator's memory (the closed-book answer), written while it read "
-                          f"the passages: ∅ memory's posterior is only {share:.2f}.")
+        return "memory", (f"{nowhere}, but it is the closed-book answer: the generator knew it, and wrote it while the "
+                          f"passages carried its posterior (∅ memory's share {_share_in_words(share)}).")
     if from_memory or (share is not None and share > 0.5):
-        said = "the closed-book answer" if from_memory else f"∅ memory's posterior is {share:.2f}"
-        return "memory", f"{nowhere}: from the generator's memory ({said})."
-    unlike = "" if closed is None or not closed.answer.strip() else ", nor the closed-book answer"
+        if from_memory:
+            return "memory", f"{nowhere}: from the generator's memory (the closed-book answer)."
+        # RAG mixes memory with the passages token by token, so its answer can differ from memory's own
+        alone = f", mixed with the passages; memory alone answers “{closed_answer}”" if closed_answer else ""
+        return "memory", f"{nowhere}: mostly from the generator's memory (∅ memory's posterior is {share:.2f}){alone}."
+    unlike = "" if not closed_answer else ", nor the closed-book answer"
+    if len(variant.answer.split()) >= SENTENCE_WORDS:
+        # a sentence rarely repeats a passage word for word: not finding it says little
+        return "none", (f"{nowhere}{unlike} word for word: a sentence may say in its own words what a passage says, "
+                        "so read them to judge it.")
     return "none", f"{nowhere}{unlike}: nothing here backs it, so treat it as a guess."
 
 
