@@ -257,6 +257,12 @@ def test_the_page_says_where_the_variants_disagree_and_where_the_posterior_switc
     agreeing = AskResult(**{**result.__dict__, "variants": {"token": result.variants["token"],
                                                              "sequence": result.variants["token"]}})
     assert disagreement_sentence(agreeing) == "" and "rag-disagree" not in format_answer_html(agreeing)
+    # both led by one passage throughout: said once, with what made the difference instead
+    token = variant_of("token", (" William", " Kem", "pe"), [(0.9, 0.1), (0.6, 0.4), (0.7, 0.3)])
+    same_leader = AskResult(**{**result.__dict__, "variants": {"token": token, "sequence": result.variants["sequence"]}})
+    sentence = disagreement_sentence(same_leader)
+    assert "Both posteriors stay on passage #1 for every token, so the other sources made the difference" in sentence
+    assert "stays on" not in sentence
 
 
 def test_each_answer_token_shows_its_passage_number_beside_its_colour_and_has_a_role():

@@ -298,7 +298,9 @@ class EndToEndTrainer:
         joining = {i: new for i, (e, rows) in enumerate(zip(self.examples, ranked))
                    if (new := tuple(r for r in rows if r not in e.rows and (i, r) not in passed_over))}
         to_read = len(unread) - len(passed_over)
-        stage = f"reading {to_read} new passages the trained encoder ranks in its top {self.config.candidates} (once; cached)"
+        # the count runs over questions, each reading its own new passages: said, so "2 of 15" is not read as passages
+        stage = (f"reading {to_read} new passages the trained encoder ranks in its top {self.config.candidates}, "
+                 f"question by question (once; cached)")
         saved_at = fresh_before
         for done, (i, rows) in enumerate(joining.items(), start=1):
             e = self.examples[i]
@@ -313,7 +315,8 @@ class EndToEndTrainer:
         widening = Widening(step=self.steps_taken, added=sum(map(len, joining.values())), read=cache.fresh - fresh_before,
                             passed_over=len(passed_over), seconds=time.perf_counter() - started)
         self.widenings.append(widening)
-        log.info("widened the candidates at step %d: %d added, %d of them read (%.1f s), %d unread left for later",
+        log.info("widened the candidates at step %d: %d added (%d read now, the others read before and cached) in %.1f s; "
+                 "%d more left unread for a later widening",
                  widening.step, widening.added, widening.read, widening.seconds, widening.passed_over)
         return widening
 

@@ -86,7 +86,15 @@ def disagreement_sentence(result: AskResult) -> str:
         return ""
     sentences = [f"RAG-Token and RAG-Sequence disagree: RAG-Token says “{result.variants['token'].answer}”, "
                  f"RAG-Sequence “{result.variants['sequence'].answer}”."]
-    for variant in (result.variants["token"], result.variants["sequence"]):
+    token, sequence = result.variants["token"], result.variants["sequence"]
+    leaders = [plots.leading_sources(v) for v in (token, sequence)]
+    if leaders[0] and leaders[1] and len(set(leaders[0]) | set(leaders[1])) == 1:
+        # one passage leads both answers throughout: "stays on #1" twice would leave the difference unexplained
+        sentences.append(f"Both posteriors stay on {plots.source_name(leaders[0][0], result.passages)} for every token, "
+                         "so the other sources made the difference: RAG-Token mixes every source's next-token "
+                         "probabilities at each step, RAG-Sequence scores each whole answer against every source.")
+        return " ".join(sentences)
+    for variant in (token, sequence):
         name = plots.VARIANT_NAMES[variant.variant]
         leaders = plots.leading_sources(variant)
         switches = _switches_in_words(variant, result.passages)
