@@ -635,6 +635,20 @@ def test_on_a_phone_the_index_charts_numbers_stay_full_size_and_the_table_shows_
         context.close()
 
 
+def test_on_a_phone_the_score_and_train_controls_take_a_line_each(browser, server):
+    context, page = open_page(browser, server, {"width": 390, "height": 800})
+    try:
+        for tab, pairs in (("Score your answer", (("#score-question", "#score-answer"), ("#score-kb", "#score-k"))),
+                           ("Train", (("#train-objective", "#train-questions"),))):
+            open_tab(page, tab)
+            for upper, lower in pairs:
+                above, below = (page.locator(elem).first.bounding_box() for elem in (upper, lower))
+                assert below["y"] >= above["y"] + above["height"] - 1, (upper, lower)  # one under the other
+                assert min(above["width"], below["width"]) > 300, (upper, lower)  # each as wide as the screen allows
+    finally:
+        context.close()
+
+
 def test_the_answer_downloads_as_json_and_each_heatmap_as_csv(browser, server, ui_engine):
     import csv
     import io

@@ -280,12 +280,12 @@ def build_demo(engine: Engine, *, limits: UploadLimits = UploadLimits(), files: 
             with gr.Tab("Score your answer", id="score", elem_id="tab-score"):
                 gr.HTML('<p class="rag-help">Type an answer of your own: both variants score it, log p(answer | question), '
                         "with the per-token provenance of each word.</p>", js_on_load=None)
-                with gr.Row(equal_height=True):
+                with gr.Row(equal_height=True, elem_classes=["rag-stack-narrow"]):
                     score_question = gr.Textbox(label="Question", elem_id="score-question", scale=4)
                     score_answer = gr.Textbox(label="Your answer", elem_id="score-answer", scale=3,
                                               max_length=ANSWER_BOX_CHARS)
                     score_btn = gr.Button("Score", variant="primary", elem_id="score-btn", scale=1, min_width=110)
-                with gr.Row(elem_classes=["rag-options"]):
+                with gr.Row(elem_classes=["rag-options", "rag-stack-narrow"]):
                     score_kb = kb_dropdown("score-kb", default)
                     score_k = k_slider("score-k")
                     score_index = index_dropdown("score-index")

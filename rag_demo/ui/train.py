@@ -451,7 +451,7 @@ def train_tab(engine, *, encoders: EncoderChoices, runs=None) -> TrainActions:
         actions.end_session(session)
     with gr.Tab("Train", id="train", elem_id="tab-train"):
         gr.HTML(HELP, js_on_load=None)
-        with gr.Row(equal_height=True):
+        with gr.Row(equal_height=True, elem_classes=["rag-stack-narrow"]):
             objective = gr.Radio(OBJECTIVE_CHOICES, value="rag-token", label="Loss", elem_id="train-objective", scale=3)
             page_runs = PageRunConfig()
             questions = gr.Slider(10, page_runs.max_questions, value=page_runs.default_questions, step=10,
