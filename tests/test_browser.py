@@ -16,6 +16,7 @@ import pytest
 
 from rag_demo.serving.background import BackgroundEngine
 from rag_demo.config import LIMITS
+from rag_demo.results import RetrievedPassage
 from rag_demo.ui import build_demo
 from rag_demo.ui.actions import PRIVATE_LABEL
 from rag_demo.ui.html import MEMORY_UNAVAILABLE, esc, fmt_log, fmt_prob, swap_verdict
@@ -647,6 +648,29 @@ def test_on_a_phone_the_score_and_train_controls_take_a_line_each(browser, serve
                 assert min(above["width"], below["width"]) > 300, (upper, lower)  # each as wide as the screen allows
     finally:
         context.close()
+
+
+def test_a_words_tokens_stay_on_one_line_at_any_width(browser):
+    from rag_demo.results import VariantResult
+    from rag_demo.ui.html import format_token_spans
+    from rag_demo.ui.page import ASSETS
+
+    tokens = (" Charles", " de", " Montes", "qu", "ieu", " was", " a", " philosopher", ".")
+    n = len(tokens)
+    variant = VariantResult("token", "".join(tokens), tokens, tuple(range(n)), -1.0, (-0.1,) * n, ((-0.1,),) * n,
+                            ((1.0,),) * n, (-0.5,) * n)
+    passage = RetrievedPassage(1, 0, "title", "text", 0.5, 1.0, 1.0)
+    spans, css = format_token_spans(variant, (passage,)), (ASSETS / "style.css").read_text(encoding="utf-8")
+    page = browser.new_page(viewport={"width": 400, "height": 300})
+    try:
+        for width in range(120, 330, 10):  # every place the line could break
+            page.set_content(f"<style>{css}</style><div class='rag-answer-text' style='width:{width}px'>{spans}</div>")
+            tops = page.evaluate("() => [...document.querySelectorAll('.rag-tok')].map("
+                                 "(el) => Math.round(el.getBoundingClientRect().top))")
+            assert len(set(tops[2:5])) == 1, (width, tops)  # “Montesquieu” whole
+            assert len(set(tops)) > 1 or width > 300  # while the answer does wrap
+    finally:
+        page.close()
 
 
 def test_the_answer_downloads_as_json_and_each_heatmap_as_csv(browser, server, ui_engine):

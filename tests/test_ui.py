@@ -34,16 +34,14 @@ from rag_demo.ui.html import (
     fmt_prob,
     fmt_signed,
     format_answer_html,
-    format_comparison_html,
-    format_passages_html,
     format_score_html,
     format_status,
-    format_swap_column,
     format_swap_summary,
     format_timings,
     format_token_spans,
     swap_verdict,
 )
+from rag_demo.ui.passage_cards import format_comparison_html, format_passages_html, format_swap_column
 from rag_demo.ui.index_table import format_index_table
 from rag_demo.ui.inputs import UploadLimits, passages_from_inputs
 from rag_demo.ui.learn import format_learn_html

@@ -1,6 +1,7 @@
 """The web demo. `build_demo(engine)` makes the page; `launch_options()` holds what gradio takes at launch.
 
-    html.py     results -> HTML (pure; every string from outside is escaped there)
+    html.py     results -> HTML (pure; every string from outside is escaped there): the answer cards
+    passage_cards.py  the passage cards, the retriever comparison's columns, one side of the swap
     index_table.py  the Index variants tab's table
     learn.py    the Learn tab's worked equations and the glossary
     inputs.py   page and API inputs -> engine arguments; visitors' uploads -> passages; links' queries

@@ -27,16 +27,14 @@ from ..results import AskResult
 from ..text import plain_text
 from .html import (
     format_answer_html,
-    format_comparison_html,
     format_kb_preview,
-    format_result_passages,
     format_score_html,
     format_status,
-    format_swap_column,
     format_swap_summary,
     memory_switch_info,
     passage_choices,
 )
+from .passage_cards import format_comparison_html, format_result_passages, format_swap_column
 from .index_table import format_index_table
 from .exports import write_exports
 from .inputs import (
