@@ -417,7 +417,7 @@ class RagEngine:
         with_memory = memory_logit is not None
         if not with_memory:  # say where passages lie far from the question and nothing else can answer
             notices += self._poor_match(retrieval, own_question_side=question_model is None)
-        timings = {"encode": retrieval.encode_ms, "search": retrieval.search_ms}
+        timings = retrieval.timings_ms
         started = time.perf_counter()
         gen = self.generator
         prefix = gen.generation_prefix()
@@ -573,7 +573,7 @@ class RagEngine:
         with_memory = memory_logit is not None
         if not with_memory:  # say where passages lie far from the question and nothing else can answer
             notices += self._poor_match(retrieval, own_question_side=question_model is None)
-        timings = {"encode": retrieval.encode_ms, "search": retrieval.search_ms}
+        timings = retrieval.timings_ms
         started = time.perf_counter()
         gen = self.generator
         targets: list[Target] = gen.answer_targets(answer)  # every ending shares the prefix

@@ -44,7 +44,15 @@ class Retrieval:
     notices: tuple[str, ...] = ()
     encode_ms: float = 0.0  # the question encoder's time (0 for bm25, which reads words)
     search_ms: float = 0.0  # finding and weighing the passages
+    recall_ms: float = 0.0  # the exact search an approximate index's recall is measured against (not in search_ms)
     question_encoder: str = ""  # what computed q(x) (`Encoder.description`); "" when none did (bm25)
+
+    @property
+    def timings_ms(self) -> dict[str, float]:
+        """A new dict of the retrieval's stages as an answer's timings name them; the recall check only where one ran
+        (the Index variants tab times an index's search alone, so the Ask tab's search leaves it out)."""
+        checked = {"recall check": self.recall_ms} if self.recall_ms else {}
+        return {"encode": self.encode_ms, "search": self.search_ms, **checked}
 
 
 @dataclass(frozen=True)

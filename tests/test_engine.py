@@ -168,6 +168,7 @@ def test_index_variants_answer_and_report_recall(tiny_engine):
         result = tiny_engine.ask(QUESTION, k=3, index=kind, closed_book=False)
         # recall@3 against flat: the share of flat's passages this index found too
         assert result.index == kind and result.index_recall == len({p.id for p in result.passages} & exact) / 3
+        assert result.timings_ms["recall check"] > 0 and "recall check" not in flat.timings_ms
     reports = {r.kind: r for r in tiny_engine.index_reports("tiny", k=3)}
     assert set(reports) == {"flat", "hnsw", "ivfpq"}
     assert reports["flat"].recall_at_k == 1.0 and reports["hnsw"].recall_at_k == 1.0  # 6 vectors: HNSW is exact

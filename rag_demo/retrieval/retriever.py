@@ -356,12 +356,13 @@ class Retriever:
         if lexical is not None and len(lexical) and not lexical.max() > 0:
             notices.append("no passage shares a word with the question: BM25 adds nothing, and the passages are the "
                            "dense retriever's nearest, however far")
-        recall = None
+        recall, recall_ms = None, 0.0
         if rows is None and hybrid and index == "flat":
             ids = np.arange(len(knowledge))  # exact search: every passage's dense + lexical logit
             scores = inner_products(query, knowledge.embeddings)[0]  # (N,), the rows read in chunks
         else:
-            ids, recall = (rows, None) if rows is not None else self._candidates(knowledge, query, k, index, lexical)
+            ids, recall, recall_ms = (rows, None, 0.0) if rows is not None else self._candidates(knowledge, query, k, index,
+                                                                                                lexical)
             # Scores are exact inner products with the stored vectors, as transformers' RagModel does,
             # so an approximate index changes which passages come back, not how they are weighed.
             scores = (xq @ torch.from_numpy(gather_rows(knowledge.embeddings, ids)).T)[0]  # (C,)
@@ -369,30 +370,35 @@ class Retriever:
         logits = scores * self.encoder.scale + weight * lexical_scores  # (C,)
         passages, doc_lp = top_k(knowledge, ids, scores, lexical_scores, logits, k)
         if lexical is not None and rows is None and index != "flat":
+            checked = time.perf_counter()
             recall = self._hybrid_recall(knowledge, query, lexical, weight, passages, k)
+            recall_ms = (time.perf_counter() - checked) * 1000
         if len(passages) < k:
             notices.append(f"the {index} index returned {len(passages)} of {k} passages")
         return Retrieval(
             kb=knowledge.name, passages=passages, doc_lp=doc_lp, generator_question=self.generator_question(question),
             retriever="hybrid" if hybrid else "dense", scale=self.encoder.scale, lexical_weight=weight,
-            index_recall=recall, notices=tuple(notices), encode_ms=encode_ms, search_ms=(time.perf_counter() - started) * 1000,
+            index_recall=recall, notices=tuple(notices), encode_ms=encode_ms, recall_ms=recall_ms,
+            search_ms=(time.perf_counter() - started) * 1000 - recall_ms,
             question_encoder=self.encoder.description if question_model is None else GIVEN_QUESTION_MODEL,
         )
 
-    def _candidates(self, knowledge: KnowledgeBase, query, k: int, index: str, lexical) -> tuple[list[int], float | None]:
+    def _candidates(self, knowledge: KnowledgeBase, query, k: int, index: str,
+                    lexical) -> tuple[list[int], float | None, float]:
         """Rows the `index` finds for query (1, D), and BM25's best too when `lexical` (N,) scores are given
-        (hybrid): the candidate rows and, for an approximate index, its recall@k against exact search."""
+        (hybrid): the candidate rows, for an approximate index its recall@k against exact search (else None), and
+        the milliseconds that exact search took."""
         depth = k if lexical is None else min(max(k, self.config.candidates), len(knowledge))
         _, found = self.search_index(knowledge, index).search(query, depth)
         ids = [int(i) for i in found[0] if i >= 0]
         if lexical is not None:  # the index's dense rows and BM25's best, rescored together (recall: `_hybrid_recall`)
             seen = set(ids)
-            return ids + [int(i) for i in best_rows(lexical, depth) if int(i) not in seen], None
-        recall = None
-        if index != "flat":
-            _, exact = self.search_index(knowledge, "flat").search(query, k)
-            recall = recall_at_k(found[:, :k], exact)
-        return ids, recall
+            return ids + [int(i) for i in best_rows(lexical, depth) if int(i) not in seen], None, 0.0
+        if index == "flat":
+            return ids, None, 0.0
+        checked = time.perf_counter()
+        _, exact = self.search_index(knowledge, "flat").search(query, k)
+        return ids, recall_at_k(found[:, :k], exact), (time.perf_counter() - checked) * 1000
 
     def _hybrid_recall(self, knowledge: KnowledgeBase, query, lexical, weight: float,
                        passages: Sequence[RetrievedPassage], k: int) -> float:

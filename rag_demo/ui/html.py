@@ -21,7 +21,9 @@ from .sentences import (EVIDENCE_MEANS, LINE_BREAK_NOTE, SPACE_TOKEN_NOTE, SUREN
                         encoders_differ_sentence, evidence, fmt_prob, knowledge_conflicts, memory_sentence, swap_verdict)
 
 PARAMETRIC_P = 0.5  # closed-book p at or above which a token is marked as coming from parametric memory
-TIMING_ORDER = ("encode", "search", "generate", "total")
+TIMING_ORDER = ("encode", "search", "recall check", "generate", "total")
+TIMING_MEANS = {"recall check": "the exact search an approximate index's recall is measured against: a check this page "
+                                "makes, not part of answering, and not in the search time"}
 
 
 def esc(text: object) -> str:
@@ -259,7 +261,8 @@ def format_closed_book_spans(closed: ClosedBookResult) -> str:
 def format_timings(timings_ms: dict[str, float]) -> str:
     """'encode 3 ms · search 0.4 ms · ...' with the known stages first."""
     keys = [k for k in TIMING_ORDER if k in timings_ms] + sorted(k for k in timings_ms if k not in TIMING_ORDER)
-    parts = [f"<span>{esc(k)} <b>{fmt_ms(float(timings_ms[k]))}</b></span>" for k in keys]
+    titles = {k: f' title="{esc(means)}"' for k, means in TIMING_MEANS.items()}
+    parts = [f"<span{titles.get(k, '')}>{esc(k)} <b>{fmt_ms(float(timings_ms[k]))}</b></span>" for k in keys]
     return f'<div class="rag-timings" title="time spent in each stage">time: {" · ".join(parts)}</div>'
 
 
