@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import html
 import math
+import re
 from collections.abc import Sequence
 
 from .. import plots
@@ -346,6 +347,16 @@ HYPOTHESES_MEAN = ("RAG-Sequence's candidate answers, each decoded from one sour
                    "One marked as restating the question is one decoding sets aside as an answer.")
 
 
+def _undecodable_runs(text: str) -> str:
+    """Runs of byte tokens that decode to no character (a small generator can write them after an emoji), counted
+    instead of drawn as a row of �.
+
+    >>> _undecodable_runs("ab\ufffd\ufffd\ufffd"), _undecodable_runs("caf\ufffd")
+    ('ab[3 bytes that are not text]', 'caf\ufffd')
+    """
+    return re.sub("\ufffd{2,}", lambda run: f"[{len(run.group())} bytes that are not text]", text)
+
+
 def _variant_card(variant: VariantResult, passages: Sequence[RetrievedPassage], *, question: str = "",
                   extra: str = "") -> str:
     name = plots.VARIANT_NAMES.get(variant.variant, variant.variant)
@@ -354,7 +365,7 @@ def _variant_card(variant: VariantResult, passages: Sequence[RetrievedPassage], 
         seen: set[str] = set()
         shown = []
         for text, lp in variant.candidates[:4]:
-            label = f"“{esc(plots.shorten(text, 30))}”" if text.strip() else "(empty answer)"
+            label = f"“{esc(plots.shorten(_undecodable_runs(text), 30))}”" if text.strip() else "(empty answer)"
             if text in seen:  # one text, two token sequences (another ending or another split into tokens)
                 label += " (same words, other tokens)"
             elif question and text.strip() and restates_question(question, text):

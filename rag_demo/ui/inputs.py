@@ -290,7 +290,11 @@ def looks_english(question: str) -> bool:
     (True, False)
     >>> looks_english("Wer hat die Mona Lisa gemalt?"), looks_english("誰がモナリザを描いたのか"), looks_english("who sang la vie en rose?")
     (False, False, True)
+    >>> looks_english("¿Quién escribió Don Quijote?")
+    False
     """
+    if "¿" in question or "¡" in question:  # Spanish opens its questions and exclamations with these
+        return False
     letters = [ch for ch in question if ch.isalpha()]
     if not letters:
         return True
