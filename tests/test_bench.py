@@ -190,16 +190,18 @@ def test_sureness_bench_counts_right_answers_in_each_band_of_p(tmp_path, capsys)
     from benchmarks import sureness as bench
     from rag_demo.config import LIKELY_RIGHT_P, LIKELY_WRONG_P
 
-    probabilities = [0.9, 0.3, LIKELY_RIGHT_P, 0.1, 0.06, LIKELY_WRONG_P, 0.01, 0.001]
-    right = [True, True, False, True, False, True, False, False]
+    probabilities = [0.9, 0.3, LIKELY_RIGHT_P, 0.1, 0.06, LIKELY_WRONG_P, 0.01, 0.001, 0.5]
+    right = [True, True, False, True, False, True, False, False, True]
+    predictions = ["Paris"] * 8 + ["the capital is the city of Paris"]  # the last a sentence: no band on the page
     answers = tmp_path / "answers.jsonl"
     answers.write_text("".join(json.dumps({"kb": "wikipedia", "variant": "token", "k": 5, "exact_match": hit,
-                                           "logprob": math.log(p)}) + "\n" for p, hit in zip(probabilities, right)),
-                       encoding="utf-8")
+                                           "prediction": said, "logprob": math.log(p)}) + "\n"
+                               for p, hit, said in zip(probabilities, right, predictions)), encoding="utf-8")
     rows = {row["band"]: row for row in bench.band_rows("a", bench.read_records(answers))}
     # 0.9, 0.3 and the threshold itself are likely right; from LIKELY_WRONG_P up to it unsure; under it likely wrong
     assert [(rows[band]["answers"], rows[band]["right"]) for band in ("likely right", "unsure", "likely wrong")] == [
         (3, 2), (3, 2), (2, 0)]
+    assert [(row["answers"], row["right"]) for band, row in rows.items() if band.startswith("a sentence")] == [(1, 1)]
     bench.main([str(answers)])
     assert "| answers.jsonl | wikipedia | token | 5 | likely right | 3 | 2 | 66.7 (" in capsys.readouterr().out
     older = tmp_path / "older.jsonl"  # written before answers carried their log p(y|x)
