@@ -53,10 +53,11 @@ DEFAULT_MEMORY_LOGITS: dict[str, float] = {"hybrid": 13.0, "dense": 12.0}
 # passages about other things scores under 0.30 for 99 of 100 (`python -m benchmarks.match_floor`, quality-notes.md).
 NO_MATCH_SCORE = 0.30
 
-# How sure RAG-Token's answer is, by its p(y|x) (`sureness.answer_sureness`): with the default models on wikipedia
-# and the page's default options, answers this likely or more were right 47 times in 48 on everyday-train questions,
-# where the thresholds were chosen, and answers under the second 18 times in 51. On the held-out everyday questions:
-# 76 of 80, and 14 of 59 (`python -m benchmarks.sureness`; docs/results.md, "How sure an answer is").
+# How sure an answer is, by its p(y|x) (`sureness.answer_sureness`): with the default models on wikipedia and the
+# page's default options, RAG-Token's answers this likely or more were right 47 times in 48 on everyday-train
+# questions, where the thresholds were chosen, and answers under the second 18 times in 48. On the held-out everyday
+# questions: 76 of 80 and 14 of 57; RAG-Sequence's, 76 of 81 and 11 of 53 (`python -m benchmarks.sureness`;
+# docs/results.md, "How sure an answer is").
 LIKELY_RIGHT_P = 0.2
 LIKELY_WRONG_P = 0.05
 # An answer of this many words or more is a sentence, not a name or a number: a paraphrase of a passage is not found

@@ -490,7 +490,7 @@ class RagEngine:
                                             own_question_side=question_model is None) and retrieval.kb in GENERAL_KBS:
                 results, said = sureness.banded(results, sureness.unmeasured_options(
                     kb=retrieval.kb, question=question, k=docs, index=index, retriever=retrieval.retriever,
-                    memory=with_memory, num_beams=num_beams, extractive=extractive))
+                    memory=with_memory, num_beams=num_beams, extractive=extractive), sequence_decoding=sequence_decoding)
                 notices += said
             written = {VARIANT_NAMES[variant]: ids for variant, (ids, *_rest) in answers.items()}
             written.update({"the closed-book answer": closed_greedy.ids} if closed_book else {})

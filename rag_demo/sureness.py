@@ -2,7 +2,7 @@
 
 A 270M generator names an entity with the same fluency whether a passage says it or not, so an answer's words
 alone do not tell a right answer from a wrong one. Its p(y|x) tells them apart far better: on everyday questions
-over wikipedia, RAG-Token's answers of p(y|x) 0.2 or more were nearly always right, and most of those under 0.05
+over wikipedia, either variant's answers of p(y|x) 0.2 or more were nearly always right, and most of those under 0.05
 were wrong (config.LIKELY_RIGHT_P): a rate, not a proof. The bands hold where they were measured only: another
 base, model, retriever or decoding moves p(y|x), and then no band is given (with the default models, a notice
 says what differs).
@@ -16,7 +16,8 @@ from dataclasses import replace
 from .config import ASK, GENERAL_KB, LIKELY_RIGHT_P, LIKELY_WRONG_P, SENTENCE_WORDS, VARIANT_NAMES
 from .results import VariantResult
 
-MEASURED_VARIANTS = ("token",)
+MEASURED_VARIANTS = ("token", "sequence")
+MEASURED_SEQUENCE_DECODING = "thorough"  # the page's default: every candidate scored under every source
 MEASURED_RETRIEVER = "hybrid"  # the page's default, Dense + BM25
 SURENESS_WORDS = ("likely right", "unsure", "likely wrong")
 
@@ -62,10 +63,11 @@ def unmeasured_options(*, kb: str, question: str, k: int, index: str, retriever:
 NO_BADGE = "no likely right / unsure / likely wrong badge"
 
 
-def banded(results: dict[str, VariantResult], differences: list[str]) -> tuple[dict[str, VariantResult], tuple[str, ...]]:
+def banded(results: dict[str, VariantResult], differences: list[str], *,
+           sequence_decoding: str = MEASURED_SEQUENCE_DECODING) -> tuple[dict[str, VariantResult], tuple[str, ...]]:
     """An ask's answers by variant, each measured variant's with its band where nothing `differs` from the measured
-    ask (`unmeasured_options`) and the answer is not a sentence; otherwise unchanged, with a notice that says why
-    when a measured variant answered."""
+    ask (`unmeasured_options`, and for RAG-Sequence its decoding) and the answer is not a sentence; otherwise
+    unchanged, with a notice that says why when a measured variant answered."""
     measured = [variant for variant in MEASURED_VARIANTS if variant in results]
     if differences:
         if not measured:
@@ -74,10 +76,13 @@ def banded(results: dict[str, VariantResult], differences: list[str]) -> tuple[d
                          f"differs ({', '.join(differences)})",)
     banded_results, notices = dict(results), []
     for variant in measured:
-        result = results[variant]
-        if len(result.answer.split()) >= SENTENCE_WORDS:
-            notices.append(f"{NO_BADGE} for {VARIANT_NAMES[variant]}'s answer: it is a sentence, and the badge was "
-                           "measured on answers of a few words (a long answer's p(y|x) is small whatever it says)")
+        result, name = results[variant], VARIANT_NAMES[variant]
+        if variant == "sequence" and sequence_decoding != MEASURED_SEQUENCE_DECODING:
+            notices.append(f"{NO_BADGE} for {name}'s answer: it was measured with {MEASURED_SEQUENCE_DECODING} "
+                           f"decoding, and this ask used {sequence_decoding}")
+        elif len(result.answer.split()) >= SENTENCE_WORDS:
+            notices.append(f"{NO_BADGE} for {name}'s answer: it is a sentence, and the badge was measured on answers "
+                           "of a few words (a long answer's p(y|x) is small whatever it says)")
         else:
             banded_results[variant] = replace(result, sureness=answer_sureness(result.logprob))
     return banded_results, tuple(notices)

@@ -18,8 +18,9 @@ from ..generation.restatements import restates_question
 from ..retrieval.corpus import KnowledgeBase
 from ..progress import counted
 from ..results import AskResult, ClosedBookResult, RetrievedPassage, RetrieverRanking, VariantResult
-from .sentences import (EVIDENCE_MEANS, LINE_BREAK_NOTE, SPACE_TOKEN_NOTE, SURENESS_MEANS, disagreement_sentence,
-                        encoders_differ_sentence, evidence, fmt_prob, knowledge_conflicts, memory_sentence, swap_verdict)
+from .sentences import (EVIDENCE_MEANS, LINE_BREAK_NOTE, SPACE_TOKEN_NOTE, disagreement_sentence,
+                        encoders_differ_sentence, evidence, fmt_prob, knowledge_conflicts, memory_sentence, sureness_means,
+                        swap_verdict)
 
 PARAMETRIC_P = 0.5  # closed-book p at or above which a token is marked as coming from parametric memory
 TIMING_ORDER = ("encode", "search", "recall check", "generate", "total")
@@ -337,7 +338,7 @@ def format_sureness(variant: VariantResult) -> str:
     if not variant.sureness:
         return ""
     kind = variant.sureness.replace(" ", "-")
-    return (f' · <span class="rag-sure rag-sure-{esc(kind)}" title="{esc(SURENESS_MEANS.get(variant.sureness, ""))}">'
+    return (f' · <span class="rag-sure rag-sure-{esc(kind)}" title="{esc(sureness_means(variant.variant, variant.sureness))}">'
             f'{esc(variant.sureness)}</span>')
 
 

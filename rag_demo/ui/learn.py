@@ -33,11 +33,12 @@ GLOSSARY = (
                                 "passage explain the whole answer, then mixes the whole answers."),
     ("p(y|x)", "The probability of the whole answer y for question x, under the variant on the card: the number "
                "at the top of every answer card."),
-    ("likely right, unsure, likely wrong", "How often RAG-Token's answers as likely as this one, by p(y|x), were "
-                                           "right on 220 everyday questions: 19 in 20, 3 in 5, 1 in 4. Shown beside "
-                                           "p(y|x) only where that was measured: the default models on wikipedia with "
-                                           "the page's default options (k = 5, flat index, Dense + BM25, memory on, "
-                                           "greedy); otherwise a note says what differs."),
+    ("likely right, unsure, likely wrong", "How often answers as likely as this one, by p(y|x), were right on 220 "
+                                           "everyday questions: about 19 in 20, 3 in 5, and 1 in 4 (RAG-Token) or "
+                                           "1 in 5 (RAG-Sequence). Shown beside p(y|x) only where that was measured: "
+                                           "the default models on wikipedia with the page's default options (k = 5, "
+                                           "flat index, Dense + BM25, memory on, greedy, thorough RAG-Sequence) and an "
+                                           "answer of a few words; otherwise a note says what differs."),
     ("hypotheses", "The candidate answers RAG-Sequence wrote (one or more per passage), each with its p(y|x); "
                    "the likeliest is the answer."),
     ("token", "A piece of text the generator reads or writes: a word, a piece of a rare word (a name may "

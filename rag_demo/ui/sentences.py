@@ -152,15 +152,30 @@ def _memory_share(variant: VariantResult) -> float | None:
     return sum(variant.memory_posteriors) / len(variant.memory_posteriors)
 
 
-_MEASURED_ON = (f"RAG-Token's answers to 220 everyday questions its settings were not tuned on, on {GENERAL_KB} with the "
-                "page's default options (k = 5, flat index, Dense + BM25, memory as a source, greedy). Read the passages "
-                "either way.")
-# what each band of `sureness` means, as its badge's hover text says it
-SURENESS_MEANS = {
-    "likely right": f"Answers this likely, p(y|x) of {LIKELY_RIGHT_P:g} or more, were right 19 times in 20: {_MEASURED_ON}",
-    "unsure": f"Answers this likely, p(y|x) from {LIKELY_WRONG_P:g} to {LIKELY_RIGHT_P:g}, were right 3 times in 5: {_MEASURED_ON}",
-    "likely wrong": f"Answers this likely, p(y|x) under {LIKELY_WRONG_P:g}, were right 1 time in 4: {_MEASURED_ON}",
+# answers right / answers in each band on the 220 held-out everyday questions, each variant with the page's default
+# options (`python -m benchmarks.sureness`, docs/results.md "How sure an answer is")
+SURENESS_RIGHT = {
+    ("token", "likely right"): (76, 80), ("token", "unsure"): (47, 80), ("token", "likely wrong"): (14, 57),
+    ("sequence", "likely right"): (76, 81), ("sequence", "unsure"): (50, 85), ("sequence", "likely wrong"): (11, 53),
 }
+_BAND_RANGE = {"likely right": f"of {LIKELY_RIGHT_P:g} or more", "unsure": f"from {LIKELY_WRONG_P:g} to {LIKELY_RIGHT_P:g}",
+               "likely wrong": f"under {LIKELY_WRONG_P:g}"}
+
+
+def sureness_means(variant: str, band: str) -> str:
+    """What a band's badge means, as its hover text says it: how often such answers were right where measured.
+
+    >>> sureness_means("token", "likely right")[:62]
+    'Answers this likely, p(y|x) of 0.2 or more, were right 76 of 8'
+    """
+    right, answers = SURENESS_RIGHT.get((variant, band), (0, 0))
+    if not answers:
+        return ""
+    return (f"Answers this likely, p(y|x) {_BAND_RANGE[band]}, were right {right} of {answers} times "
+            f"({100 * right / answers:.0f}%): {plots.VARIANT_NAMES[variant]}'s answers to 220 everyday questions its "
+            f"settings were not tuned on, on {GENERAL_KB} with the page's default options (k = 5, flat index, "
+            "Dense + BM25, memory as a source, greedy; RAG-Sequence thorough). A rate, not a verdict: read the passages "
+            "either way.")
 
 
 EVIDENCE_MEANS = ("Whether the answer's words appear, as whole words, in the title or text of a passage it read (lower case, "
