@@ -150,7 +150,7 @@ def _result(answer: str, texts: list[str], closed: str | None, memory: tuple[flo
     ("Rome", ["Paris.", "Lyon."], "Rome", (0.001,), "memory", "(∅ memory's share under 0.01)."),
     # a sentence is looked for as one run of words, which a paraphrase never is: not called a guess
     ("the sky looks blue because air scatters blue light", ["Rayleigh.", "Air."], "blue", (0.1,), "none",
-     "In none of the 2 passages read, nor the closed-book answer word for word: a sentence may say in its own words"),
+     "Its words are not together in any of the 2 passages read, and it is not the closed-book answer: a sentence may"),
     ("Rome", ["Paris.", "Lyon."], "Rome", (0.9,), "memory", "from the generator's memory (the closed-book answer)."),
     ("Rome", ["Paris.", "Lyon."], "Milan", (0.3,), "none", "In none of the 2 passages read, nor the closed-book answer: nothing here"),
     ("Rome", ["Paris."], None, (), "none", "Not in the passage read: nothing here backs it"),

@@ -238,8 +238,11 @@ def evidence(result: AskResult, variant: VariantResult, *, generated: bool = Tru
     unlike = "" if not closed_answer else ", nor the closed-book answer"
     if len(variant.answer.split()) >= SENTENCE_WORDS:
         # a sentence rarely repeats a passage word for word: not finding it says little
-        return "none", (f"{nowhere}{unlike} word for word: a sentence may say in its own words what a passage says, "
-                        "so read them to judge it.")
+        where = (f"any of the {counted(len(result.passages), 'passage')} read" if len(result.passages) > 1
+                 else "the passage read")
+        other = ", and it is not the closed-book answer" if closed_answer else ""
+        return "none", (f"Its words are not together in {where}{other}: a sentence may say in its own words what a "
+                        "passage says, so read them to judge it.")
     return "none", f"{nowhere}{unlike}: nothing here backs it, so treat it as a guess."
 
 
