@@ -37,7 +37,7 @@ from .serving.train_command import add_train_command
 from .errors import RagDemoError
 from .options import BOTH, CLOSED_BOOK
 from .terminal import print_comparison, print_summary
-from .text import check_length, looks_like_path, one_line
+from .text import check_length, has_words, looks_like_path, one_line
 
 log = logging.getLogger(__name__)
 
@@ -324,6 +324,8 @@ def _check_cheap_options(args) -> None:
     for text, what in ((getattr(args, "question", "x"), "question"), (getattr(args, "answer", "x"), "answer")):
         if not text.strip():
             raise UsageError(f"the {what} is empty; give a non-blank {what}")
+        if what == "question" and not has_words(text):
+            raise UsageError(f"the question {text.strip()[:40]!r} has no words: ask it in words")
         check_length(text, what=what)
 
 

@@ -10,6 +10,7 @@ import sys
 
 from .config import RETRIEVER_NAMES
 from .plots import MEMORY_NAME, MEMORY_WHAT, logit_formula, memory_leads, source_posteriors
+from .ui.sentences import evidence
 
 
 def _fmt_prob(logprob: float) -> str:
@@ -33,7 +34,7 @@ def print_summary(result, out=sys.stdout) -> None:
         sure = f"  ({variant.sureness})" if variant.sureness else ""
         w(f"\n{label} ({variant.decoding}): {variant.answer!r}  log p(y|x)={variant.logprob:.3f}{sure}\n"
           f"{set_aside_line(variant.set_aside)}"
-          f"{found_in_line(variant.answer, variant.found_in)}")
+          f"{evidence_line(result, variant)}")
         for t, (token, row) in enumerate(zip(variant.tokens, source_posteriors(variant))):
             closed = variant.closed_book_token_logprobs[t] if variant.closed_book_token_logprobs else float("nan")
             w(f"    {token!r:>16}  p={_fmt_prob(variant.token_logprobs[t])}  closed-book p={_fmt_prob(closed)}"
@@ -56,18 +57,11 @@ def set_aside_line(set_aside) -> str:
     return f"    set aside, restates the question: {', '.join(repr(text) for text in set_aside)}\n" if set_aside else ""
 
 
-def found_in_line(answer: str, found_in) -> str:
-    """Which passages read hold the answer's words, on a line of its own; "" for an empty answer.
-
-    >>> print(found_in_line("Neptune", (1, 3)) + found_in_line("Neptune", ()), end="")
-        in passages #1, #3
-        in none of the passages read
-    """
-    if not answer.strip():
-        return ""
-    if not found_in:
-        return "    in none of the passages read\n"
-    return f"    in passage{'s' * (len(found_in) > 1)} {', '.join(f'#{rank}' for rank in found_in)}\n"
+def evidence_line(result, variant) -> str:
+    """Where the answer's words are, as the page's answer card says it (`ui.sentences.evidence`), on a line of its
+    own; "" for an empty answer."""
+    _, sentence = evidence(result, variant)
+    return f"    {sentence}\n" if sentence else ""
 
 
 def memory_line(result) -> str:

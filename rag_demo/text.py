@@ -102,3 +102,12 @@ def jsonl_objects(path: Path, *, shape: str) -> Iterator[tuple[int, dict]]:
             if not isinstance(record, dict):
                 raise InputError(f"{Path(path).name} line {number} needs {shape}")
             yield number, record
+
+
+def has_words(text: str) -> bool:
+    """Whether a text holds a letter or a digit, in any script: "?" or "..." asks nothing.
+
+    >>> has_words("?"), has_words(" ... !"), has_words("why?"), has_words("誰?"), has_words("1914")
+    (False, False, True, True, True)
+    """
+    return any(ch.isalnum() for ch in text)

@@ -13,6 +13,7 @@ import pytest
 from rag_demo.questions import FRAME_WORDS
 from rag_demo.results import AskResult, ClosedBookResult, RetrievedPassage, VariantResult
 from rag_demo.ui.actions import DemoActions, unwrap
+from rag_demo.terminal import evidence_line
 from rag_demo.ui.html import esc, format_answer_html, format_score_html
 from rag_demo.ui.sentences import evidence, knowledge_conflicts
 from tests.ui_engine import KB_NAMES, QUESTIONS
@@ -162,6 +163,8 @@ def test_each_answer_says_where_its_words_are(answer, texts, closed, memory, kin
     assert got_kind == kind and sentence in said
     if kind:
         assert f'rag-evidence-{kind}' in format_answer_html(result)
+    # `ask` on the command line prints the card's sentence under the answer
+    assert evidence_line(result, result.variants["token"]) == (f"    {said}\n" if said else "")
 
 
 PASTED = ("The Great Fire of London started in a bakery on Pudding Lane shortly after midnight on Sunday "

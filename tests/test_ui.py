@@ -308,6 +308,14 @@ def test_empty_question_is_a_friendly_message(actions, question):
     assert all(is_skip(v) for v in out[1:])
 
 
+def test_a_question_of_marks_alone_is_refused_and_the_api_says_it_in_its_own_words(actions):
+    out = ask(actions, question=" ?! ")
+    assert "has no words: ask it in words" in out[0] and all(is_skip(v) for v in out[1:])
+    for question, said in (("", "the question is empty; give a non-blank question"), ("?", "has no words")):
+        with pytest.raises(gr.Error, match=said):
+            actions.ask_json(question, "token", 2, "flat", "")
+
+
 def test_bad_option_is_a_message_not_a_traceback(actions):
     out = actions.ask(QUESTION, "nonsense", 5, "flat", actions.engine.default_kb, 1, "thorough", None)
     assert "unknown variant" in out[0] and all(is_skip(v) for v in out[1:])

@@ -238,7 +238,7 @@ class DemoActions:
         `memory` as `inputs.parse_memory` reads it: empty is on where available, true required, false off;
         `extractive` true or false, empty false; an empty `variant`, `index`, `kb` or `retriever` is the default."""
         return api_json("/ask_json", lambda: self.engine.ask(
-            require_question(question), kb=self.known_kb(kb) if kb else self.engine.default_kb, k=parse_k(k),
+            require_question(question, page=False), kb=self.known_kb(kb) if kb else self.engine.default_kb, k=parse_k(k),
             index=index or ASK.index, variants=parse_variants(variant or ASK.variant), retriever=parse_retriever(retriever),
             extractive=parse_extractive(extractive), memory=parse_memory(memory)))
 
@@ -255,7 +255,7 @@ class DemoActions:
     def compare_json(self, question: str, kb: str = "", k: int = ASK.k) -> dict:
         """The API: the RetrieverComparison as JSON. Errors come back as a gradio error with the message."""
         return api_json("/compare_json", lambda: self.engine.compare_retrievers(
-            require_question(question), kb=self.known_kb(kb) if kb else self.engine.default_kb, k=parse_k(k)))
+            require_question(question, page=False), kb=self.known_kb(kb) if kb else self.engine.default_kb, k=parse_k(k)))
 
     # ---- Swap the index -----------------------------------------------------------------------
     def swap(self, question: str, left: str | None, right: str | None, variant: str, k: float,
@@ -387,7 +387,7 @@ class DemoActions:
                    variant: str = ASK.variant, retriever: str = "", memory: bool | str | None = None) -> dict:
         """The API: log p(answer|question) with its provenance, the AskResult as JSON; `memory` as for `ask_json`."""
         return api_json("/score_json", lambda: self.engine.score(
-            require_question(question), require_answer(answer), kb=self.known_kb(kb) if kb else self.engine.default_kb,
+            require_question(question, page=False), require_answer(answer), kb=self.known_kb(kb) if kb else self.engine.default_kb,
             k=parse_k(k), index=index or ASK.index, variants=parse_variants(variant or ASK.variant), retriever=parse_retriever(retriever),
             memory=parse_memory(memory)))
 

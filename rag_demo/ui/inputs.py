@@ -22,7 +22,7 @@ from ..config import LIMITS, VARIANTS
 from ..retrieval.corpus import SOURCE_SUFFIXES, Passage, read_document_file, split_into_passages
 from ..errors import InputError
 from ..options import BOTH
-from ..text import check_length, plain_text
+from ..text import check_length, has_words, plain_text
 
 
 @dataclass(frozen=True)
@@ -137,11 +137,16 @@ def parse_beams(beams: object) -> int:
     return _whole_number(beams, name="beams", most=LIMITS.max_beams)
 
 
-def require_question(question: str | None) -> str:
+def require_question(question: str | None, *, page: bool = True) -> str:
+    """The question, stripped; an InputError for none, or one without a letter or digit ("?", "..."), worded for the
+    page or, with `page` False, for the API."""
     if question is not None and not isinstance(question, str):
         raise InputError(f"the question must be text, got {type(question).__name__} {str(question)[:40]!r}")
     if not question or not question.strip():
-        raise InputError("Type a question first, or click one of the examples.")
+        raise InputError("Type a question first, or click one of the examples." if page
+                         else "the question is empty; give a non-blank question")
+    if not has_words(question):
+        raise InputError(f"the question {question.strip()[:40]!r} has no words: ask it in words")
     return check_length(question, what="question").strip()
 
 
