@@ -199,12 +199,14 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--n", type=_count(), default=100, help="questions asked, drawn with --seed (default 100)")
     evaluate.add_argument("--seed", type=int, default=0, help="the draw of questions (default 0)")
     _decoding_options(evaluate)
-    evaluate.add_argument("--decoding", default=DECODING_DEFAULTS.sequence_decoding, choices=DECODINGS)
+    evaluate.add_argument("--decoding", default=DECODING_DEFAULTS.sequence_decoding, choices=DECODINGS,
+                          help=f"RAG-Sequence decoding (default {DECODING_DEFAULTS.sequence_decoding})")
     evaluate.add_argument("--extractive", action="store_true", help="answers copy a run of a retrieved passage")
     evaluate.add_argument("--table", action="store_true",
                           help="every variant and closed-book for each --ks, on every KB (or the --kb given); "
                                "prints a markdown table")
-    evaluate.add_argument("--ks", type=_k_list, default=(1, 5, 10), help="comma-separated k values for --table")
+    evaluate.add_argument("--ks", type=_k_list, default=(1, 5, 10), help="comma-separated k values for --table "
+                          "(default 1,5,10)")
     evaluate.add_argument("--gold-passage", action="store_true",
                           help="read each question's gold passage alone instead of retrieving (the reading ceiling)")
     evaluate.add_argument("--kb-sample", type=_count(), default=None, metavar="N",

@@ -281,6 +281,16 @@ def print_table(reports: list[dict], out=sys.stdout) -> None:
                   + f" | {common} | {r['seconds_per_question']:.2f} |\n")
 
 
+# what each figure of a report is, as `eval` prints it beside the figure (percent of the questions asked)
+REPORT_MEANS = {
+    "exact_match": "% answers equal to an answer alias (lower case, punctuation and articles dropped)",
+    "f1": "% word overlap with the closest alias, averaged",
+    "answer_recall": "% answers that contain an alias",
+    "retrieval_recall": "% questions whose top k held the gold passage (no gold: a passage holding an alias)",
+    "original_match": "% answers that are the real-world one, on a swapped base (n/a elsewhere)",
+}
+
+
 def print_report(report: dict, out=sys.stdout) -> None:
     copying = ", copying from passages" if report.get("extractive") else ""
     how = "the gold passage alone" if report.get("gold_passage") else f"{report['retriever']} retrieval{copying}"
@@ -289,7 +299,7 @@ def print_report(report: dict, out=sys.stdout) -> None:
     out.write(f"{report['variant']} on {report['kb']} ({report['kb_passages']:,} passages, n={report['n']}, k={report['k']}, "
               f"{how}, seed={report['seed']})\n")
     for key in ("exact_match", "f1", "answer_recall", "retrieval_recall", "original_match"):
-        out.write(f"  {key:<17} {_percent(report, key, interval=key != 'f1')}\n")
-    if report.get("most_common_share"):
+        out.write(f"  {key:<17} {_percent(report, key, interval=key != 'f1'):<18} {REPORT_MEANS[key]}\n")
+    if report.get("most_common_share") and report["n"] >= 20:  # a check for one answer given to everything
         out.write(f"  most common answer {report['most_common_answer'][:60]!r}: {100 * report['most_common_share']:.0f}% of answers\n")
     out.write(f"  {report['seconds_per_question']:.2f} s per question\n")

@@ -72,6 +72,8 @@ def banded(results: dict[str, VariantResult], differences: list[str], *,
     if differences:
         if not measured:
             return results, ()
+        if "sequence" in results and sequence_decoding != MEASURED_SEQUENCE_DECODING:
+            differences = [*differences, f"{sequence_decoding} RAG-Sequence decoding"]
         return results, (f"{NO_BADGE}: it was measured with the page's default options on {GENERAL_KB}, and this ask "
                          f"differs ({', '.join(differences)})",)
     banded_results, notices = dict(results), []

@@ -252,3 +252,20 @@ def test_the_counterfactual_set_expects_the_substitute_only_for_a_swapped_person
     swapped = counterfactual_questions([person, telescope], world)
     assert [(q.question, q.answers, q.original_answers) for q in swapped] == [
         (person.question, ("Caroline Herschel", "Herschel"), ("Edwin Hubble", "Hubble"))]
+
+
+def test_the_report_says_what_each_figure_is_and_checks_for_one_repeated_answer_only_on_enough_questions():
+    import io
+
+    from rag_demo.evaluate import REPORT_MEANS, print_report
+
+    report = {"variant": "token", "kb": "kb", "kb_passages": 10, "n": 5, "k": 5, "retriever": "hybrid", "seed": 0,
+              "exact_match": 0.6, "f1": 0.7, "answer_recall": 0.6, "retrieval_recall": 0.8, "original_match": None,
+              "intervals": {}, "most_common_share": 0.4, "most_common_answer": "Paris", "seconds_per_question": 1.0}
+    for n, repeated in ((5, False), (40, True)):
+        out = io.StringIO()
+        print_report({**report, "n": n}, out)
+        lines = out.getvalue().splitlines()
+        for key, means in REPORT_MEANS.items():
+            assert any(line.split()[0] == key and line.endswith(means) for line in lines[1:]), key
+        assert ("most common answer 'Paris': 40% of answers" in out.getvalue()) == repeated
