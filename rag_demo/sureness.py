@@ -13,11 +13,12 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 
-from .config import ASK, GENERAL_KB, LIKELY_RIGHT_P, LIKELY_WRONG_P, SENTENCE_WORDS, VARIANT_NAMES
+from .config import (ASK, DECODING_DEFAULTS, GENERAL_KB, LIKELY_RIGHT_P, LIKELY_WRONG_P, SENTENCE_WORDS,
+                     VARIANT_NAMES)
 from .results import VariantResult
 
 MEASURED_VARIANTS = ("token", "sequence")
-MEASURED_SEQUENCE_DECODING = "thorough"  # the page's default: every candidate scored under every source
+MEASURED_SEQUENCE_DECODING = DECODING_DEFAULTS.sequence_decoding  # thorough: each candidate under every source
 MEASURED_RETRIEVER = "hybrid"  # the page's default, Dense + BM25
 SURENESS_WORDS = ("likely right", "unsure", "likely wrong")
 
