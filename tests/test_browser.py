@@ -673,6 +673,26 @@ def test_a_words_tokens_stay_on_one_line_at_any_width(browser):
         page.close()
 
 
+def test_a_chart_drawn_wide_fits_its_box_when_the_window_narrows_and_when_its_tab_opens_again(browser, server):
+    overrun = ("(sel) => { const box = document.querySelector(sel), svg = box.querySelector('.main-svg');"
+               " return svg.getBoundingClientRect().width - box.getBoundingClientRect().width; }")
+    context, page = open_page(browser, server, {"width": 1280, "height": 900})
+    try:
+        field(page, "question").fill(QUESTIONS[0])
+        page.locator("#ask-btn").click()
+        expect(page.locator("#doc-prob .main-svg").first).to_be_visible()
+        open_tab(page, "Index variants")
+        page.locator("#idx-btn").click()
+        expect(page.locator("#idx-plot .main-svg").first).to_be_visible()
+        page.locator("#large-text input[type=checkbox]").check()
+        page.set_viewport_size({"width": 390, "height": 900})  # a phone turned upright, a window narrowed
+        page.wait_for_function(f"() => ({overrun})('#idx-plot') <= 1")
+        open_tab(page, "Ask")  # its charts were drawn at 1280 px while the tab was hidden
+        page.wait_for_function(f"() => ({overrun})('#doc-prob') <= 1")
+    finally:
+        context.close()
+
+
 def test_the_answer_downloads_as_json_and_each_heatmap_as_csv(browser, server, ui_engine):
     import csv
     import io

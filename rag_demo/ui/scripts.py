@@ -34,6 +34,8 @@ SCALE_CHARTS_JS = """window.ragScaleCharts = () => {
     grow('title.font.size', (title.font || {}).size);
     grow('title.subtitle.font.size', ((title.subtitle || {}).font || {}).size);
     grow('height', (chart._fullLayout || {}).height);  // gradio's chart drops the figure's height once drawn
+    // a new height turns plotly's autosize off and pins the width drawn: kept on, so the width follows the page
+    if ('height' in update) { update.autosize = true; update.width = null; }
     grow('margin.t', (layout.margin || {}).t);
     grow('margin.r', (layout.margin || {}).r);  // a bar's value label outside it
     (layout.annotations || []).forEach((note, i) => grow(`annotations[${i}].font.size`, (note.font || {}).size));
@@ -86,12 +88,23 @@ LOAD_JS = """() => {
       });
     });
   };
+  // a chart keeps the width it was drawn at: one drawn in a hidden tab, or before the window narrowed (a phone
+  // turned, a projector's window resized), ran past its box. Each chart is redrawn to its box's new width.
+  const fit = new ResizeObserver((entries) => entries.forEach((entry) => {
+    const chart = entry.target, width = entry.contentRect.width, drawn = (chart._fullLayout || {}).width;
+    if (window.Plotly && width > 0 && drawn && Math.abs(drawn - width) > 1) window.Plotly.Plots.resize(chart);
+  }));
+  const watched = new WeakSet();
+  const watch = () => document.querySelectorAll('.js-plotly-plot').forEach((chart) => {
+    if (!watched.has(chart)) { watched.add(chart); fit.observe(chart); }
+  });
   name();
+  watch();
   let queued = false;
   new MutationObserver(() => {
     if (queued) return;
     queued = true;
-    requestAnimationFrame(() => { queued = false; name(); window.ragScaleCharts(); });
+    requestAnimationFrame(() => { queued = false; name(); watch(); window.ragScaleCharts(); });
   }).observe(document.body, {childList: true, subtree: true, characterData: true});
 }"""
 
