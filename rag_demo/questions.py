@@ -458,3 +458,45 @@ def set_eval_questions(name: str | Path) -> list[EvalQuestion]:
     """A question set's questions for `eval`: any of their answers counts, and retrieval counts as a hit
     when a retrieved passage holds one of them (there are no gold passages)."""
     return [EvalQuestion(q.question, q.answers[0], q.answers[0], None, q.answers, q.answers) for q in load_question_set(name)]
+
+
+# Words nearly every English question holds, and those of the languages visitors most often try instead.
+# A word both languages use ("a", "was", "die", "hat", "in") is in neither list: it tells nothing.
+ENGLISH_WORDS = frozenset(
+    "the of and to is are was were who whom whose what which when where why how did does do has have had "
+    "by for on with from at as that this these those it its his her their first many much an or name "
+    "wrote invented painted discovered won built called largest capital".split())
+OTHER_WORDS = frozenset(
+    "le la les un une des du de et est qui que quel quelle où qu dans sur pour avec par au aux "  # French
+    "der das den dem ein eine einer und ist wer wie wo welche welcher hat von mit auf für "  # German
+    "el los las una es quién quien qué cuál cuándo dónde del por para con y fue "  # Spanish
+    "il lo gli di che chi è nel della dello sono "  # Italian
+    "het een wie wat waar van zijn werd "  # Dutch
+    "o os uma um quem onde do da dos das foi "  # Portuguese
+    .split()) - ENGLISH_WORDS
+NOT_ENGLISH_LETTERS = 0.25  # a question whose letters are this share non-ASCII or more is no English one
+LANGUAGE_NOTE = ("This question does not look English. The default models read English: an answer to another "
+                 "language is often confidently wrong. Try it in English.")
+
+
+def looks_english(question: str) -> bool:
+    """A cheap guess whether a question is English: its letters mostly ASCII, and its function words English
+    rather than French, German, Spanish, Italian, Dutch or Portuguese. Unsure (a name, a few words): True.
+
+    >>> looks_english("who painted the mona lisa?"), looks_english("qui a peint la Joconde ?")
+    (True, False)
+    >>> looks_english("Wer hat die Mona Lisa gemalt?"), looks_english("誰がモナリザを描いたのか"), looks_english("who sang la vie en rose?")
+    (False, False, True)
+    >>> looks_english("¿Quién escribió Don Quijote?")
+    False
+    """
+    if "¿" in question or "¡" in question:  # Spanish opens its questions and exclamations with these
+        return False
+    letters = [ch for ch in question if ch.isalpha()]
+    if not letters:
+        return True
+    if sum(not ch.isascii() for ch in letters) / len(letters) >= NOT_ENGLISH_LETTERS:
+        return False
+    words = set(re.findall(r"[^\W\d_]+", question.lower()))
+    english, other = len(words & ENGLISH_WORDS), len(words & OTHER_WORDS)
+    return not (other >= 2 and other > 2 * english)

@@ -15,6 +15,7 @@ from dataclasses import replace
 
 from .config import (ASK, DECODING_DEFAULTS, GENERAL_KB, LIKELY_RIGHT_P, LIKELY_WRONG_P, SENTENCE_WORDS,
                      VARIANT_NAMES)
+from .questions import looks_english
 from .results import VariantResult
 
 MEASURED_VARIANTS = ("token", "sequence")
@@ -42,8 +43,8 @@ MEASURED_MAX_WORDS = 30
 
 def unmeasured_options(*, kb: str, question: str, k: int, index: str, retriever: str, memory: bool, num_beams: int,
                        extractive: bool) -> list[str]:
-    """What of an ask differs from the setting the bands were measured in (the general base, a question of at most
-    MEASURED_MAX_WORDS words, and the page's default options: k = 5, the flat index, Dense + BM25, memory as a
+    """What of an ask differs from the setting the bands were measured in (the general base, an English question of at
+    most MEASURED_MAX_WORDS words, and the page's default options: k = 5, the flat index, Dense + BM25, memory as a
     source, free greedy decoding), in words; [] when nothing does. More passages would share p(z|x) among more
     answers, an approximate index reads other passages, and so on: each moves p(y|x).
 
@@ -55,6 +56,7 @@ def unmeasured_options(*, kb: str, question: str, k: int, index: str, retriever:
     ['k = 3', 'the hnsw index', 'memory off']
     """
     checks = ((kb != GENERAL_KB, f"the {kb} base"), (len(question.split()) > MEASURED_MAX_WORDS, "a long question"),
+              (not looks_english(question), "a question not in English"),
               (k != ASK.k, f"k = {k}"), (index != ASK.index, f"the {index} index"),
               (retriever != MEASURED_RETRIEVER, f"the {retriever} retriever"), (not memory, "memory off"),
               (num_beams != 1, f"{num_beams} beams"), (extractive, "copying"))

@@ -20,7 +20,7 @@ from ..progress import Progress
 from ..results import AskResult
 from ..serving.interface import EngineNotReady
 from .html import MEMORY_UNAVAILABLE, MEMORY_UNAVAILABLE_OWN_KB, MEMORY_UNAVAILABLE_TRAINED, format_status
-from .inputs import LANGUAGE_NOTE, looks_english
+from ..questions import LANGUAGE_NOTE, looks_english
 
 log = logging.getLogger(__name__)
 
