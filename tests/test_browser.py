@@ -437,7 +437,7 @@ def test_ask_json_api(server, ui_engine):
     data.pop("timings_ms"), expected.pop("timings_ms")
     assert_close(data, expected)  # the same object `python -m rag_demo ask --json` prints
 
-    with pytest.raises(Exception, match="Type a question"):
+    with pytest.raises(Exception, match="the question is empty"):
         client.predict("  ", "both", 3, "flat", "", api_name="/ask_json")
     # the README's call: by name, the rest left to their defaults; switches as words
     named = client.predict(question=QUESTIONS[3], variant="token", k=3, kb=KB_NAMES[1], extractive="false",

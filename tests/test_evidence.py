@@ -147,7 +147,10 @@ def _result(answer: str, texts: list[str], closed: str | None, memory: tuple[flo
     ("Rome", ["Paris.", "Lyon."], None, (0.7,), "memory", "mostly from the generator's memory (∅ memory's posterior is 0.70)."),
     # memory's own answer, written while the passages carried the posterior: said so, not left to contradict p(∅)
     ("Rome", ["Paris.", "Lyon."], "Rome", (0.01,), "memory",
-     "but it is the closed-book answer: the generator knew it, and wrote it while the passages carried its posterior (∅ memory's share 0.01)."),
+     "but it is the closed-book answer: the generator alone says the same, and wrote it here while the passages carried "
+     "its posterior (∅ memory's share 0.01)."),
+    # near a half, ∅ leads as many tokens as the passages do: memory's, said plainly
+    ("Rome", ["Paris.", "Lyon."], "Rome", (0.5,), "memory", "In none of the 2 passages read: from the generator's memory (the closed-book answer)."),
     ("Rome", ["Paris.", "Lyon."], "Rome", (0.001,), "memory", "(∅ memory's share under 0.01)."),
     # a sentence is looked for as one run of words, which a paraphrase never is: not called a guess
     ("the sky looks blue because air scatters blue light", ["Rayleigh.", "Air."], "blue", (0.1,), "none",

@@ -342,6 +342,11 @@ def test_memory_leading_p_z_x_is_told_apart_from_the_answer_leaning_on_it(memory
     result = AskResult("q", "kb", "flat", 1, (passage,), {"token": variant}, None, {}, memory_logit=1.0, memory_prob=0.7)
     sentence = memory_sentence(result)
     assert sentence.startswith("∅ memory is the largest source: p(∅|x) = 0.700") and sentence.endswith(said)
+    # with both variants, each share is named by its variant
+    sequence = replace(variant, variant="sequence", memory_posteriors=(0.1, 0.05))
+    both = memory_sentence(replace(result, variants={"token": variant, "sequence": sequence}))
+    if memory == (0.2, 0.3):
+        assert both.endswith("(∅ memory's posterior RAG-Token 0.25, RAG-Sequence 0.05).")
 
 
 def test_memory_leading_with_the_two_variants_leaning_different_ways_says_so():

@@ -434,7 +434,7 @@ def test_ask_json_shape(actions):
         assert all(sum(row) == pytest.approx(1.0, abs=1e-4) for row in v["posteriors"])
         assert sum(v["token_logprobs"]) == pytest.approx(v["logprob"], abs=1e-4)
     assert set(actions.ask_json(QUESTION, "token")["variants"]) == {"token"}
-    with pytest.raises(gr.Error, match="Type a question"):
+    with pytest.raises(gr.Error, match="the question is empty; give a non-blank question"):
         actions.ask_json("  ")
 
 

@@ -24,9 +24,11 @@ from rag_demo.ui.actions import PRIVATE_KB, DemoActions, Held
 from rag_demo.ui.exports import posterior_csv, write_exports
 from rag_demo.ui.html import (
     LINE_BREAK_NOTE,
+    SCORED_LINE_BREAK_NOTE,
     SPACE_TOKEN_NOTE,
     disagreement_sentence,
     format_answer_html,
+    format_score_html,
     format_token_spans,
 )
 from rag_demo.ui.index_table import BUILT_EARLIER_NOTE, MEASURED_ONCE_NOTE, format_index_table
@@ -262,7 +264,7 @@ def test_the_page_says_where_the_variants_disagree_and_where_the_posterior_switc
     token = variant_of("token", (" William", " Kem", "pe"), [(0.9, 0.1), (0.6, 0.4), (0.7, 0.3)])
     same_leader = AskResult(**{**result.__dict__, "variants": {"token": token, "sequence": result.variants["sequence"]}})
     sentence = disagreement_sentence(same_leader)
-    assert "Both posteriors stay on passage #1 for every token, so the other sources made the difference" in sentence
+    assert "Both posteriors stay on passage #1 for every token; the answers still differ because the other sources" in sentence
     assert "stays on" not in sentence
 
 
@@ -309,6 +311,9 @@ def test_line_breaks_in_answers_are_explained_where_they_show():
     result = AskResult(question="q", kb="k", index="flat", k=2, passages=(passage(1), passage(2)),
                        variants={"token": broken}, closed_book=None, timings_ms={}, scale=1.0)
     assert "↵↵" in format_answer_html(result) and LINE_BREAK_NOTE.split(".")[0] in format_answer_html(result)
+    # a scored answer's line break is the stop scoring adds, not one the generator wrote
+    scored = format_score_html(result)
+    assert SCORED_LINE_BREAK_NOTE.split(":")[0] in scored and LINE_BREAK_NOTE.split(".")[0] not in scored
     plain = AskResult(**{**result.__dict__, "variants": {"token": variant_of("token", (" Paris",), [(0.9, 0.1)])}})
     assert LINE_BREAK_NOTE.split(".")[0] not in format_answer_html(plain)
     assert SPACE_TOKEN_NOTE.split(":")[0] not in format_answer_html(plain) + format_answer_html(result)

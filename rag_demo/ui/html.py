@@ -18,7 +18,7 @@ from ..generation.restatements import restates_question
 from ..retrieval.corpus import KnowledgeBase
 from ..progress import counted
 from ..results import AskResult, ClosedBookResult, RetrievedPassage, RetrieverRanking, VariantResult
-from .sentences import (EVIDENCE_MEANS, LINE_BREAK_NOTE, SPACE_TOKEN_NOTE, disagreement_sentence,
+from .sentences import (EVIDENCE_MEANS, LINE_BREAK_NOTE, SCORED_LINE_BREAK_NOTE, SPACE_TOKEN_NOTE, disagreement_sentence,
                         encoders_differ_sentence, evidence, fmt_prob, knowledge_conflicts, memory_sentence, sureness_means,
                         swap_verdict)
 
@@ -409,10 +409,12 @@ def format_memory_line(result: AskResult) -> str:
     return f'<div class="rag-memory-line{lead}" title="{esc(MEMORY_MEANS)}">{MEMORY_SWATCH}{esc(sentence)}</div>'
 
 
-def line_break_note(token_lists: Sequence[Sequence[str]]) -> str:
-    """A note on “↵” when some shown token holds a line break, and on “␣” when one is spaces alone; "" otherwise."""
+def line_break_note(token_lists: Sequence[Sequence[str]], *, scored: bool = False) -> str:
+    """A note on “↵” when some shown token holds a line break (of an answer the visitor gave, `scored`: the stop
+    scoring adds), and on “␣” when one is spaces alone; "" otherwise."""
     shown = [token for tokens in token_lists for token in tokens]
-    notes = [note for note, used in ((LINE_BREAK_NOTE, any("\n" in token for token in shown)),
+    notes = [note for note, used in ((SCORED_LINE_BREAK_NOTE if scored else LINE_BREAK_NOTE,
+                                      any("\n" in token for token in shown)),
                                      (SPACE_TOKEN_NOTE, any(token and not token.strip(" ") for token in shown))) if used]
     return "".join(f'<div class="rag-legend rag-line-break-note">{esc(note)}</div>' for note in notes)
 
@@ -502,7 +504,7 @@ def format_score_html(result: AskResult) -> str:
         f'<span class="rag-kb">knowledge base <b>{esc(result.kb)}</b></span> {format_index_badge(result)}</div>'
         f'{format_notices(result.notices)}{format_memory_line(result)}{format_priors(result)}'
         f'<div class="rag-cards">{"".join(cards)}</div>'
-        f'{line_break_note([v.tokens for v in result.variants.values()])}{format_timings(result.timings_ms)}</div>'
+        f'{line_break_note([v.tokens for v in result.variants.values()], scored=True)}{format_timings(result.timings_ms)}</div>'
     )
 
 

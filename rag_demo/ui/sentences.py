@@ -50,17 +50,22 @@ def memory_sentence(result: AskResult) -> str:
 def _how_answers_lean(result: AskResult) -> str:
     """The end of memory_sentence: whether the answers' tokens, once read, lean on memory or on the passages
     (`_memory_share` over one half), since a large p(∅|x) is what retrieval said, before any token."""
-    shares = [share for share in map(_memory_share, result.variants.values()) if share is not None]
+    named = {plots.VARIANT_NAMES[v.variant]: share for v in result.variants.values()
+             if (share := _memory_share(v)) is not None}
+    shares = list(named.values())
     if shares and all(share > 0.5 for share in shares):
         return ", and the answer leans on what the model remembers."
     if shares and all(share <= 0.5 for share in shares):
-        return (f"; even so, the answer's tokens lean on the passages (∅ memory's posterior "
-                f"{' and '.join(f'{share:.2f}' for share in shares)}).")
+        each = (f"{shares[0]:.2f}" if len(named) == 1
+                else ", ".join(f"{name} {share:.2f}" for name, share in named.items()))
+        return f"; even so, the answer's tokens lean on the passages (∅ memory's posterior {each})."
     return "; the two answers lean on it differently (see each answer's tokens)." if shares else "."
 
 
 LINE_BREAK_NOTE = ("↵ is a line break the generator wrote. At the end of an answer (often “↵↵”, a blank line) it is "
                    "how the generator stops: the stop is a token too, and its probability is part of p(y|x).")
+SCORED_LINE_BREAK_NOTE = ("↵ ends the answer you typed: scoring adds the line break with which the generator stops, "
+                          "and its probability is part of p(y|x), as for an answer the generator writes.")
 SPACE_TOKEN_NOTE = ("␣ is a token that is a space alone: the generator's tokenizer writes a number as a space and "
                     "then one token per digit (“␣ 1 9 8 9”), and each is scored like any other token.")
 
@@ -90,9 +95,10 @@ def disagreement_sentence(result: AskResult) -> str:
     leaders = [plots.leading_sources(v) for v in (token, sequence)]
     if leaders[0] and leaders[1] and len(set(leaders[0]) | set(leaders[1])) == 1:
         # one passage leads both answers throughout: "stays on #1" twice would leave the difference unexplained
-        sentences.append(f"Both posteriors stay on {plots.source_name(leaders[0][0], result.passages)} for every token, "
-                         "so the other sources made the difference: RAG-Token mixes every source's next-token "
-                         "probabilities at each step, RAG-Sequence scores each whole answer against every source.")
+        sentences.append(f"Both posteriors stay on {plots.source_name(leaders[0][0], result.passages)} for every token; "
+                         "the answers still differ because the other sources keep a share: RAG-Token mixes every "
+                         "source's next-token probabilities at each step, RAG-Sequence scores each whole answer "
+                         "against every source.")
         return " ".join(sentences)
     for variant in (token, sequence):
         name = plots.VARIANT_NAMES[variant.variant]
@@ -195,6 +201,11 @@ def _ranks_in_words(ranks: Sequence[int]) -> str:
     return f"passage{'s' if len(marks) > 1 else ''} {listed}"
 
 
+# ∅'s share of an answer's posterior under which the passages, not memory, carried it: near a half, the tokens'
+# colours name ∅ as often as a passage, and "the passages carried it" would contradict them
+PASSAGES_CARRIED = 0.25
+
+
 def _share_in_words(share: float) -> str:
     """∅'s share of an answer's posterior as the cards write it, never a bare 0.00.
 
@@ -225,10 +236,10 @@ def evidence(result: AskResult, variant: VariantResult, *, generated: bool = Tru
     closed_answer = closed.answer.strip() if closed is not None else ""
     from_memory = bool(closed_answer) and exact_match(variant.answer, closed_answer)
     share = _memory_share(variant)
-    if from_memory and share is not None and share <= 0.5:
-        # the tokens' colours name a passage, not ∅: the generator knew the answer and wrote it reading a passage
-        return "memory", (f"{nowhere}, but it is the closed-book answer: the generator knew it, and wrote it while the "
-                          f"passages carried its posterior (∅ memory's share {_share_in_words(share)}).")
+    if from_memory and share is not None and share < PASSAGES_CARRIED:
+        # the tokens' colours name a passage, not ∅: the generator's own answer, written while reading a passage
+        return "memory", (f"{nowhere}, but it is the closed-book answer: the generator alone says the same, and wrote it "
+                          f"here while the passages carried its posterior (∅ memory's share {_share_in_words(share)}).")
     if from_memory or (share is not None and share > 0.5):
         if from_memory:
             return "memory", f"{nowhere}: from the generator's memory (the closed-book answer)."
