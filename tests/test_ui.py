@@ -192,6 +192,9 @@ def test_format_helpers():
     assert "rag-status-error" in format_status("boom")
     timings = format_timings({"total": 10.0, "search": 1.0, "encode": 2.0, "generate": 7.0})
     assert timings.index("encode") < timings.index("search") < timings.index("generate") < timings.index("total")
+    # what the search and an approximate index's recall check time, in their hover text
+    checked = format_timings({"search": 1.0, "recall check": 3.0})
+    assert 'title="finding and weighing the passages' in checked and 'title="the exact search an approximate' in checked
 
 
 def test_learn_numbers_come_from_the_result(actions):

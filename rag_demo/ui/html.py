@@ -24,7 +24,10 @@ from .sentences import (EVIDENCE_MEANS, LINE_BREAK_NOTE, SCORED_LINE_BREAK_NOTE,
 
 PARAMETRIC_P = 0.5  # closed-book p at or above which a token is marked as coming from parametric memory
 TIMING_ORDER = ("encode", "search", "recall check", "generate", "total")
-TIMING_MEANS = {"recall check": "the exact search an approximate index's recall is measured against: a check this page "
+TIMING_MEANS = {"search": "finding and weighing the passages: the index's search, and with Dense + BM25 the BM25 "
+                          "scores of every passage and the exact inner products of the candidates (the Index variants "
+                          "tab times the index's search alone)",
+                "recall check": "the exact search an approximate index's recall is measured against: a check this page "
                                 "makes, not part of answering, and not in the search time"}
 
 
