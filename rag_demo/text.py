@@ -7,6 +7,7 @@ API and from the command line.
 from __future__ import annotations
 
 import json
+import unicodedata
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -105,9 +106,10 @@ def jsonl_objects(path: Path, *, shape: str) -> Iterator[tuple[int, dict]]:
 
 
 def has_words(text: str) -> bool:
-    """Whether a text holds a letter or a digit, in any script: "?" or "..." asks nothing.
+    """Whether a text is more than punctuation and spaces: "?" or "..." asks nothing. Symbols, emoji and control
+    characters count (the engine cleans the last, and says so when nothing is left).
 
-    >>> has_words("?"), has_words(" ... !"), has_words("why?"), has_words("誰?"), has_words("1914")
-    (False, False, True, True, True)
+    >>> has_words("?"), has_words(" ... !"), has_words("¿?"), has_words("why?"), has_words("誰?"), has_words("🤔?")
+    (False, False, False, True, True, True)
     """
-    return any(ch.isalnum() for ch in text)
+    return not all(ch.isspace() or unicodedata.category(ch).startswith("P") for ch in text)

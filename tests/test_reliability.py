@@ -461,7 +461,8 @@ def test_unusable_questions_are_messages(engine, question, message):
     actions = DemoActions(engine)
     status = actions.ask(question, "both", 3, "flat", "tiny", 1, "thorough", None)[0]
     assert message in status and "rag-status-error" in status
-    with pytest.raises(Exception, match=message):
+    # the API has no examples to click: it says the question is empty in its own words
+    with pytest.raises(Exception, match="the question is empty" if message == "Type a question" else message):
         actions.ask_json(question, "both", 3, "flat", "tiny")
 
 
