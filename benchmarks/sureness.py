@@ -6,7 +6,7 @@
 
 For each `eval --answers` file and each (KB, variant, k) in it: the answers in each band of p(y|x)
 (config.LIKELY_RIGHT_P and LIKELY_WRONG_P), and the share of them that were right with a 95% interval. Answers of
-config.SENTENCE_WORDS words or more, which the page gives no band, are counted in a row of their own.
+config.LONG_ANSWER_WORDS words or more, which the page gives no band, are counted in a row of their own.
 The thresholds were chosen on the training questions; the held-out file says whether they hold. Prints one table.
 """
 
@@ -19,8 +19,8 @@ from pathlib import Path
 
 from benchmarks.speed import table
 from rag_demo.evaluate import wilson_interval
-from rag_demo.config import SENTENCE_WORDS
-from rag_demo.sureness import SURENESS_WORDS, answer_sureness
+from rag_demo.config import LONG_ANSWER_WORDS
+from rag_demo.sureness import SURENESS_WORDS, answer_sureness, long_answer
 
 COLUMNS = ["file", "KB", "variant", "k", "band", "answers", "right", "right, % (95% CI)"]
 
@@ -51,10 +51,10 @@ def band_rows(name: str, records: list[dict]) -> list[dict]:
     groups: dict[tuple, list[dict]] = {}
     for record in records:
         groups.setdefault((record["kb"], record["variant"], record["k"]), []).append(record)
-    sentence = f"a sentence ({SENTENCE_WORDS}+ words): no band"
+    sentence = f"a sentence ({LONG_ANSWER_WORDS}+ words): no band"
 
     def band_of(record: dict) -> str:
-        return sentence if len(record["prediction"].split()) >= SENTENCE_WORDS else answer_sureness(record["logprob"])
+        return sentence if long_answer(record["prediction"]) else answer_sureness(record["logprob"])
 
     for (kb, variant, k), group in groups.items():
         for band in (*SURENESS_WORDS, sentence):

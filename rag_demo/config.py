@@ -62,7 +62,7 @@ LIKELY_RIGHT_P = 0.2
 LIKELY_WRONG_P = 0.05
 # An answer of this many words or more is a sentence, not a name or a number: a paraphrase of a passage is not found
 # in it word for word, and its p(y|x) is small whatever it says (7 of the 370 measured RAG-Token answers were so long)
-SENTENCE_WORDS = 6
+LONG_ANSWER_WORDS = 6
 
 
 @dataclass(frozen=True)

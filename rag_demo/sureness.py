@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 
-from .config import (ASK, DECODING_DEFAULTS, GENERAL_KB, LIKELY_RIGHT_P, LIKELY_WRONG_P, SENTENCE_WORDS,
+from .config import (ASK, DECODING_DEFAULTS, GENERAL_KB, LIKELY_RIGHT_P, LIKELY_WRONG_P, LONG_ANSWER_WORDS,
                      VARIANT_NAMES)
 from .questions import looks_english
 from .results import VariantResult
@@ -63,6 +63,16 @@ def unmeasured_options(*, kb: str, question: str, k: int, index: str, retriever:
     return [words for differs, words in checks if differs]
 
 
+def long_answer(text: str) -> bool:
+    """Whether an answer is a sentence rather than a name or a number (LONG_ANSWER_WORDS words or more): no band
+    was measured for it, and a passage is not expected to hold it word for word.
+
+    >>> long_answer("Leonardo da Vinci"), long_answer("the sky is blue because of Rayleigh scattering")
+    (False, True)
+    """
+    return len(text.split()) >= LONG_ANSWER_WORDS
+
+
 NO_BADGE = "no likely right / unsure / likely wrong badge"
 
 
@@ -85,7 +95,7 @@ def banded(results: dict[str, VariantResult], differences: list[str], *,
         if variant == "sequence" and sequence_decoding != MEASURED_SEQUENCE_DECODING:
             notices.append(f"{NO_BADGE} for {name}'s answer: it was measured with {MEASURED_SEQUENCE_DECODING} "
                            f"decoding, and this ask used {sequence_decoding}")
-        elif len(result.answer.split()) >= SENTENCE_WORDS:
+        elif long_answer(result.answer):
             notices.append(f"{NO_BADGE} for {name}'s answer: it is a sentence, and the badge was measured on answers "
                            "of a few words (a long answer's p(y|x) is small whatever it says)")
         else:

@@ -39,7 +39,7 @@ def measured_setup(monkeypatch, differences: list[str]) -> None:
 
 def test_where_measured_rag_tokens_answer_gets_the_band_of_its_p(ui_engine, monkeypatch):
     measured_setup(monkeypatch, [])
-    monkeypatch.setattr(sureness, "SENTENCE_WORDS", 10_000)  # the tiny generator's answers run long
+    monkeypatch.setattr(sureness, "LONG_ANSWER_WORDS", 10_000)  # the tiny generator's answers run long
     for question in QUESTIONS[:3]:
         result = ui_engine.ask(question, kb=KB_NAMES[0], k=3)
         token, sequence = result.variants["token"], result.variants["sequence"]
@@ -55,7 +55,7 @@ def test_where_measured_rag_tokens_answer_gets_the_band_of_its_p(ui_engine, monk
 
 def test_a_sentence_answer_gets_no_band_and_says_why(ui_engine, monkeypatch):
     measured_setup(monkeypatch, [])
-    monkeypatch.setattr(sureness, "SENTENCE_WORDS", 2)
+    monkeypatch.setattr(sureness, "LONG_ANSWER_WORDS", 2)
     result = ui_engine.ask(QUESTIONS[0], kb=KB_NAMES[0], k=3)
     assert len(result.variants["token"].answer.split()) >= 2
     assert all(v.sureness == "" for v in result.variants.values())

@@ -263,11 +263,13 @@ def format_closed_book_spans(closed: ClosedBookResult) -> str:
     return _in_words(spans, closed.tokens)
 
 
+_TIMING_TITLES = {k: f' title="{esc(means)}"' for k, means in TIMING_MEANS.items()}
+
+
 def format_timings(timings_ms: dict[str, float]) -> str:
     """'encode 3 ms · search 0.4 ms · ...' with the known stages first."""
     keys = [k for k in TIMING_ORDER if k in timings_ms] + sorted(k for k in timings_ms if k not in TIMING_ORDER)
-    titles = {k: f' title="{esc(means)}"' for k, means in TIMING_MEANS.items()}
-    parts = [f"<span{titles.get(k, '')}>{esc(k)} <b>{fmt_ms(float(timings_ms[k]))}</b></span>" for k in keys]
+    parts = [f"<span{_TIMING_TITLES.get(k, '')}>{esc(k)} <b>{fmt_ms(float(timings_ms[k]))}</b></span>" for k in keys]
     return f'<div class="rag-timings" title="time spent in each stage">time: {" · ".join(parts)}</div>'
 
 

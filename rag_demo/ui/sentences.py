@@ -11,11 +11,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from .. import plots
-from ..config import GENERAL_KB, LIKELY_RIGHT_P, LIKELY_WRONG_P, SENTENCE_WORDS
+from ..config import GENERAL_KB, LIKELY_RIGHT_P, LIKELY_WRONG_P
 from ..evaluate import exact_match
 from ..progress import counted
 from ..questions import holds_answer
 from ..results import AskResult, RetrievedPassage, VariantResult
+from ..sureness import long_answer
 
 
 _SUPERSCRIPTS = str.maketrans("-0123456789", "⁻⁰¹²³⁴⁵⁶⁷⁸⁹")
@@ -247,7 +248,7 @@ def evidence(result: AskResult, variant: VariantResult, *, generated: bool = Tru
         alone = f", mixed with the passages; memory alone answers “{closed_answer}”" if closed_answer else ""
         return "memory", f"{nowhere}: mostly from the generator's memory (∅ memory's posterior is {share:.2f}){alone}."
     unlike = "" if not closed_answer else ", nor the closed-book answer"
-    if len(variant.answer.split()) >= SENTENCE_WORDS:
+    if long_answer(variant.answer):
         # a sentence rarely repeats a passage word for word: not finding it says little
         where = (f"any of the {counted(len(result.passages), 'passage')} read" if len(result.passages) > 1
                  else "the passage read")
