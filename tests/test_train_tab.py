@@ -255,6 +255,11 @@ def test_a_run_widens_its_candidates_and_says_it_is_reading(ui_engine, monkeypat
     run = runs._runs["a"]  # the summary's reading time counts the widening's, not only the reading before step 1
     widened = sum(w.seconds for w in run.trainer.widenings)
     assert widened > 0 and view.read_seconds == pytest.approx(run.data.read_seconds + widened)
+    read = run.data.fresh_reads + sum(w.read for w in run.trainer.widenings)
+    assert read > run.data.fresh_reads and view.passages_read == read
+    from rag_demo.ui.train import reading_text
+
+    assert reading_text(view).startswith(f"reading {read} passages took ")
 
 
 def test_reading_ahead_leaves_the_default_run_nothing_to_read(ui_engine, monkeypatch, tmp_path):
@@ -271,6 +276,11 @@ def test_reading_ahead_leaves_the_default_run_nothing_to_read(ui_engine, monkeyp
     held = len(ReadingCache.open(cache_file).reads)
     runs.train_begin("a", objective="rag-token", questions=3)
     assert len(ReadingCache.open(cache_file).reads) == held
+    from rag_demo.ui.train import reading_text
+
+    cached = runs.train_advance("a", steps=1)
+    assert cached.passages_read == 0  # the summary must not say "reading took 0 s"
+    assert reading_text(cached) == "every passage's reading came from an earlier run's cache"
     runs.train_begin("b", objective="rag-token", questions=4)  # one question more than was read ahead
     assert len(ReadingCache.open(cache_file).reads) > held
 

@@ -251,6 +251,7 @@ class TrainingView:
     read_seconds: float  # reading passages with the reader: before the first step, and each widening since
     step_seconds: float  # mean time of a step so far, its widening's reading included
     gradient: GradientExample | None = None  # None for the gold-passage loss
+    passages_read: int = 0  # passages the reader read in `read_seconds`; the others came from the cache of earlier runs
 
     @property
     def finished(self) -> bool:
@@ -500,4 +501,5 @@ class TrainingRuns:
             candidates=run.trainer.config.candidates, question=question, answers=tuple(answers), before=run.before,
             now=self._ranked(run.data, run.trainer.model, run.followed),
             read_seconds=run.data.read_seconds + sum(widening.seconds for widening in run.trainer.widenings),
-            step_seconds=run.step_seconds, gradient=self._gradient(run))
+            step_seconds=run.step_seconds, gradient=self._gradient(run),
+            passages_read=run.data.fresh_reads + sum(widening.read for widening in run.trainer.widenings))

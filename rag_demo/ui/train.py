@@ -276,8 +276,7 @@ def summary_html(view, *, stopped: bool = False) -> str:
     so_far = f" ({_passes(view.passes)} over the training questions so far)" if view.step else ""
     return (
         f'<div class="rag-train-summary"><p><b>{esc(state)}</b>: step {view.step} of {view.steps}{so_far}, '
-        f"{view.step_seconds:.2f} s a step"
-        f" (reading the passages took {view.read_seconds:.0f} s; cached for the next run).</p>"
+        f"{view.step_seconds:.2f} s a step ({reading_text(view)}).</p>"
         f"<p>{esc(questions_text(view))}</p>"
         f"<p>Held out, from step 0 to step {last[0]}: recall@5 {_percent(first[1])} → {_percent(last[1])}; "
         f"mean p(z|x) on passages holding an answer {_percent(first[2])} → {_percent(last[2])}.{_no_rise(view, ended=view.finished or stopped)}</p>"
@@ -285,6 +284,15 @@ def summary_html(view, *, stopped: bool = False) -> str:
         f"p(z|x) on its answer passages {_percent(answer_mass(view.before))} → {_percent(answer_mass(view.now))}.</p>"
         f"{gradient_html(view)}</div>"
     )
+
+
+def reading_text(view) -> str:
+    """What reading the candidates cost this run: the reader's passes over passages it had not read before
+    (kept for the next run), or none, when an earlier run's reads served them all."""
+    if not view.passages_read:
+        return "every passage's reading came from an earlier run's cache"
+    seconds = f"{view.read_seconds:.1f}" if view.read_seconds < 10 else f"{view.read_seconds:.0f}"
+    return f"reading {counted(view.passages_read, 'passage')} took {seconds} s; kept for the next run"
 
 
 def _no_rise(view, *, ended: bool) -> str:
