@@ -258,6 +258,12 @@ def test_changing_an_option_marks_the_answer_on_screen_until_the_next_ask(page):
     field(page, "question").fill(QUESTIONS[0])
     page.locator("#ask-btn").click()
     expect(page.locator("#answer .rag-card-token .rag-tok").first).to_be_visible()
+    page.locator("#kb input").click()  # a dropdown opened and left without a choice changes nothing
+    page.locator("#answer").click()
+    page.locator("#extractive input[type=checkbox]").click()
+    page.locator("#extractive input[type=checkbox]").click()  # and an option set back is as it was
+    page.wait_for_timeout(500)
+    assert not page.evaluate(stale)
     page.locator("#extractive input[type=checkbox]").click()
     page.wait_for_function(stale)
     note = page.evaluate("getComputedStyle(document.querySelector('#answer'), '::before').content")

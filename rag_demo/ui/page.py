@@ -37,7 +37,7 @@ from .html import esc, format_status
 from .inputs import SessionFiles, UploadLimits
 from .learn import format_glossary_html, format_learn_html
 from .scripts import (CLEAR_ANSWER_STALE_JS, COPY_LINK_JS, LARGE_TEXT_JS, LOAD_JS, MARK_ANSWER_STALE_JS,
-                      long_question_js, scroll_if_linked_js, scroll_into_view_js)
+                      REMEMBER_ANSWER_OPTIONS_JS, long_question_js, scroll_if_linked_js, scroll_into_view_js)
 from .train import EncoderChoices, encoder_choice, train_tab, training_runs
 
 ASSETS = Path(__file__).resolve().parents[2] / "assets"
@@ -366,9 +366,10 @@ def build_demo(engine: Engine, *, limits: UploadLimits = UploadLimits(), files: 
         scroll_to = {name: dict(fn=None, js=scroll_into_view_js(name), queue=False, api_visibility="private")
                      for name in ("answer", "swap-summary", "score-out", "compare")}
         gr.on([ask_btn.click, question.submit, examples.click], **scroll_to["answer"])
-        gr.on([control.input for control in (variant, kb, index, k, beams, decoding, retriever, question_encoder,
-                                             extractive, memory)],
-              None, js=MARK_ANSWER_STALE_JS, queue=False, api_visibility="private")
+        ask_options = [variant, kb, index, k, beams, decoding, retriever, question_encoder, extractive, memory]
+        answer.change(None, inputs=ask_options, js=REMEMBER_ANSWER_OPTIONS_JS, queue=False, api_visibility="private")
+        gr.on([control.input for control in ask_options], None, inputs=ask_options, js=MARK_ANSWER_STALE_JS,
+              queue=False, api_visibility="private")
         gr.on([ask_btn.click, question.submit], None, inputs=question, js=CLEAR_ANSWER_STALE_JS, queue=False,
               api_visibility="private")
         examples.click(None, js=CLEAR_ANSWER_STALE_JS, queue=False, api_visibility="private")

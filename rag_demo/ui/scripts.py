@@ -137,10 +137,15 @@ COPY_LINK_JS = """(query) => {
 LARGE_TEXT_JS = ("(on) => { document.documentElement.classList.toggle('rag-large', Boolean(on)); "
                  "if (window.ragScaleCharts) window.ragScaleCharts(); return on; }")
 # An answer on screen was asked with the options it was asked with: once a visitor changes one, the answer is
-# marked as asked before the change (assets/style.css, .rag-ask-stale) until the next ask
-MARK_ANSWER_STALE_JS = ("() => { const answer = document.getElementById('answer'); "
-                        "if (answer && answer.querySelector('.rag-answer-block')) "
-                        "document.documentElement.classList.add('rag-ask-stale'); }")
+# marked as asked before the change (assets/style.css, .rag-ask-stale) until the next ask. The options are
+# compared by value with those on screen when the answer came (`REMEMBER_ANSWER_OPTIONS_JS`): a dropdown opened
+# and closed without a choice, or an option set back, leaves the answer as it is.
+REMEMBER_ANSWER_OPTIONS_JS = "(...options) => { window.ragAnsweredWith = JSON.stringify(options); return []; }"
+MARK_ANSWER_STALE_JS = ("(...options) => { const answer = document.getElementById('answer'); "
+                        "if (!answer || !answer.querySelector('.rag-answer-block')) return []; "
+                        "if (window.ragAnsweredWith === undefined || JSON.stringify(options) !== window.ragAnsweredWith) "
+                        "document.documentElement.classList.add('rag-ask-stale'); "
+                        "else document.documentElement.classList.remove('rag-ask-stale'); return []; }")
 # an empty question asks nothing: the answer on screen stays the old options' one
 CLEAR_ANSWER_STALE_JS = ("(question) => { if (question === undefined || String(question).trim()) "
                          "document.documentElement.classList.remove('rag-ask-stale'); return []; }")
