@@ -152,6 +152,14 @@ def test_a_question_asked_while_another_runs_is_answered_under_its_own_text(page
     assert token_texts(page, "#answer .rag-card-token") == shown(result.variants["token"].tokens)
 
 
+def test_enter_in_the_question_box_asks(page):
+    box = field(page, "question")
+    box.fill(QUESTIONS[0])
+    box.press("Enter")
+    expect(page.locator("#answer .rag-card-token .rag-tok").first).to_be_visible()
+    assert box.input_value() == QUESTIONS[0]  # asked, not a line break added
+
+
 def test_example_click_asks(page, ui_engine):
     page.locator("#examples button").first.click()
     expect(page.locator("#answer .rag-tok").first).to_be_visible()

@@ -117,7 +117,8 @@ def build_demo(engine: Engine, *, limits: UploadLimits = UploadLimits(), files: 
                            allow_custom_value=True, elem_classes=["rag-fit-dropdown"])
 
     def question_box(elem_id: str) -> gr.Textbox:
-        return gr.Textbox(label="Question", lines=2, max_lines=4, elem_id=elem_id,
+        # one line that grows to four: Enter asks, as in a search box, and Shift+Enter breaks the line
+        return gr.Textbox(label="Question", lines=1, max_lines=4, elem_id=elem_id,
                           placeholder="Ask a factual question, or click an example below")
 
     def link_box(elem_id: str) -> gr.Textbox:
