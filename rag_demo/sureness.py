@@ -27,10 +27,15 @@ SURENESS_WORDS = ("likely right", "unsure", "likely wrong")
 def answer_sureness(logprob: float) -> str:
     """The band of an answer of log p(y|x) `logprob`.
 
+    The band is read from p(y|x) as the page prints it, to 3 decimals, so that a badge never contradicts the
+    number beside it (0.19996 is shown as 0.200, and is at the threshold).
+
     >>> answer_sureness(math.log(0.5)), answer_sureness(math.log(0.1)), answer_sureness(math.log(0.01))
     ('likely right', 'unsure', 'likely wrong')
+    >>> answer_sureness(math.log(0.19996)), answer_sureness(math.log(0.1994)), answer_sureness(math.log(0.04996))
+    ('likely right', 'unsure', 'unsure')
     """
-    p = math.exp(logprob)
+    p = round(math.exp(logprob), 3)
     if p >= LIKELY_RIGHT_P:
         return SURENESS_WORDS[0]
     return SURENESS_WORDS[1] if p >= LIKELY_WRONG_P else SURENESS_WORDS[2]

@@ -93,6 +93,17 @@ def test_the_bands_meet_at_the_measured_thresholds(p):
     assert sureness.answer_sureness(math.log(p)) == band(math.log(p))
 
 
+@pytest.mark.parametrize("p", [0.19996, 0.1995, 0.19949, 0.04996, 0.0495, 0.04949])
+def test_the_band_agrees_with_the_probability_the_card_prints(p):
+    """A review saw "p(y|x) = 0.200 · unsure" for p = 0.19996: the badge must read the number as shown."""
+    from rag_demo.ui.sentences import fmt_prob
+
+    logprob = math.log(p)
+    shown = float(fmt_prob(math.exp(logprob)))  # what the card prints beside the badge
+    expected = "likely right" if shown >= LIKELY_RIGHT_P else "unsure" if shown >= LIKELY_WRONG_P else "likely wrong"
+    assert sureness.answer_sureness(logprob) == expected
+
+
 def test_the_card_shows_the_band_as_an_escaped_badge_that_explains_itself():
     result = _result("Rome", ["Paris."], "Rome")
     token = result.variants["token"]
