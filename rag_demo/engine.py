@@ -39,7 +39,7 @@ from .marginalize import (
     rag_token_posteriors,
     rag_token_token_logprobs,
 )
-from .progress import Progress, counted
+from .progress import Progress, StepCounter, counted
 from .questions import passages_holding, without_last_word
 from .results import AskResult, ClosedBookResult, IndexReport, Retrieval, RetrievedPassage, RetrieverComparison, VariantResult
 from .retrieval.retriever import Retriever
@@ -66,18 +66,6 @@ def falls_back_to_cpu_on_gpu_oom(method):
         return replace(result, notices=result.notices + (OOM_NOTICE,))
 
     return run
-
-
-class _Steps:
-    """Counts an ask's steps for `progress(stage, done, total)`; without a listener it does nothing."""
-
-    def __init__(self, progress: Progress | None, total: int):
-        self.progress, self.total, self.done = progress, total, 0
-
-    def __call__(self, stage: str) -> None:
-        if self.progress is not None:
-            self.progress(stage, min(self.done, self.total - 1), self.total)
-        self.done += 1
 
 
 class RagEngine:
@@ -300,9 +288,14 @@ class RagEngine:
         sources = docs + (closed_state is not None)
         branch = gen.fork(state, torch.arange(docs))
         stop = self._stop_ids()
+        # each source offers its first answer that does not restate: a restating one is never chosen, and hides the next
+        answered: list[tuple[Hypothesis, tuple[str, ...]]] = []
         if num_beams == 1:
-            per_group = [[h] for h in decoding.greedy(gen, branch, groups=docs, doc_lp=None, prefix=prefix,
-                                                      max_new_tokens=max_new_tokens, stop_ids=stop, copy_from=copy_from)]
+            greedy = decoding.greedy(gen, branch, groups=docs, doc_lp=None, prefix=prefix, max_new_tokens=max_new_tokens,
+                                     stop_ids=stop, copy_from=copy_from)
+            answered = [self._greedy_answer(state, prefix, question=question, max_new_tokens=max_new_tokens, row=z,
+                                            copy_from=copy_from, first=hyp) for z, hyp in enumerate(greedy)]
+            per_group = [[hyp] for hyp, _ in answered]
         else:
             per_group = decoding.beam_search(gen, branch, groups=docs, doc_lp=None, prefix=prefix,
                                              max_new_tokens=max_new_tokens, stop_ids=stop, num_beams=num_beams,
@@ -336,7 +329,8 @@ class RagEngine:
         ranked = sorted(scored, key=lambda item: -item[1])
         kept = next((i for i, (cand, _) in enumerate(ranked) if not self._restates(question, self.generator.decode(list(cand)))), 0)
         best = ranked[kept][0]
-        return best, ranked, known[best], tuple(self.generator.decode(list(cand)) for cand, _ in ranked[:kept])
+        set_aside = [text for _, texts in answered for text in texts] + [self.generator.decode(list(c)) for c, _ in ranked[:kept]]
+        return best, ranked, known[best], tuple(dict.fromkeys(set_aside))
 
     def _stop_ids(self) -> frozenset[int]:
         return getattr(self.generator, "stop_ids", self.generator.eos_ids)
@@ -408,7 +402,7 @@ class RagEngine:
             raise InputError("copying answers from passages works with causal generators only; "
                              f"{self.generator.name} is {self.generator.kind}")
         question, notices = clean_text(question, what="question", keep_end=True)
-        step = _Steps(progress, 3 + ("token" in variants) + 2 * ("sequence" in variants) + closed_book)
+        step = StepCounter(progress, 3 + ("token" in variants) + 2 * ("sequence" in variants) + closed_book)
         total_started = time.perf_counter()
         step("retrieving passages")
         retrieval, memory_logit = self._with_memory(
@@ -440,7 +434,8 @@ class RagEngine:
                 with gen.base_weights():
                     recalls = with_memory and joined is None and "sequence" in variants and not extractive
                     if closed_book or (recalls and num_beams == 1):  # RAG-Sequence's memory candidates
-                        closed_greedy, closed_set_aside = self._closed_book_answer(question, closed_state, prefix, max_new_tokens)
+                        closed_greedy, closed_set_aside = self._greedy_answer(closed_state, prefix, question=question,
+                                                                               max_new_tokens=max_new_tokens)
                     if recalls:
                         recalled = [closed_greedy] if num_beams == 1 else self._closed_book_beams(
                             closed_state, prefix, max_new_tokens, num_beams=num_beams)
@@ -524,13 +519,21 @@ class RagEngine:
         return decoding.beam_search(gen, gen.fork(state, torch.arange(1)), groups=1, doc_lp=None, prefix=prefix,
                                     max_new_tokens=max_new_tokens, stop_ids=self._stop_ids(), num_beams=num_beams)[0]
 
-    def _closed_book_answer(self, question: str, state: DecodeState, prefix, max_new_tokens: int) -> tuple[Hypothesis, tuple[str, ...]]:
-        """The closed-book greedy answer from `state` (call with the base weights) and the answers set
-        aside before it as restating `question`."""
+    def _greedy_answer(self, state: DecodeState, prefix, *, question: str, max_new_tokens: int, row: int = 0,
+                       copy_from=None, first: Hypothesis | None = None) -> tuple[Hypothesis, tuple[str, ...]]:
+        """Row `row` of `state`'s greedy answer (the closed-book prompt's: call with the base weights) and the answers
+        set aside before it as restating `question` (`restatements`); `first`: the row's greedy answer, decoded
+        already. `state` stays usable."""
         gen = self.generator
-        options = dict(groups=1, doc_lp=None, prefix=prefix, max_new_tokens=max_new_tokens, stop_ids=self._stop_ids())
-        return self._setting_aside_restatements(
-            question, lambda barred: decoding.greedy(gen, gen.fork(state, torch.arange(1)), barred_first=barred, **options)[0])
+        options = dict(groups=1, doc_lp=None, prefix=prefix, max_new_tokens=max_new_tokens, stop_ids=self._stop_ids(),
+                       copy_from=None if copy_from is None else [copy_from[row]])
+
+        def decode(barred: frozenset[int]) -> Hypothesis:
+            if first is not None and not barred:
+                return first
+            return decoding.greedy(gen, gen.fork(state, torch.tensor([row])), barred_first=barred, **options)[0]
+
+        return self._setting_aside_restatements(question, decode)
 
     def _closed_book_result(self, hyp: Hypothesis, set_aside: tuple[str, ...] = ()) -> ClosedBookResult:
         gen = self.generator
@@ -549,7 +552,7 @@ class RagEngine:
         prefix = self.generator.generation_prefix()
         with torch.inference_mode(), self.generator.base_weights():
             state = self._closed_book_state(self.retriever.generator_question(question), prefix)
-            return self._closed_book_result(*self._closed_book_answer(question, state, prefix, max_new_tokens))
+            return self._closed_book_result(*self._greedy_answer(state, prefix, question=question, max_new_tokens=max_new_tokens))
 
     @falls_back_to_cpu_on_gpu_oom
     def score(self, question: str, answer: str, *, kb: str | KnowledgeBase | None = None, k: int = ASK.k,
@@ -564,7 +567,7 @@ class RagEngine:
         variants = self._check_options(variants, 1, 1, "thorough")
         question, notices = clean_text(question, what="question", keep_end=True)
         answer, answer_notices = clean_text(answer, what="answer", limit=LIMITS.max_answer_chars)
-        step = _Steps(progress, 4)
+        step = StepCounter(progress, 4)
         total_started = time.perf_counter()
         step("retrieving passages")
         retrieval, memory_logit = self._with_memory(

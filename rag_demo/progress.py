@@ -11,6 +11,19 @@ class Progress(Protocol):
     def __call__(self, stage: str, done: int, total: int) -> None: ...
 
 
+class StepCounter:
+    """Counts one task's steps for `progress(stage, done, total)`, each call a step begun; without a listener it
+    does nothing. `done` stays under `total`: the task is not over while its last step runs."""
+
+    def __init__(self, progress: Progress | None, total: int):
+        self.progress, self.total, self.done = progress, total, 0
+
+    def __call__(self, stage: str) -> None:
+        if self.progress is not None:
+            self.progress(stage, min(self.done, self.total - 1), self.total)
+        self.done += 1
+
+
 def counted(n: int, noun: str) -> str:
     """A count with its noun, plural when needed (progress steps and page messages).
 

@@ -105,12 +105,33 @@ def test_a_restating_answer_is_decoded_again_without_its_first_word(causal_engin
 
 
 def test_rag_sequence_keeps_its_best_candidate_that_does_not_restate(causal_engine, monkeypatch):
+    """A source whose answer restates the question offers the answer it gives next instead (a restating candidate
+    is never chosen, and would hide that one), and the restating answer is reported as set aside."""
     first = causal_engine.ask(QUESTION, k=3, max_new_tokens=4, closed_book=False).variants["sequence"]
     assert len(first.candidates) >= 2 and first.answer == first.candidates[0][0]
-    _restating(monkeypatch, {first.candidates[0][0]})
+    restating = first.candidates[0][0]
+    _restating(monkeypatch, {restating})
     kept = causal_engine.ask(QUESTION, k=3, max_new_tokens=4, closed_book=False).variants["sequence"]
-    assert kept.answer == first.candidates[1][0] and kept.set_aside == (first.candidates[0][0],)
-    assert kept.logprob == pytest.approx(first.candidates[1][1], abs=1e-4)
+    assert restating not in dict(kept.candidates) and kept.set_aside == (restating,)
+    assert kept.answer == kept.candidates[0][0] and kept.logprob == pytest.approx(kept.candidates[0][1], abs=1e-4)
+    others = {text for text, _ in first.candidates[1:]}
+    assert others <= set(dict(kept.candidates))  # the other sources' answers stand
+    assert len(dict(kept.candidates)) > len(others)  # and the restating sources gave answers of their own
+
+
+def test_memorys_rag_sequence_candidate_is_the_closed_book_answer_when_its_first_restates(causal_engine, monkeypatch):
+    """A review saw memory's restating sentence among the candidates while the closed-book card, which sets it
+    aside, answered "Tom Brady": memory's candidate and the card must be one answer."""
+    from rag_demo.config import MemoryConfig
+
+    monkeypatch.setattr(causal_engine, "config", dataclasses.replace(causal_engine.config, memory=MemoryConfig(logit=0.0)))
+    first = causal_engine.ask(QUESTION, k=3, max_new_tokens=4)
+    assert first.memory_prob is not None and first.closed_book.answer in dict(first.variants["sequence"].candidates)
+    _restating(monkeypatch, {first.closed_book.answer})
+    again = causal_engine.ask(QUESTION, k=3, max_new_tokens=4)
+    assert again.closed_book.set_aside == (first.closed_book.answer,)
+    candidates = dict(again.variants["sequence"].candidates)
+    assert again.closed_book.answer in candidates and first.closed_book.answer not in candidates
 
 
 def test_every_try_restating_keeps_the_first_answer(causal_engine, monkeypatch):
