@@ -326,8 +326,9 @@ def _check_cheap_options(args) -> None:
     for text, what in ((getattr(args, "question", "x"), "question"), (getattr(args, "answer", "x"), "answer")):
         if not text.strip():
             raise UsageError(f"the {what} is empty; give a non-blank {what}")
-        if what == "question" and not has_words(text):
-            raise UsageError(f"the question {text.strip()[:40]!r} has no words: ask it in words")
+        if not has_words(text):
+            raise UsageError(f"the {what} {text.strip()[:40]!r} has no words: "
+                             + ("ask it in words" if what == "question" else "give the answer in words"))
         check_length(text, what=what)
 
 

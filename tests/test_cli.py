@@ -174,6 +174,7 @@ def test_compare_end_to_end(saved, tmp_path):
     [
         (["ask", "  "], "question is empty"),
         (["ask", "?"], "has no words: ask it in words"),
+        (["score", "who wrote hamlet?", "?!"], "the answer '?!' has no words: give the answer in words"),
         (["ask", "q", "--k", "0"], "argument --k: must be between 1 and 20"),
         (["ask", "q", "--index", "lsh"], "invalid choice"),
         (["ask", "q", "--variant", "beam"], "invalid choice"),

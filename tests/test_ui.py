@@ -586,6 +586,9 @@ def test_score_your_answer(actions, ui_engine):
         assert f"log {fmt_log(v.logprob)}" in markup
         assert f"<b>{fmt_signed(v.logprob - sum(v.closed_book_token_logprobs))}</b> nats" in markup
     assert "Type an answer" in actions.score(QUESTION, "  ", actions.engine.default_kb, 3, "flat", None)[0]
+    # the Score tab has no examples to click: its message does not point to any
+    said = actions.score("", "Paris", actions.engine.default_kb, 3, "flat", None)[0]
+    assert "Type a question first." in said and "example" not in said
     assert "Type a question" in actions.score("", "Paris", actions.engine.default_kb, 3, "flat", None)[0]
     assert "Type a question and the answer" in actions.score(" ", "", actions.engine.default_kb, 3, "flat", None)[0]
 

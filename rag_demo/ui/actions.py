@@ -346,7 +346,7 @@ class DemoActions:
         try:
             if not isinstance(kb, KnowledgeBase):
                 raise InputError("Build your knowledge base first (upload or paste text above).")
-            result = self.engine.ask(require_question(question), kb=kb, k=min(5, len(kb)),
+            result = self.engine.ask(require_question(question, examples=False), kb=kb, k=min(5, len(kb)),
                                      variants=VARIANTS, progress=progress_reporter(progress))
         except Exception as err:  # the UI boundary
             return changed(MineAnswerView, status=failure_status(err))
@@ -366,7 +366,7 @@ class DemoActions:
             knowledge = self.resolve_kb(kb_choice, mine)
             wanted = memory_switch(memory)
             calls = self.encoder_calls(question_encoder, request)
-            result = calls.score(require_question(question), answer, kb=knowledge,
+            result = calls.score(require_question(question, examples=False), answer, kb=knowledge,
                                  k=self.fit_k(k, knowledge), index=index or ASK.index, variants=VARIANTS,
                                  memory=wanted, progress=progress_reporter(progress))
         except NoTrainedEncoder:  # as for `ask`
@@ -387,7 +387,7 @@ class DemoActions:
                    variant: str = ASK.variant, retriever: str = "", memory: bool | str | None = None) -> dict:
         """The API: log p(answer|question) with its provenance, the AskResult as JSON; `memory` as for `ask_json`."""
         return api_json("/score_json", lambda: self.engine.score(
-            require_question(question, page=False), require_answer(answer), kb=self.known_kb(kb) if kb else self.engine.default_kb,
+            require_question(question, page=False), require_answer(answer, page=False), kb=self.known_kb(kb) if kb else self.engine.default_kb,
             k=parse_k(k), index=index or ASK.index, variants=parse_variants(variant or ASK.variant), retriever=parse_retriever(retriever),
             memory=parse_memory(memory)))
 

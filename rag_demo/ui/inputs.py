@@ -137,24 +137,30 @@ def parse_beams(beams: object) -> int:
     return _whole_number(beams, name="beams", most=LIMITS.max_beams)
 
 
-def require_question(question: str | None, *, page: bool = True) -> str:
+def require_question(question: str | None, *, page: bool = True, examples: bool = True) -> str:
     """The question, stripped; an InputError for none, or one without a letter or digit ("?", "..."), worded for the
-    page or, with `page` False, for the API."""
+    page (pointing to the examples where its tab has some: `examples`) or, with `page` False, for the API."""
     if question is not None and not isinstance(question, str):
         raise InputError(f"the question must be text, got {type(question).__name__} {str(question)[:40]!r}")
     if not question or not question.strip():
-        raise InputError("Type a question first, or click one of the examples." if page
-                         else "the question is empty; give a non-blank question")
+        if not page:
+            raise InputError("the question is empty; give a non-blank question")
+        raise InputError("Type a question first, or click one of the examples." if examples else "Type a question first.")
     if not has_words(question):
-        raise InputError(f"the question {question.strip()[:40]!r} has no words: ask it in words")
+        said = f"the question {question.strip()[:40]!r} has no words: ask it in words"
+        raise InputError(said[0].upper() + said[1:] + "." if page else said)
     return check_length(question, what="question").strip()
 
 
-def require_answer(answer: str | None) -> str:
+def require_answer(answer: str | None, *, page: bool = True) -> str:
+    """The answer to score, stripped; an InputError for none, or one without a letter or digit, as for questions."""
     if answer is not None and not isinstance(answer, str):
         raise InputError(f"the answer must be text, got {type(answer).__name__} {str(answer)[:40]!r}")
     if not answer or not answer.strip():
         raise InputError("Type an answer to score.")
+    if not has_words(answer):
+        said = f"the answer {answer.strip()[:40]!r} has no words: give the answer in words"
+        raise InputError(said[0].upper() + said[1:] + "." if page else said)
     return check_length(answer, what="answer").strip()
 
 
