@@ -230,7 +230,7 @@ def evidence(result: AskResult, variant: VariantResult, *, generated: bool = Tru
     nowhere = (f"In none of the {counted(len(result.passages), 'passage')} read" if len(result.passages) > 1
                else "Not in the passage read")
     if not generated:
-        return "none", f"{nowhere}."
+        return "none", (_sentence_not_found(result) if long_answer(variant.answer) else f"{nowhere}.")
     if holds_answer(result.question, variant.answer):  # a text pasted before the question, or a choice it offers
         return "question", f"{nowhere}, but its words are in the question itself, which the generator reads too."
     closed = result.closed_book
@@ -249,13 +249,17 @@ def evidence(result: AskResult, variant: VariantResult, *, generated: bool = Tru
         return "memory", f"{nowhere}: mostly from the generator's memory (∅ memory's posterior is {share:.2f}){alone}."
     unlike = "" if not closed_answer else ", nor the closed-book answer"
     if long_answer(variant.answer):
-        # a sentence rarely repeats a passage word for word: not finding it says little
-        where = (f"any of the {counted(len(result.passages), 'passage')} read" if len(result.passages) > 1
-                 else "the passage read")
-        other = ", and it is not the closed-book answer" if closed_answer else ""
-        return "none", (f"Its words are not together in {where}{other}: a sentence may say in its own words what a "
-                        "passage says, so read them to judge it.")
+        return "none", _sentence_not_found(result, other=", and it is not the closed-book answer" if closed_answer else "")
     return "none", f"{nowhere}{unlike}: nothing here backs it, so treat it as a guess."
+
+
+def _sentence_not_found(result: AskResult, *, other: str = "") -> str:
+    """The evidence line of an answer written as a sentence that no passage read holds: a sentence rarely repeats a
+    passage word for word, so not finding it says little."""
+    where = (f"any of the {counted(len(result.passages), 'passage')} read" if len(result.passages) > 1
+             else "the passage read")
+    return (f"Its words are not together in {where}{other}: a sentence may say in its own words what a passage says, "
+            "so read them to judge it.")
 
 
 def knowledge_conflicts(result: AskResult) -> list[str]:
