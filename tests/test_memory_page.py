@@ -240,6 +240,15 @@ def test_a_real_swap_names_the_conflict_where_memory_wins(ui_engine, theta):
     assert asked.variants["token"].answer == asked.closed_book.answer  # memory outweighs every passage
     sentences = knowledge_conflicts(asked)  # the random model's answer is in no passage
     assert sentences and all(esc(sentence) in out.summary for sentence in sentences)
+    # memory is the largest source: the passages do not match, so nothing conflicts with memory
+    assert all("memory answered where the passages had nothing to say" in s and "conflict" not in s for s in sentences)
+
+
+def test_memory_leading_over_off_topic_passages_is_no_knowledge_conflict():
+    side = _side("wikipedia", "Olaf", "Snow is precipitation in the form of ice crystals.", "Olaf", memory=(0.9,))
+    side = replace(side, memory_prob=0.7)  # above the passage's 0.6
+    said = knowledge_conflicts(side)
+    assert len(said) == 1 and "conflict" not in said[0] and "p(∅|x) = 0.70, the largest" in said[0]
 
 
 def test_score_shows_memory_and_its_heatmap_row(actions, theta):

@@ -264,7 +264,8 @@ def _sentence_not_found(result: AskResult, *, other: str = "") -> str:
 
 def knowledge_conflicts(result: AskResult) -> list[str]:
     """A sentence for each answer that is the closed-book answer and appears in none of the passages it
-    read: the generator's memory outweighed the passages (a knowledge conflict). [] without a closed-book answer.
+    read: the generator's memory outweighed the passages (a knowledge conflict), or, where memory is the largest
+    source (`plots.memory_leads`), answered where no passage matched. [] without a closed-book answer.
 
     An answer the passages say too is no conflict, whatever memory says; nor is one memory did not give, nor one
     the question itself holds (copied from a text pasted before it)."""
@@ -278,9 +279,15 @@ def knowledge_conflicts(result: AskResult) -> list[str]:
         share = _memory_share(variant)
         weight = "" if share is None else f"; ∅ memory's posterior on the answer is {share:.2f}"
         name = plots.VARIANT_NAMES.get(variant.variant, variant.variant)
-        sentences.append(f"{result.kb}, {name}: “{variant.answer}” is the closed-book answer and appears in none of "
-                         f"the {counted(len(result.passages), 'passage')} it read: the generator's memory outweighed "
-                         f"the passages (a knowledge conflict{weight}).")
+        read = f"“{variant.answer}” is the closed-book answer and appears in none of the {counted(len(result.passages), 'passage')} it read"
+        if plots.memory_leads(result):
+            # no passage matches as well as memory: off the question's topic, they hold nothing to conflict with
+            sentences.append(f"{result.kb}, {name}: {read}, and none matches the question as well as the generator's "
+                             f"memory does (p(∅|x) = {result.memory_prob:.2f}, the largest): memory answered where the "
+                             f"passages had nothing to say{weight}.")
+        else:
+            sentences.append(f"{result.kb}, {name}: {read}: the generator's memory outweighed the passages (a "
+                             f"knowledge conflict{weight}).")
     return sentences
 
 
