@@ -707,6 +707,31 @@ def test_a_chart_drawn_wide_fits_its_box_when_the_window_narrows_and_when_its_ta
         context.close()
 
 
+def test_large_text_shortens_passage_names_only_on_a_narrow_chart(browser, server):
+    """A review found "#1 Pride a…" on a projector at 1280 px: a wide chart keeps the full names with Large text;
+    a phone's narrow one takes the short ones, and gets the full ones back when it widens again."""
+    labels = ("(sel) => { const chart = document.querySelector(sel + ' .js-plotly-plot');"
+              " return JSON.stringify([chart.layout.yaxis.ticktext, chart.layout.meta.ticktext,"
+              " chart.layout.meta.large_ticktext]); }")
+    shows = lambda which: (f"() => {{ const [now, full, short] = JSON.parse(({labels})('#heat-token'));"  # noqa: E731
+                           f" return JSON.stringify(now) === JSON.stringify({which}) && JSON.stringify(full) !== JSON.stringify(short); }}")
+    context, page = open_page(browser, server, {"width": 1280, "height": 900})
+    try:
+        field(page, "question").fill(QUESTIONS[0])
+        page.locator("#ask-btn").click()
+        expect(page.locator("#heat-token .main-svg").first).to_be_visible()
+        page.locator("#large-text input[type=checkbox]").check()
+        page.wait_for_function("document.documentElement.classList.contains('rag-large')")
+        page.wait_for_timeout(500)
+        page.wait_for_function(shows("full"))
+        page.set_viewport_size({"width": 390, "height": 900})
+        page.wait_for_function(shows("short"))
+        page.set_viewport_size({"width": 1280, "height": 900})
+        page.wait_for_function(shows("full"))
+    finally:
+        context.close()
+
+
 def test_the_answer_downloads_as_json_and_each_heatmap_as_csv(browser, server, ui_engine):
     import csv
     import io

@@ -13,6 +13,8 @@ NARROW_SCREEN = "(max-width: 980px)"  # below this the sidebar column stacks abo
 
 # How much larger "Large text" draws the charts: the page's text grows by its CSS (assets/style.css, .rag-large)
 LARGE_CHART_SCALE = 1.3
+# A chart narrower than this (a phone's) takes the shorter passage names when "Large text" is on
+NARROW_CHART_PX = 480
 
 # Plotly draws its text at sizes of the figure's own, which the page's CSS cannot reach: with "Large text" on,
 # every font size a chart names, its height and its top margin (the title's room) are redrawn LARGE_CHART_SCALE
@@ -25,7 +27,19 @@ SCALE_CHARTS_JS = """window.ragScaleCharts = () => {
     const layout = chart.layout;
     if (!layout || !Array.isArray(chart.data)) return;
     const drawnAt = chart.ragScaledLayout === layout ? chart.ragScale : 1;
-    if (drawnAt === want) return;
+    // shorter passage names on the axis while large on a narrow chart (plots.LARGE_LABEL_SHARE), the figure's own
+    // otherwise: a wide chart has room for them
+    const meta = layout.meta || {};
+    const labels = !Array.isArray(meta.large_ticktext) ? null
+      : (want > 1 && ((chart._fullLayout || {}).width || 0) < %(narrow)s ? meta.large_ticktext : meta.ticktext);
+    const relabel = labels !== null && (chart.ragScaledLayout === layout ? chart.ragLabels : meta.ticktext) !== labels;
+    if (drawnAt === want) {
+      chart.ragScaledLayout = layout;
+      chart.ragScale = want;
+      chart.ragLabels = labels;
+      if (relabel) window.Plotly.relayout(chart, {'yaxis.ticktext': labels});
+      return;
+    }
     const by = want / drawnAt;
     const update = {};
     const grow = (path, value) => { if (typeof value === 'number') update[path] = value * by; };
@@ -39,9 +53,7 @@ SCALE_CHARTS_JS = """window.ragScaleCharts = () => {
     grow('margin.t', (layout.margin || {}).t);
     grow('margin.r', (layout.margin || {}).r);  // a bar's value label outside it
     (layout.annotations || []).forEach((note, i) => grow(`annotations[${i}].font.size`, (note.font || {}).size));
-    // shorter passage names on the axis while large (plots.LARGE_LABEL_SHARE), the figure's own when not
-    const meta = layout.meta || {};
-    if (Array.isArray(meta.large_ticktext)) update['yaxis.ticktext'] = want > 1 ? meta.large_ticktext : meta.ticktext;
+    if (labels !== null) update['yaxis.ticktext'] = labels;
     const traces = [], sizes = [];
     chart.data.forEach((trace, i) => {
       const size = (trace.textfont || {}).size;
@@ -52,12 +64,13 @@ SCALE_CHARTS_JS = """window.ragScaleCharts = () => {
     const base = ((layout.font || {}).size || 12) / drawnAt;
     chart.ragScaledLayout = layout;
     chart.ragScale = want;
+    chart.ragLabels = labels;
     if (traces.length) window.Plotly.restyle(chart, {'textfont.size': sizes}, traces);
     if (bars.length) window.Plotly.restyle(chart, {'colorbar.tickfont.size': base}, bars);
     window.Plotly.relayout(chart, update);
   });
 };
-""" % {"scale": LARGE_CHART_SCALE}
+""" % {"scale": LARGE_CHART_SCALE, "narrow": NARROW_CHART_PX}
 
 # The page's script: it adds the accessible names gradio leaves out (a radio group's name is its label, and a
 # chart's is the one sentence the page's action puts in its hidden label, not the numbers of its axes) and
