@@ -481,11 +481,10 @@ class RagEngine:
                     candidates=[(gen.decode(list(c)), s) for c, s in candidates], memory=with_memory, set_aside=set_aside,
                     cut_short=decoding.reached_length_limit(ids, max_new_tokens, self._stop_ids()),
                 )
-            if parametric_memory.fitted_for(self.config, self.encoder, self.generator,
-                                            own_question_side=question_model is None) and retrieval.kb in GENERAL_KBS:
+            if parametric_memory.fitted_for(self.config, self.encoder, self.generator, own_question_side=True) and retrieval.kb in GENERAL_KBS:
                 results, said = sureness.banded(results, sureness.unmeasured_options(
-                    kb=retrieval.kb, question=question, k=docs, index=index, retriever=retrieval.retriever,
-                    memory=with_memory, num_beams=num_beams, extractive=extractive), sequence_decoding=sequence_decoding)
+                    kb=retrieval.kb, question=question, k=docs, index=index, retriever=retrieval.retriever, memory=with_memory,
+                    num_beams=num_beams, extractive=extractive, trained=question_model is not None), sequence_decoding=sequence_decoding)
                 notices += said
             written = {VARIANT_NAMES[variant]: ids for variant, (ids, *_rest) in answers.items()}
             written.update({"the closed-book answer": closed_greedy.ids} if closed_book else {})

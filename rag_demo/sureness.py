@@ -47,10 +47,11 @@ MEASURED_MAX_WORDS = 30
 
 
 def unmeasured_options(*, kb: str, question: str, k: int, index: str, retriever: str, memory: bool, num_beams: int,
-                       extractive: bool) -> list[str]:
+                       extractive: bool, trained: bool = False) -> list[str]:
     """What of an ask differs from the setting the bands were measured in (the general base, an English question of at
     most MEASURED_MAX_WORDS words, and the page's default options: k = 5, the flat index, Dense + BM25, memory as a
-    source, free greedy decoding), in words; [] when nothing does. More passages would share p(z|x) among more
+    source, free greedy decoding, the packaged question encoder: not one `trained` on the page), in words; [] when
+    nothing does. More passages would share p(z|x) among more
     answers, an approximate index reads other passages, and so on: each moves p(y|x).
 
     >>> unmeasured_options(kb="wikipedia", question="who wrote hamlet?", k=5, index="flat", retriever="hybrid",
@@ -64,7 +65,8 @@ def unmeasured_options(*, kb: str, question: str, k: int, index: str, retriever:
               (not looks_english(question), "a question not in English"),
               (k != ASK.k, f"k = {k}"), (index != ASK.index, f"the {index} index"),
               (retriever != MEASURED_RETRIEVER, f"the {retriever} retriever"), (not memory, "memory off"),
-              (num_beams != 1, f"{num_beams} beams"), (extractive, "copying"))
+              (num_beams != 1, f"{num_beams} beams"), (extractive, "copying"),
+              (trained, "a question encoder trained on this page"))
     return [words for differs, words in checks if differs]
 
 

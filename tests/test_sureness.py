@@ -84,7 +84,8 @@ def test_what_differs_from_the_measured_ask_is_named():
                           (dict(question="¿quién escribió hamlet?"), "a question not in English"),
                           (dict(k=6), "k = 6"), (dict(index="ivfpq"), "the ivfpq index"),
                           (dict(retriever="dense"), "the dense retriever"), (dict(memory=False), "memory off"),
-                          (dict(num_beams=2), "2 beams"), (dict(extractive=True), "copying")):
+                          (dict(num_beams=2), "2 beams"), (dict(extractive=True), "copying"),
+                          (dict(trained=True), "a question encoder trained on this page")):
         assert sureness.unmeasured_options(**(measured | change)) == [words], change
 
 

@@ -232,7 +232,7 @@ def _passes(x: float) -> str:
     return f"{shown} pass" + ("" if shown == "1" else "es")
 
 
-def questions_text(view) -> str:
+def questions_text(view, *, stopped: bool = False) -> str:
     """How many training questions were asked for, how many the loss trains on and why fewer, and how the run's
     steps go over them (plain text: numbers and fixed words only).
 
@@ -259,12 +259,14 @@ def questions_text(view) -> str:
     said = (f"Trained on all {counted(used, 'training question')} asked for." if used == asked else
             f"Trained on {used} of the {counted(asked, 'training question')} asked for: {'; '.join(reasons)}.")
     passes = _passes(passes_over(view.steps, view.batch_size, used))
+    # a stopped run did not take all its steps: the plan, not what happened
+    steps = f"{counted(view.steps, 'step')} planned would have made" if stopped else f"{counted(view.steps, 'step')} make"
     if view.batch_size >= used:
         them = "it" if used == 1 else "them"
         return (f"{said} Each step trains on {'it' if used == 1 else f'all {used} at once'}, so the "
-                f"{counted(view.steps, 'step')} make {passes} over {them}.")
+                f"{steps} {passes} over {them}.")
     return (f"{said} Each step trains on a batch of {view.batch_size} of them, drawn in a shuffled order, so the "
-            f"{counted(view.steps, 'step')} make {passes} over them: more questions, fewer passes.")
+            f"{steps} {passes} over them: more questions, fewer passes.")
 
 
 def summary_html(view, *, stopped: bool = False) -> str:
@@ -276,8 +278,8 @@ def summary_html(view, *, stopped: bool = False) -> str:
     so_far = f" ({_passes(view.passes)} over the training questions so far)" if view.step else ""
     return (
         f'<div class="rag-train-summary"><p><b>{esc(state)}</b>: step {view.step} of {view.steps}{so_far}, '
-        f"{view.step_seconds:.2f} s a step ({reading_text(view)}).</p>"
-        f"<p>{esc(questions_text(view))}</p>"
+        f"{f'{view.step_seconds:.2f} s a step' if view.step else 'no step taken yet'} ({reading_text(view)}).</p>"
+        f"<p>{esc(questions_text(view, stopped=stopped))}</p>"
         f"<p>Held out, from step 0 to step {last[0]}: recall@5 {_percent(first[1])} → {_percent(last[1])}; "
         f"mean p(z|x) on passages holding an answer {_percent(first[2])} → {_percent(last[2])}.{_no_rise(view, ended=view.finished or stopped)}</p>"
         f"<p>Followed question: <q>{esc(view.question)}</q> (answer: {esc(', '.join(view.answers[:3]))}): "
@@ -410,7 +412,7 @@ class TrainActions:
                 yield _view(run)._replace(status=format_status(f"Training… step {run.step} of {run.steps}", "wait"))
             stopped = not run.finished
             done = f"Stopped at step {run.step} of {run.steps}" if stopped else "Finished"
-            use = (" Ask with it on the Ask tab, or on the Score and Swap tabs (Question encoder: trained)."
+            use = (f" Ask with it on the Ask tab, or on the Score and Swap tabs (Question encoder: “{run.question_encoder}”)."
                    if run.step else "")
             yield _view(run, stopped=stopped)._replace(
                 status=format_status(f"{done}. This trained encoder is yours until you leave the page." + use, "ok"))
