@@ -141,9 +141,10 @@ def _result(answer: str, texts: list[str], closed: str | None, memory: tuple[flo
     ("Lyon", ["Paris.", "Lyon."], None, (), "passages", "Its words are in passage #2; read it to see whether it answers the question."),
     ("Rome", ["Paris.", "Lyon."], "Rome", (), "memory",
      "In none of the 2 passages read: from the generator's memory (the closed-book answer)."),
-    # mostly memory's, mixed with the passages into another answer than memory's own: both said
+    # mostly memory's, mixed with the passages into another answer than memory's own: neither source states it
     ("Rome", ["Paris.", "Lyon."], "Milan", (0.7,), "memory",
-     "mostly from the generator's memory (∅ memory's posterior is 0.70), mixed with the passages; memory alone answers “Milan”."),
+     "In none of the 2 passages read, and memory alone answers otherwise (“Milan”): ∅ memory carries most of its "
+     "posterior (0.70), mixed token by token with the passages, so neither source states it; treat it as a guess."),
     ("Rome", ["Paris.", "Lyon."], None, (0.7,), "memory", "mostly from the generator's memory (∅ memory's posterior is 0.70)."),
     # memory's own answer, written while the passages carried the posterior: said so, not left to contradict p(∅)
     ("Rome", ["Paris.", "Lyon."], "Rome", (0.01,), "memory",

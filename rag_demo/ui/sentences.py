@@ -244,9 +244,13 @@ def evidence(result: AskResult, variant: VariantResult, *, generated: bool = Tru
     if from_memory or (share is not None and share > 0.5):
         if from_memory:
             return "memory", f"{nowhere}: from the generator's memory (the closed-book answer)."
-        # RAG mixes memory with the passages token by token, so its answer can differ from memory's own
-        alone = f", mixed with the passages; memory alone answers “{closed_answer}”" if closed_answer else ""
-        return "memory", f"{nowhere}: mostly from the generator's memory (∅ memory's posterior is {share:.2f}){alone}."
+        # RAG mixes memory with the passages token by token, so its answer can differ from memory's own: then neither
+        # source states it, and "from memory" beside memory's other answer would read as a contradiction
+        if closed_answer:
+            return "memory", (f"{nowhere}, and memory alone answers otherwise (“{closed_answer}”): ∅ memory carries most "
+                              f"of its posterior ({share:.2f}), mixed token by token with the passages, so neither source "
+                              "states it; treat it as a guess.")
+        return "memory", f"{nowhere}: mostly from the generator's memory (∅ memory's posterior is {share:.2f})."
     unlike = "" if not closed_answer else ", nor the closed-book answer"
     if long_answer(variant.answer):
         return "none", _sentence_not_found(result, other=", and it is not the closed-book answer" if closed_answer else "")
