@@ -147,8 +147,7 @@ def require_question(question: str | None, *, page: bool = True, examples: bool 
             raise InputError("the question is empty; give a non-blank question")
         raise InputError("Type a question first, or click one of the examples." if examples else "Type a question first.")
     if not has_words(question):
-        said = f"the question {question.strip()[:40]!r} has no words: ask it in words"
-        raise InputError(said[0].upper() + said[1:] + "." if page else said)
+        raise _no_words("question", question, "ask it in words", page=page)
     return check_length(question, what="question").strip()
 
 
@@ -159,9 +158,14 @@ def require_answer(answer: str | None, *, page: bool = True) -> str:
     if not answer or not answer.strip():
         raise InputError("Type an answer to score.")
     if not has_words(answer):
-        said = f"the answer {answer.strip()[:40]!r} has no words: give the answer in words"
-        raise InputError(said[0].upper() + said[1:] + "." if page else said)
+        raise _no_words("answer", answer, "give the answer in words", page=page)
     return check_length(answer, what="answer").strip()
+
+
+def _no_words(what: str, text: str, remedy: str, *, page: bool) -> InputError:
+    """The error for a text of marks alone: a sentence on the page, the API's lower-case phrase elsewhere."""
+    said = f"the {what} {text.strip()[:40]!r} has no words: {remedy}"
+    return InputError(f"{said[0].upper()}{said[1:]}." if page else said)
 
 
 def safe_file_name(name: str) -> str:
