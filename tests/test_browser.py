@@ -160,6 +160,34 @@ def test_enter_in_the_question_box_asks(page):
     assert box.input_value() == QUESTIONS[0]  # asked, not a line break added
 
 
+def focus_by_tab(page, selector: str, *, most: int = 6) -> None:
+    """Press Tab until the focus is on `selector`; fail after `most` presses."""
+    for _ in range(most):
+        page.keyboard.press("Tab")
+        if page.evaluate("(s) => document.activeElement.matches(s)", selector):
+            return
+    pytest.fail(f"{most} Tabs did not reach {selector}")
+
+
+def test_a_keyboard_skips_from_the_ask_button_to_the_answer(page):
+    link = page.locator("#skip-to-answer a.rag-skip")
+    expect(link).to_have_count(1)
+    assert link.bounding_box()["width"] <= 1  # out of sight until the keyboard reaches it
+    page.locator("#ask-btn").focus()
+    focus_by_tab(page, "a.rag-skip", most=3)
+    assert link.bounding_box()["width"] > 40
+    page.keyboard.press("Enter")  # no answer yet: the message box that says what to do
+    assert page.evaluate("() => document.activeElement.id") == "ask-status"
+    field(page, "question").fill(QUESTIONS[0])
+    page.locator("#ask-btn").click()
+    expect(page.locator("#answer .rag-card-token .rag-tok").first).to_be_visible()
+    page.locator("#ask-btn").focus()
+    focus_by_tab(page, "a.rag-skip", most=3)
+    page.keyboard.press("Enter")
+    assert page.evaluate("() => document.activeElement === document.querySelector('#answer .rag-tok')")
+    assert link.bounding_box()["width"] <= 1
+
+
 def test_example_click_asks(page, ui_engine):
     page.locator("#examples button").first.click()
     expect(page.locator("#answer .rag-tok").first).to_be_visible()

@@ -37,7 +37,8 @@ from .html import esc, format_status
 from .inputs import SessionFiles, UploadLimits
 from .learn import format_glossary_html, format_learn_html
 from .scripts import (CLEAR_ANSWER_STALE_JS, COPY_LINK_JS, LARGE_TEXT_JS, LOAD_JS, MARK_ANSWER_STALE_JS,
-                      REMEMBER_ANSWER_OPTIONS_JS, long_question_js, scroll_if_linked_js, scroll_into_view_js)
+                      REMEMBER_ANSWER_OPTIONS_JS, SKIP_TO_ANSWER_HTML, SKIP_TO_ANSWER_JS, long_question_js,
+                      scroll_if_linked_js, scroll_into_view_js)
 from .train import EncoderChoices, encoder_choice, train_tab, training_runs
 
 ASSETS = Path(__file__).resolve().parents[2] / "assets"
@@ -162,6 +163,7 @@ def build_demo(engine: Engine, *, limits: UploadLimits = UploadLimits(), files: 
                             ask_btn = gr.Button("Ask", variant="primary", elem_id="ask-btn", size="md", scale=3)
                             share_btn = gr.Button("Copy link", elem_id="share-btn", size="md", scale=1, min_width=110)
                         share_box = link_box("share-link")
+                        gr.HTML(SKIP_TO_ANSWER_HTML, elem_id="skip-to-answer", js_on_load=SKIP_TO_ANSWER_JS)
                         variant = gr.Radio(VARIANT_CHOICES, value=ASK.variant, label="RAG variant", elem_id="variant")
                         # one above the other: side by side, "wikipedia-counterfactual" and "IVF-PQ (compressed)" are cut
                         kb = kb_dropdown("kb", default)

@@ -122,6 +122,21 @@ LOAD_JS = """() => {
 }"""
 
 
+# Every control of the Ask tab's sidebar is a Tab stop (each radio option, example, slider and its number box), so a
+# keyboard reaches the answer after some thirty of them. The sidebar's link, in sight only while it has the focus,
+# moves the focus to the answer's first token, or to the message box while there is no answer yet.
+SKIP_TO_ANSWER_HTML = '<a class="rag-skip" href="#answer">Skip to the answer</a>'
+SKIP_TO_ANSWER_JS = """element.querySelector('a.rag-skip').addEventListener('click', (event) => {
+  event.preventDefault();
+  const token = document.querySelector('#answer .rag-tok');
+  const target = token || document.getElementById('ask-status');
+  if (!target) return;
+  if (!token) target.setAttribute('tabindex', '-1');
+  target.focus();
+  target.scrollIntoView({block: 'nearest'});
+});"""
+
+
 LONG_QUESTION_MARK = "rag-long-question"
 
 
