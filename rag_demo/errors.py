@@ -21,5 +21,9 @@ class CacheError(RagDemoError):
     """The cache folder cannot be written or holds something unusable."""
 
 
+class RunStopped(RagDemoError):
+    """A training run the visitor stopped before it had taken its first step."""
+
+
 class IndexTooLargeError(KnowledgeBaseError):
     """An index of a KB is too large to build while serving; the message names the command that prebuilds it."""

@@ -430,6 +430,25 @@ def test_widening_reads_at_most_widen_max_reads_the_best_ranked_first(tiny_encod
     assert trainer.widen().read == min(4, len(unread) - 4)  # the rest wait for the next widening
 
 
+def test_a_widening_stopped_after_its_first_question_reads_no_more_and_leaves_the_rest_waiting(tiny_encoder, tiny_kb):
+    calls = []
+    reading = _graded_reading(tiny_kb, calls)
+    reads = _missing_the_answer(reading, tiny_encoder.question_model, tiny_encoder, tiny_kb, 1)
+    calls.clear()
+    config = EndToEndConfig(batch_size=5, k=3, candidates=3, widen_every=1)
+    trainer = EndToEndTrainer(tiny_encoder, tiny_kb.embeddings, reads, lexical_weight=0.0, config=config, reading=reading)
+    top = trainer.top_rows(3)
+    unread = [(i, r) for i, (e, rows) in enumerate(zip(reads, top)) for r in rows if r not in e.rows]
+    assert len({i for i, _ in unread}) > 1  # more than one question has passages to read
+    widening = trainer.widen(should_stop=lambda: len(calls) >= 1)  # Stop pressed while the first question is read
+    assert len(calls) == 1
+    first = [e.question for e in reads].index(calls[0][0])
+    assert widening.read == widening.added == len(calls[0][1])
+    assert widening.passed_over == len(unread) - widening.read  # the questions not reached wait for a later widening
+    assert [e.rows for i, e in enumerate(trainer.examples) if i != first] == [e.rows for i, e in enumerate(reads) if i != first]
+    assert trainer.widen().read == len(unread) - widening.read  # and the next one reads them
+
+
 def test_a_widened_batch_has_the_papers_loss_and_gradient_over_each_questions_own_candidates(tiny_encoder, tiny_kb):
     """Questions with different numbers of candidates in one batch: each question's loss is the written-out formula
     over the top k of its own candidates under the logits now, and the encoder's gradient that of the sum of the

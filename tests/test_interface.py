@@ -21,7 +21,8 @@ def test_the_declaration_lists_what_the_page_and_cli_call():
     assert set(ENGINE_FIELDS) == {"kb_names", "default_kb", "lexical_weight", "retrievers"}
     assert set(ENGINE_CALLS) == {"ask", "score", "compare_retrievers", "index_reports", "build_kb",
                                  "example_questions", "memory_logit", "release_kb"}
-    assert set(TRAINING_CALLS) == {"train_kbs", "train_begin", "train_advance", "train_end", "train_ask", "train_score"}
+    assert set(TRAINING_CALLS) == {"train_kbs", "train_begin", "train_advance", "train_end", "train_stop", "train_ask",
+                                   "train_score"}
 
 
 @pytest.mark.parametrize("asking, engine_call", [("train_ask", "ask"), ("train_score", "score")])

@@ -10,7 +10,9 @@ import numpy as np
 
 import pytest
 
+from rag_demo.errors import RunStopped
 from rag_demo.serving.retriever_training import PageRunConfig, TrainingRuns
+from rag_demo.ui.html import format_status
 from rag_demo.ui.train import RunLine, TrainActions
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -272,6 +274,44 @@ def test_a_run_widens_its_candidates_and_says_it_is_reading(ui_engine, monkeypat
     from rag_demo.ui.train import reading_text
 
     assert reading_text(view).startswith(f"reading {read} passages took ")
+
+
+def test_stop_ends_a_widening_at_its_next_question_and_takes_no_more_steps(ui_engine, monkeypatch, tmp_path):
+    from rag_demo.training.end_to_end import EndToEndTrainer
+
+    monkeypatch.setenv("RAG_DEMO_CACHE", str(tmp_path))  # no reads from other tests: these passages are unread
+    moved = tuple(range(len(ui_engine.resolve_kb("nq-wiki"))))[::-1]
+    monkeypatch.setattr(EndToEndTrainer, "top_rows", lambda self, depth: [moved[:depth]] * len(self.examples))
+    config = PageRunConfig(steps=4, check_every=2, held_out_sample=2, top_k=3, candidates=2, widen_every=2, widen_max_reads=3)
+    runs = TrainingRuns(lambda: ui_engine, config=config, question_sets={"nq-wiki": (TRAIN, HELD_OUT)})
+    runs.train_begin("a", objective="rag-token", questions=4)
+    heard = []
+
+    def stop_at_first_report(stage, done, total):
+        heard.append(done)
+        runs.train_stop("a")  # the visitor presses Stop while the widening reads
+
+    view = runs.train_advance("a", steps=4, progress=stop_at_first_report)
+    assert heard == [1] and view.step == 2 and not view.finished  # no second question read, no step after it
+    widening = runs._runs["a"].trainer.widenings[-1]
+    assert widening.read == widening.added == 1  # of the 3 it would have read: the first question's one
+    assert runs.train_advance("a", steps=1).step == 2  # stopped stays stopped until the next Train
+    runs.train_begin("a", objective="rag-token", questions=4)  # a new run steps again
+    assert runs.train_advance("a", steps=1).step == 1
+
+
+def test_stop_while_the_questions_are_read_says_no_step_was_taken(ui_engine, monkeypatch, tmp_path):
+    monkeypatch.setenv("RAG_DEMO_CACHE", str(tmp_path))  # every passage unread: the reading reports each question
+    runs = TrainingRuns(lambda: ui_engine, config=PageRunConfig(steps=4, check_every=2, held_out_sample=2, top_k=3),
+                        question_sets={"nq-wiki": (TRAIN, HELD_OUT)})
+    with pytest.raises(RunStopped, match=r"1 of 4 read, and kept for the next run\); no step was taken"):
+        runs.train_begin("a", objective="rag-token", questions=4, progress=lambda *report: runs.train_stop("a"))
+    assert runs.sessions() == ()
+    monkeypatch.setattr(runs, "train_begin", lambda *args, **kwargs: (_ for _ in ()).throw(RunStopped(
+        "stopped while reading the training questions' passages (1 of 4 read, and kept for the next run); no step was taken")))
+    updates = list(TrainActions(runs, steps_per_update=1).train("rag-token", 4, _request("a")))
+    assert updates[-1].status == format_status("Stopped while reading the training questions' passages (1 of 4 read, and "
+                                               "kept for the next run); no step was taken.", "info")
 
 
 def test_reading_ahead_leaves_the_default_run_nothing_to_read(ui_engine, monkeypatch, tmp_path):

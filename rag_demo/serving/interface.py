@@ -81,6 +81,10 @@ class Trainer(Protocol):
 
     def train_end(self, session: str) -> None: ...
 
+    # the visitor pressed Stop: the session's reading or steps end at the next question read or step, not after
+    # a whole widening (a minute of reading on two cores); its run, and the steps taken, stay
+    def train_stop(self, session: str) -> None: ...
+
     # `Engine.ask` and `.score` with the question encoder the session's run trained, for that call only; the
     # result's `question_encoder` names it. No trained encoder: `NoTrainedEncoder`
     def train_ask(self, session: str, question: str, *, kb: str | KnowledgeBase | None = None, k: int = ASK.k,
@@ -111,7 +115,7 @@ TRAINING_CALLS = tuple(_declared(Trainer)[1])
 _SIGNATURES = {**_ENGINE_SIGNATURES, **_declared(Trainer)[1]}
 _DECLARED_IN = {**{name: Engine for name in ENGINE_CALLS}, **{name: Trainer for name in TRAINING_CALLS}}
 # Calls that read what the engine holds: quick, so a build running beside them need not step aside.
-READING_CALLS = frozenset({"example_questions", "memory_logit", "release_kb", "train_kbs", "train_end"})
+READING_CALLS = frozenset({"example_questions", "memory_logit", "release_kb", "train_kbs", "train_end", "train_stop"})
 
 
 def call_signature(name: str) -> inspect.Signature:

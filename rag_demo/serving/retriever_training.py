@@ -11,6 +11,7 @@ reads only passages never read before.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import logging
@@ -25,7 +26,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ..config import ASK, GENERAL_KB, VARIANTS, EndToEndConfig, cache_root
-from ..errors import InputError
+from ..errors import InputError, RunStopped
 from ..progress import counted
 from ..training.pairs import QAPair, load_pairs
 from .interface import NoTrainedEncoder
@@ -319,6 +320,7 @@ class TrainingRuns:
         self._engine, self.config = engine, config
         self.question_sets = dict(QUESTION_SETS_FOR_KB if question_sets is None else question_sets)
         self._runs: dict[str, _Run] = {}
+        self._stopping: set[str] = set()  # sessions whose visitor pressed Stop since their last train_begin
         self._lock = threading.Lock()
 
     def train_kbs(self) -> tuple[str, ...]:
@@ -370,7 +372,10 @@ class TrainingRuns:
         kb = kb or next(iter(self.train_kbs()), engine.default_kb)
         train, held = self._pairs(kb)
         data = prepare_training(engine, kb=kb, pairs=train[:questions], held_out=held, candidates=self.config.candidates,
-                                progress=progress)
+                                progress=progress, should_stop=lambda: self._stopped(session))
+        if self._stopped(session):  # what was read stays cached for the next run
+            raise RunStopped(f"stopped while reading the training questions' passages ({len(data.examples)} of "
+                             f"{questions} read, and kept for the next run); no step was taken")
         config = EndToEndConfig(objective=objective, steps=self.config.steps, batch_size=self.config.batch_size,
                                 seed=0, candidates=self.config.candidates,
                                 widen_every=self.config.widen_every, widen_max_reads=self.config.widen_max_reads)
@@ -408,10 +413,15 @@ class TrainingRuns:
             run = self._runs.get(session)
         if run is None:
             raise InputError("no training run for this page; press Train to start one")
+        stopped = functools.partial(self._stopped, session)
         for _ in range(max(0, min(steps, self.config.steps - run.trainer.steps_taken))):
+            if stopped():
+                break
             with run.model_lock:
                 if run.trainer.widening_due:
-                    run.trainer.widen(progress=progress)
+                    run.trainer.widen(progress=progress, should_stop=stopped)
+                    if stopped():
+                        break
                 started = time.perf_counter()
                 run.losses.append(run.trainer.step())
                 taken = run.trainer.steps_taken
@@ -471,6 +481,16 @@ class TrainingRuns:
         """Forget the session's run and its trained encoder."""
         with self._lock:
             self._runs.pop(session, None)
+            self._stopping.discard(session)
+
+    def train_stop(self, session: str) -> None:
+        """The session's reading and steps end at the next question read or step; its run stays, to be asked with."""
+        with self._lock:
+            self._stopping.add(session)
+
+    def _stopped(self, session: str) -> bool:
+        with self._lock:
+            return session in self._stopping
 
     def sessions(self) -> tuple[str, ...]:
         with self._lock:

@@ -275,14 +275,16 @@ class EndToEndTrainer:
             top += [tuple(int(r) for r in rows) for rows in logits.topk(depth, dim=1).indices.cpu()]
         return top
 
-    def widen(self, *, progress: Callable[[str, int, int], None] | None = None, save_every: int = 200) -> Widening:
+    def widen(self, *, progress: Callable[[str, int, int], None] | None = None, save_every: int = 200,
+              should_stop: Callable[[], bool] = lambda: False) -> Widening:
         """Add to each question's candidates its top `config.candidates` over the whole base under the encoder now.
 
         A row already read for that question and answer (by any run: the reading cache keeps reads per passage)
         joins at no cost; the others are read with the frozen reader, at most `config.widen_max_reads` in all,
         best-ranked first (rank 1 of every question, then rank 2, ...): those left over wait for a later widening.
         `progress(stage, done, total)` hears of the reading, question by question; the cache is saved every
-        `save_every` passages read and at the end. Draws no random numbers.
+        `save_every` passages read and at the end. `should_stop()`, asked before each question's reading, ends it
+        early: the questions not reached keep their candidates and count as passed over. Draws no random numbers.
         """
         if self.reading is None:
             raise ValueError("widening reads new candidates: give the trainer a reading")
@@ -301,8 +303,13 @@ class EndToEndTrainer:
         # the count runs over questions, each reading its own new passages: said, so "2 of 15" is not read as passages
         stage = (f"reading {to_read} new passages the trained encoder ranks in its top {self.config.candidates}, "
                  f"question by question (once; cached)")
-        saved_at = fresh_before
+        saved_at, added = fresh_before, 0
         for done, (i, rows) in enumerate(joining.items(), start=1):
+            if should_stop():  # the unread candidates of the questions not reached wait, as those over the cap do
+                not_reached = {(j, row) for j, rest in list(joining.items())[done - 1:] for row in rest}
+                passed_over |= not_reached & {(j, row) for _, j, row in unread}
+                break
+            added += len(rows)
             e = self.examples[i]
             self.examples[i] = merged_candidates(e, self.reading.question(e.question, e.answers, rows))
             if cache.fresh - saved_at >= save_every:
@@ -312,7 +319,7 @@ class EndToEndTrainer:
                 progress(stage, done, len(joining))
         if cache.fresh > saved_at:
             cache.save()
-        widening = Widening(step=self.steps_taken, added=sum(map(len, joining.values())), read=cache.fresh - fresh_before,
+        widening = Widening(step=self.steps_taken, added=added, read=cache.fresh - fresh_before,
                             passed_over=len(passed_over), seconds=time.perf_counter() - started)
         self.widenings.append(widening)
         log.info("widened the candidates at step %d: %d added (%d read now, the others read before and cached) in %.1f s; "

@@ -25,7 +25,7 @@ from typing import Any, NamedTuple, TypeVar
 
 import gradio as gr
 
-from ..errors import RagDemoError
+from ..errors import RagDemoError, RunStopped
 from ..progress import Progress, counted, eta_text
 from ..serving.interface import EngineNotReady
 from ..serving.retriever_training import PageRunConfig, passes_over
@@ -416,6 +416,8 @@ class TrainActions:
                    if run.step else "")
             yield _view(run, stopped=stopped)._replace(
                 status=format_status(f"{done}. This trained encoder is yours until you leave the page." + use, "ok"))
+        except RunStopped as err:
+            yield _status_only(f"{str(err)[:1].upper()}{str(err)[1:]}.", "info")
         except EngineNotReady as err:
             yield _status_only(str(err), "wait")
         except RagDemoError as err:
@@ -428,7 +430,12 @@ class TrainActions:
             self.line.leave(session)
 
     def stop(self, request: gr.Request) -> None:
-        self.line.stop(getattr(request, "session_hash", None) or "api")
+        session = getattr(request, "session_hash", None) or "api"
+        self.line.stop(session)
+        try:  # a widening's reading ends at its next question, not after the whole minute
+            self.runs.train_stop(session)
+        except RagDemoError:  # the engine is not ready: no run of theirs is reading or stepping
+            pass
 
     def end_session(self, session: str | None) -> None:
         """The visitor left (gradio deleted their session's state): stop their run and free their trained encoder."""
