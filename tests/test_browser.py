@@ -490,6 +490,28 @@ def test_ask_json_api(server, ui_engine):
         client.predict(question=QUESTIONS[3], extractive="no", api_name="/ask_json")
     with pytest.raises(Exception, match="k must be a whole number"):
         client.predict(question=QUESTIONS[3], k=2.5, api_name="/ask_json")
+    # a plain HTTP call through the queue: an empty k is the default, as the README says of every value
+    assert http_call(server, "ask_json", [QUESTIONS[3], "token", "", "", KB_NAMES[1], "", "", "false"])[1]["k"] == 5
+    assert http_call(server, "compare_json", [QUESTIONS[3], KB_NAMES[1], ""])[0] == "complete"
+    # too few values: gradio's own message, which says how many the endpoint takes, instead of a null error
+    event, error = http_call(server, "ask_json", [QUESTIONS[3]])
+    assert event == "error" and "needed: 8, got: 1" in error["error"]
+
+
+def http_call(server: str, endpoint: str, values: list):
+    """One call of `endpoint` as a plain HTTP client makes it (no gradio_client): its last event and that event's data."""
+    import json
+    import urllib.request
+
+    post = urllib.request.Request(f"{server.rstrip('/')}/gradio_api/call/{endpoint}", method="POST",
+                                  data=json.dumps({"data": values}).encode(), headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(post, timeout=60) as answer:
+        event_id = json.load(answer)["event_id"]
+    with urllib.request.urlopen(f"{server.rstrip('/')}/gradio_api/call/{endpoint}/{event_id}", timeout=120) as stream:
+        lines = stream.read().decode().splitlines()
+    event = [line[len("event: "):] for line in lines if line.startswith("event: ")][-1]
+    data = json.loads([line[len("data: "):] for line in lines if line.startswith("data: ")][-1])
+    return event, data[0] if event == "complete" else data
 
 
 def test_api_names_a_kb_of_a_page_built_before_the_engine_was_ready(ui_engine):

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlencode
 
-from ..config import LIMITS, VARIANTS
+from ..config import ASK, LIMITS, VARIANTS
 from ..retrieval.corpus import SOURCE_SUFFIXES, Passage, read_document_file, split_into_passages
 from ..errors import InputError
 from ..options import BOTH
@@ -127,6 +127,9 @@ def _whole_number(value: object, *, name: str, most: int) -> int:
 
 
 def parse_k(k: object) -> int:
+    """The k slider's value, or an API call's; empty means the default (ASK.k), as for the API's other values."""
+    if k is None or k == "":
+        return ASK.k
     return _whole_number(k, name="k", most=LIMITS.max_k)
 
 

@@ -86,6 +86,10 @@ def launch_options() -> dict:
         "js": LOAD_JS,
         "footer_links": ["api", "gradio", "settings"],
         "run_history": False,
+        # an HTTP call that sends too few values fails inside gradio, before any handler of ours can word it: without
+        # this its error is null; with it, gradio's own message says how many values the endpoint needs. Every
+        # handler's own failure is already a worded gr.Error (`outcomes`), so nothing else changes.
+        "show_error": True,
     }
 
 
