@@ -525,7 +525,8 @@ def _run_eval(args, answers) -> int:
                                  num_beams=args.num_beams, max_new_tokens=args.max_new_tokens, sequence_decoding=args.decoding,
                                  kb_sample=args.kb_sample, retriever=args.retriever, extractive=args.extractive,
                                  gold_passage=args.gold_passage, answers=answers, memory=args.memory,
-                                 questions={kb: question_set for kb in kbs} if question_set else None)
+                                 questions={kb: question_set for kb in kbs} if question_set else None,
+                                 progress=_progress())
         if args.json:
             print(json.dumps(reports))
         else:
@@ -535,7 +536,7 @@ def _run_eval(args, answers) -> int:
                       k=args.k or ASK.k, index=args.index, num_beams=args.num_beams, max_new_tokens=args.max_new_tokens,
                       sequence_decoding=args.decoding, kb_sample=args.kb_sample, retriever=args.retriever,
                       extractive=args.extractive, gold_passage=args.gold_passage, answers=answers, memory=args.memory,
-                      questions=question_set)
+                      questions=question_set, progress=_progress())
     if args.json:
         print(json.dumps(report))
     else:

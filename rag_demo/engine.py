@@ -360,8 +360,8 @@ class RagEngine:
             raise InputError("this setup has no fitted logit for the generator's memory"
                              + ("" if own_question_side else " with a question encoder of its own")
                              + ("" if retrieval.kb in DEFAULT_KBS else f" on {retrieval.kb}")
-                             + "; ask without memory, or give it a logit (--memory-logit on the command line, "
-                             "`MemoryConfig.logit` in Python)")
+                             + "; ask without memory (memory false over the API, --no-memory on the command line), "
+                             "or give it a logit (--memory-logit on the command line, `MemoryConfig.logit` in Python)")
         if logit is None or not retrieval.passages:
             return retrieval, None
         return parametric_memory.with_memory(retrieval, logit), logit
@@ -488,7 +488,7 @@ class RagEngine:
                 notices += said
             written = {VARIANT_NAMES[variant]: ids for variant, (ids, *_rest) in answers.items()}
             written.update({"the closed-book answer": closed_greedy.ids} if closed_book else {})
-            notices += decoding.length_limit_notice(written, max_new_tokens, self._stop_ids())
+            notices += decoding.ending_notices(written, max_new_tokens, self._stop_ids(), decode=self.generator.decode)
         timings["generate"] = (time.perf_counter() - started) * 1000
         timings["total"] = (time.perf_counter() - total_started) * 1000
         return AskResult(
@@ -612,7 +612,8 @@ class RagEngine:
         return AskResult(
             question=question, kb=retrieval.kb, index=index, k=k, passages=retrieval.passages,
             variants=results, closed_book=closed_result, timings_ms=timings,
-            notices=notices + answer_notices + retrieval.notices, index_recall=retrieval.index_recall, scale=retrieval.scale,
+            notices=notices + answer_notices + retrieval.notices + (sureness.SCORED_NO_BADGE,),
+            index_recall=retrieval.index_recall, scale=retrieval.scale,
             retriever=retrieval.retriever, lexical_weight=retrieval.lexical_weight, no_answer=no_answer,
             memory_logit=memory_logit, memory_prob=float(retrieval.doc_lp[-1].exp()) if with_memory else None,
             question_encoder=retrieval.question_encoder,

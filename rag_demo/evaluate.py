@@ -279,6 +279,17 @@ def print_table(reports: list[dict], out=sys.stdout) -> None:
         common = f"{r['most_common_answer'][:30] or '(empty)'} ({100 * r['most_common_share']:.0f}%)" if r.get("most_common_share") else "-"
         out.write(f"| {r['kb']} | {r['kb_passages']:,} | {retriever} | {variant} | {k} | {r['n']} | " + " | ".join(cells)
                   + f" | {common} | {r['seconds_per_question']:.2f} |\n")
+    out.write("\n" + "".join(f"{name}: {means}\n" for name, means in TABLE_NOTES))
+
+
+# what the table's columns that its header does not explain are
+TABLE_NOTES = (
+    ("EM", "exact match: the answer equals an alias (lower case, punctuation and articles dropped)"),
+    ("answer recall", "the answer contains an alias"),
+    ("gold in top k", "the top k held the gold passage (a question set has none: a passage holding an alias)"),
+    ("s/question", "the seconds of the ask that answered it; RAG-Token and RAG-Sequence at one k come out of one ask "
+                   "and share its time"),
+)
 
 
 # what each figure of a report is, as `eval` prints it beside the figure (percent of the questions asked)

@@ -72,7 +72,9 @@ def memory_line(result) -> str:
        ∅. p(∅|x)=0.250 logit=2.00  no passage: the generator's own memory (the largest source: no passage matches as well)
     """
     if result.memory_prob is None:
-        return "   ∅. memory is no source: p(z|x) is over the k passages alone (--memory-logit THETA makes it one)"
+        # the result does not say why: switched off (--no-memory), or this setup has no fitted logit
+        return ("   ∅. memory is no source: p(z|x) is over the k passages alone (memory switched off, or no fitted "
+                "logit for this setup: --memory-logit THETA gives one)")
     lead = " (the largest source: no passage matches as well)" if memory_leads(result) else ""
     return f"   ∅. p(∅|x)={result.memory_prob:.3f} logit={result.memory_logit:.2f}  {MEMORY_WHAT}{lead}"
 

@@ -103,6 +103,14 @@ def test_score_reports_its_four_steps(tiny_engine):
                      ("scoring the answer under each passage", 2, 4), ("scoring it closed-book (no passages)", 3, 4)]
 
 
+def test_a_scored_answer_has_no_badge_and_says_why(tiny_engine):
+    from rag_demo.sureness import SCORED_NO_BADGE
+
+    scored = tiny_engine.score(QUESTION, "paris", k=2)
+    assert all(result.sureness == "" for result in scored.variants.values())
+    assert scored.notices.count(SCORED_NO_BADGE) == 1 and "measured on answers the generator wrote" in SCORED_NO_BADGE
+
+
 def test_closed_book_matches_generator_without_passages(tiny_engine, tiny_parts):
     result = tiny_engine.ask(QUESTION, k=2, max_new_tokens=6)
     question_as_read = tiny_engine.retrieve(QUESTION, k=1).generator_question
@@ -522,6 +530,15 @@ def test_an_answer_that_reaches_the_length_limit_is_said_to_be_cut_short(causal_
     cut = [name for name, ids in answers.items() if len(ids) == 3 and ids[-1] not in stops]
     said = [notice for notice in result.notices if "length limit of 3 tokens" in notice]
     assert cut and len(said) == 1 and all(name in said[0] for name in cut)
+
+
+def test_an_answer_the_generator_ended_at_once_is_said_to_have_no_words(causal_engine, monkeypatch):
+    spoken = causal_engine.ask(QUESTION, k=2, max_new_tokens=3)
+    assert not any(notice.startswith("No words from") for notice in spoken.notices)
+    monkeypatch.setattr(causal_engine.generator, "decode", lambda ids, **options: " ")  # every answer reads as empty
+    silent = causal_engine.ask(QUESTION, k=2, max_new_tokens=3)
+    assert [n for n in silent.notices if n.startswith("No words from")] == [
+        "No words from RAG-Token, RAG-Sequence and the closed-book answer: the generator ended each at once"]
 
 
 def test_only_answers_without_their_stop_token_are_cut_short():

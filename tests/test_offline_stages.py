@@ -27,17 +27,17 @@ def test_a_first_start_serves_bm25_first_then_each_part_as_it_is_built(default_s
     assert text.building() == "dense vectors are building (2 of 5)"
     assert list(general.paths.kb_paths) == ["wikipedia", "wikipedia-counterfactual"]
     assert list(general.text_kbs) == ["nq-wiki", "nq-counterfactual"]
-    assert general.serving() == ("dense retrieval on wikipedia, wikipedia-counterfactual, BM25 on nq-wiki, "
+    assert general.serving() == ("Dense + BM25 retrieval on wikipedia, wikipedia-counterfactual, BM25 on nq-wiki, "
                                  "nq-counterfactual and the base generator")
     assert general.building() == "dense vectors of the NQ pair are building (3 of 5)"
     assert list(dense.paths.kb_paths) == ["wikipedia", "wikipedia-counterfactual", "nq-wiki", "nq-counterfactual"]
     assert not dense.text_kbs
-    assert dense.paths.question_encoder_path is None and dense.serving() == "dense retrieval and the base generator"
+    assert dense.paths.question_encoder_path is None and dense.serving() == "Dense + BM25 retrieval and the base generator"
     assert dense.building() == "the fine-tuned question encoder is building (4 of 5)"
     assert questions.paths.question_encoder_path is not None and questions.paths.reader_adapter_path is None
     assert questions.building() == "the reading adapter is building (5 of 5)"
     assert full.complete and full.building() == "" and not full.paths.unavailable and full.missing() == ""
-    assert full.serving() == "dense retrieval with the fine-tuned question encoder and the reading adapter"
+    assert full.serving() == "Dense + BM25 retrieval with the fine-tuned question encoder and the reading adapter"
     timeline = next(r.getMessage() for r in caplog.records if "offline default built" in r.getMessage())
     assert "embedding" in timeline and "fine-tuning the generator" in timeline and "in all" in timeline
     # warm: one complete stage, from markers alone
@@ -67,7 +67,7 @@ def test_without_the_nq_source_wikipedia_serves_alone_and_later_starts_do_not_as
     general = ["wikipedia", "wikipedia-counterfactual"]
     assert list(text.text_kbs) == general and full.complete and list(full.paths.kb_paths) == general
     assert full.paths.question_encoder_path is None and full.paths.reader_adapter_path is None  # trained on nq-wiki
-    assert full.serving() == "dense retrieval and the base generator"
+    assert full.serving() == "Dense + BM25 retrieval and the base generator"
     assert set(full.paths.unavailable) == {"nq-wiki", "nq-counterfactual"}
     assert str(sdist) in full.missing() and "python -m rag_demo prepare" in full.missing()
     assert "NQ knowledge bases are left out" in caplog.text

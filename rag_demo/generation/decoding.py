@@ -10,7 +10,7 @@ of the top `num_beams` ranks only), so the same model and passages give the same
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -353,3 +353,21 @@ def length_limit_notice(answers: dict[str, Sequence[int]], max_new_tokens: int, 
     names = cut[0] if len(cut) == 1 else f"{', '.join(cut[:-1])} and {cut[-1]}"
     return (f"{names} reached the length limit of {max_new_tokens} tokens before ending: "
             f"{'it is' if len(cut) == 1 else 'they are'} cut short",)
+
+
+def ending_notices(answers: dict[str, Sequence[int]], max_new_tokens: int, stop_ids: frozenset[int], *,
+                   decode: Callable[[list[int]], str]) -> tuple[str, ...]:
+    """What the reader should know of how `answers` (name -> generated ids) ended: those cut short at the length
+    limit (`length_limit_notice`), and those the generator ended before writing a word (its first token was the
+    stop; the page would show an empty answer with nothing said).
+
+    >>> decode = lambda ids: "".join({5: "Paris", 2: "\\n"}[i] for i in ids)
+    >>> ending_notices({"RAG-Token": (5, 2), "RAG-Sequence": (2,)}, 8, frozenset({2}), decode=decode)
+    ('No words from RAG-Sequence: the generator ended the answer at once',)
+    """
+    empty = [name for name, ids in answers.items() if not decode(list(ids)).strip()]
+    said = length_limit_notice(answers, max_new_tokens, stop_ids)
+    if not empty:
+        return said
+    names = empty[0] if len(empty) == 1 else f"{', '.join(empty[:-1])} and {empty[-1]}"
+    return (*said, f"No words from {names}: the generator ended {'the answer' if len(empty) == 1 else 'each'} at once")

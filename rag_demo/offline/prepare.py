@@ -94,14 +94,15 @@ class Readiness:
         return not self.coming
 
     def serving(self) -> str:
-        """Which parts answer now, for the page's banner and each answer's notices."""
+        """Which parts answer now, for the page's banner and each answer's notices. BM25 is built before the dense
+        vectors, so a base with vectors answers with the default retriever, Dense + BM25."""
         paths = self.paths
         if paths.question_encoder_path:
-            retrieval = "dense retrieval with the fine-tuned question encoder"
+            retrieval = "Dense + BM25 retrieval with the fine-tuned question encoder"
         elif paths.kb_paths and self.text_kbs:
-            retrieval = f"dense retrieval on {', '.join(paths.kb_paths)}, BM25 on {', '.join(self.text_kbs)}"
+            retrieval = f"Dense + BM25 retrieval on {', '.join(paths.kb_paths)}, BM25 on {', '.join(self.text_kbs)}"
         else:
-            retrieval = "dense retrieval" if paths.kb_paths else "BM25 retrieval"
+            retrieval = "Dense + BM25 retrieval" if paths.kb_paths else "BM25 retrieval"
         reader = "the reading adapter" if paths.reader_adapter_path else "the base generator"
         return f"{retrieval} and {reader}"
 
