@@ -21,6 +21,7 @@ from .config import (
     DECODING_DEFAULTS,
     VARIANTS,
     DECODINGS,
+    DEFAULT_KBS,
     DEFAULT_LEXICAL_WEIGHT,
     INDEX_KINDS,
     LIMITS,
@@ -330,6 +331,13 @@ def _check_cheap_options(args) -> None:
             raise UsageError(f"the {what} {text.strip()[:40]!r} has no words: "
                              + ("ask it in words" if what == "question" else "give the answer in words"))
         check_length(text, what=what)
+    kb = getattr(args, "kb", None)
+    # the offline default's bases are known by name before any model loads; a folder, --kb-path's names and a RAG
+    # checkpoint's index are known only once loaded
+    if (kb and kb not in DEFAULT_KBS and not getattr(args, "kb_path", None) and not getattr(args, "rag_checkpoint", None)
+            and not looks_like_path(kb) and not _names_a_folder(kb)):
+        raise UsageError(f"unknown knowledge base {kb!r}; choose one of {', '.join(DEFAULT_KBS)} (the last two where "
+                         "their source could be had), give a KB folder, or name one with --kb-path NAME=DIR")
 
 
 def _k(args, engine) -> int:

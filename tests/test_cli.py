@@ -212,6 +212,16 @@ def test_bad_input_is_one_line_and_exit_2(saved, args, message, tmp_path):
     assert len(out.stderr.strip().splitlines()) == 1
 
 
+def test_an_unknown_default_kb_name_is_refused_before_any_model_loads(monkeypatch, capsys):
+    import rag_demo.cli as cli
+
+    monkeypatch.setattr(cli, "make_engine", lambda args: pytest.fail("a model was loaded for an unknown base"))
+    for command in (["ask", "who wrote hamlet?"], ["score", "who wrote hamlet?", "Shakespeare"], ["eval", "--n", "1"]):
+        assert cli.main([*command, "--kb", "wikipedai"]) == 2
+        said = capsys.readouterr().err
+        assert "unknown knowledge base 'wikipedai'; choose one of wikipedia, wikipedia-counterfactual" in said
+
+
 @pytest.mark.parametrize("vectors", ["arrow", "float16"])
 def test_build_kb_from_files(tmp_path, vectors):
     import numpy as np
