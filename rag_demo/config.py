@@ -56,7 +56,7 @@ NO_MATCH_SCORE = 0.30
 # How sure an answer is, by its p(y|x) (`sureness.answer_sureness`): with the default models on wikipedia and the
 # page's default options, RAG-Token's answers this likely or more were right 47 times in 48 on everyday-train
 # questions, where the thresholds were chosen, and answers under the second 18 times in 48. On the held-out everyday
-# questions: 76 of 80 and 14 of 57; RAG-Sequence's, 76 of 81 and 11 of 53 (`python -m benchmarks.sureness`;
+# questions: 76 of 80 and 14 of 57; RAG-Sequence's, 76 of 81 and 13 of 52 (`python -m benchmarks.sureness`;
 # docs/results.md, "How sure an answer is").
 LIKELY_RIGHT_P = 0.2
 LIKELY_WRONG_P = 0.05
