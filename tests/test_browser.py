@@ -493,9 +493,12 @@ def test_ask_json_api(server, ui_engine):
     # a plain HTTP call through the queue: an empty k is the default, as the README says of every value
     assert http_call(server, "ask_json", [QUESTIONS[3], "token", "", "", KB_NAMES[1], "", "", "false"])[1]["k"] == 5
     assert http_call(server, "compare_json", [QUESTIONS[3], KB_NAMES[1], ""])[0] == "complete"
-    # too few values: gradio's own message, which says how many the endpoint takes, instead of a null error
+    # too few values: what the endpoint takes, instead of gradio's null error
     event, error = http_call(server, "ask_json", [QUESTIONS[3]])
-    assert event == "error" and "needed: 8, got: 1" in error["error"]
+    assert event == "error" and error["error"] == ("/ask_json takes 8 values, in this order: question, variant, k, index, kb, "
+                                                   "retriever, extractive, memory (empty for a default); the call sent 1")
+    assert http_call(server, "compare_json", [])[1]["error"].startswith("/compare_json takes 3 values, in this order: "
+                                                                        "question, kb, k")
 
 
 def http_call(server: str, endpoint: str, values: list):

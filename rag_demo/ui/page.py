@@ -9,6 +9,7 @@ upload folder into a folder of their own session, deleted when the session ends.
 
 from __future__ import annotations
 
+import inspect
 from pathlib import Path
 from typing import Any
 
@@ -86,11 +87,24 @@ def launch_options() -> dict:
         "js": LOAD_JS,
         "footer_links": ["api", "gradio", "settings"],
         "run_history": False,
-        # an HTTP call that sends too few values fails inside gradio, before any handler of ours can word it: without
-        # this its error is null; with it, gradio's own message says how many values the endpoint needs. Every
-        # handler's own failure is already a worded gr.Error (`outcomes`), so nothing else changes.
-        "show_error": True,
     }
+
+
+class DemoBlocks(gr.Blocks):
+    """The page's Blocks. A plain HTTP call that sends an endpoint fewer values than it takes fails in gradio before
+    any handler of ours runs, and its caller read only `{"error": null}`: the error now says what the endpoint takes."""
+
+    def validate_inputs(self, block_fn, inputs: list[Any]):
+        wanted = len(block_fn.inputs)
+        if len(inputs) < wanted:
+            try:
+                names = list(inspect.signature(block_fn.fn).parameters)[:wanted]
+            except (TypeError, ValueError):  # a callable without a signature: the count alone
+                names = []
+            endpoint = f"/{block_fn.api_name}" if block_fn.api_name else "this event"
+            order = f", in this order: {', '.join(names)} (empty for a default)" if len(names) == wanted else ""
+            raise gr.Error(f"{endpoint} takes {wanted} values{order}; the call sent {len(inputs)}", print_exception=False)
+        super().validate_inputs(block_fn, inputs)
 
 
 def _html(elem_id: str, value: str = "", **options: Any) -> gr.HTML:
@@ -138,7 +152,7 @@ def build_demo(engine: Engine, *, limits: UploadLimits = UploadLimits(), files: 
         return gr.Slider(1, LIMITS.max_k, value=ASK.k, step=1, label="k passages", elem_id=elem_id, min_width=150,
                          info="more passages: slower answers")
 
-    with gr.Blocks(title="RAG provenance explorer", delete_cache=(3600, 3600)) as demo:
+    with DemoBlocks(title="RAG provenance explorer", delete_cache=(3600, 3600)) as demo:
         def release_kb(value: Any) -> None:
             # A plain function, not a bound method: gradio deep-copies components' arguments for every new
             # session, and a bound method would be copied with its object (the engine: gigabytes per visitor).
