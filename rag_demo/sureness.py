@@ -82,8 +82,8 @@ def long_answer(text: str) -> bool:
 
 NO_BADGE = "no likely right / unsure / likely wrong badge"
 # Score's answers are a visitor's, not the generator's: the rates were measured on what it wrote itself
-SCORED_NO_BADGE = (f"{NO_BADGE} for a scored answer: its rates were measured on answers the generator wrote, not on "
-                   "answers given to it to score")
+SCORED_NO_BADGE = (f"{NO_BADGE} for a scored answer: the badge tells how often answers the generator wrote itself were "
+                   "right, and an answer typed in to be scored is not one of those")
 
 
 def banded(results: dict[str, VariantResult], differences: list[str], *,

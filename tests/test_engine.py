@@ -108,7 +108,7 @@ def test_a_scored_answer_has_no_badge_and_says_why(tiny_engine):
 
     scored = tiny_engine.score(QUESTION, "paris", k=2)
     assert all(result.sureness == "" for result in scored.variants.values())
-    assert scored.notices.count(SCORED_NO_BADGE) == 1 and "measured on answers the generator wrote" in SCORED_NO_BADGE
+    assert scored.notices.count(SCORED_NO_BADGE) == 1 and "answers the generator wrote itself" in SCORED_NO_BADGE
 
 
 def test_closed_book_matches_generator_without_passages(tiny_engine, tiny_parts):

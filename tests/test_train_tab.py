@@ -264,7 +264,7 @@ def test_a_run_widens_its_candidates_and_says_it_is_reading(ui_engine, monkeypat
     view = runs.train_advance("a", steps=4, progress=lambda stage, done, total: heard.append((stage, done, total)))
     assert view.finished and np.isfinite(view.losses).all()
     assert heard and {stage for stage, _, _ in heard} == {"reading 3 new passages the trained encoder ranks in its top 2, "
-                                                         "question by question (once; cached)"}
+                                                         "for 3 questions (once; cached)"}
     assert heard[-1][1] == heard[-1][2]
     run = runs._runs["a"]  # the summary's reading time counts the widening's, not only the reading before step 1
     widened = sum(w.seconds for w in run.trainer.widenings)

@@ -129,7 +129,9 @@ def prepare_training(engine, *, kb: str | None, pairs: Sequence[QAPair], held_ou
     reading = CandidateReading(engine_reader(engine, knowledge), bm25.scores, lambda row: knowledge.texts[row],
                                ReadingCache.open(reading_cache_path(engine, knowledge)))
     started = time.perf_counter()
-    stage = f"reading {len(pairs)} questions' top {candidates} passages (once; cached)"
+    # each question's top passages are found every run; only those no run has read are read (a cached run takes
+    # seconds, and the status must not say it reads them all again)
+    stage = f"finding {len(pairs)} questions' top {candidates} passages and reading any not read before"
     examples = read_candidates(
         pairs, candidates=lambda q: [p.id for p in engine.retrieve(q, kb=knowledge, k=candidates, retriever=retriever).passages],
         reading=reading, progress=None if progress is None else (lambda done, total: progress(stage, done, total)),

@@ -302,7 +302,7 @@ class EndToEndTrainer:
         to_read = len(unread) - len(passed_over)
         # the count runs over questions, each reading its own new passages: said, so "2 of 15" is not read as passages
         stage = (f"reading {to_read} new passages the trained encoder ranks in its top {self.config.candidates}, "
-                 f"question by question (once; cached)")
+                 f"for {len(joining)} questions (once; cached)")
         saved_at, added = fresh_before, 0
         for done, (i, rows) in enumerate(joining.items(), start=1):
             if should_stop():  # the unread candidates of the questions not reached wait, as those over the cap do

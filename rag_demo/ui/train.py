@@ -334,10 +334,10 @@ def reading_status(stage: str, done: int, total: int, *, first: int, elapsed_s: 
     """The engine's reading as the status says it: its stage, how far, and the time left at the rate since its
     first report (`first` done then, `elapsed_s` ago).
 
-    >>> reading_status("reading 100 questions' top 10 passages (once; cached)", 25, 100, first=5, elapsed_s=10.0)
-    "reading 100 questions' top 10 passages (once; cached): 25 of 100, 38s left"
-    >>> reading_status("reading 100 questions' top 10 passages (once; cached)", 1, 100, first=1, elapsed_s=0.0)
-    "reading 100 questions' top 10 passages (once; cached): 1 of 100"
+    >>> reading_status("finding 100 questions' top 10 passages and reading any not read before", 25, 100, first=5, elapsed_s=10.0)
+    "finding 100 questions' top 10 passages and reading any not read before: 25 of 100, 38s left"
+    >>> reading_status("finding 100 questions' top 10 passages and reading any not read before", 1, 100, first=1, elapsed_s=0.0)
+    "finding 100 questions' top 10 passages and reading any not read before: 1 of 100"
     """
     left = eta_text(done - first, total - first, elapsed_s)
     return f"{stage}: {done} of {total}" + (f", {left}" if left else "")
