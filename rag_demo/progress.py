@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Sequence
 from typing import Protocol
 
 
@@ -31,6 +32,15 @@ def counted(n: int, noun: str) -> str:
     ('1 passage', '2,000 passages')
     """
     return f"{n:,} {noun}" + ("" if n == 1 else "s")
+
+
+def listed(items: Sequence[str]) -> str:
+    """Items as a sentence lists them (page and command-line messages).
+
+    >>> listed(["#2"]), listed(["#1", "#3"]), listed(["RAG-Token", "RAG-Sequence", "the closed-book answer"])
+    ('#2', '#1 and #3', 'RAG-Token, RAG-Sequence and the closed-book answer')
+    """
+    return items[0] if len(items) == 1 else f"{', '.join(items[:-1])} and {items[-1]}"
 
 
 def eta_text(done: int, total: int, elapsed: float) -> str:

@@ -19,6 +19,7 @@ import torch
 from .decode_state import DecodeState
 from .generator import Generator
 from ..marginalize import next_token_marginal
+from ..progress import listed
 
 NEG = -1.0e9  # transformers' "impossible" score; -inf would turn sums into NaN
 
@@ -350,8 +351,7 @@ def length_limit_notice(answers: dict[str, Sequence[int]], max_new_tokens: int, 
     cut = [name for name, ids in answers.items() if reached_length_limit(ids, max_new_tokens, stop_ids)]
     if not cut:
         return ()
-    names = cut[0] if len(cut) == 1 else f"{', '.join(cut[:-1])} and {cut[-1]}"
-    return (f"{names} reached the length limit of {max_new_tokens} tokens before ending: "
+    return (f"{listed(cut)} reached the length limit of {max_new_tokens} tokens before ending: "
             f"{'it is' if len(cut) == 1 else 'they are'} cut short",)
 
 
@@ -369,5 +369,4 @@ def ending_notices(answers: dict[str, Sequence[int]], max_new_tokens: int, stop_
     said = length_limit_notice(answers, max_new_tokens, stop_ids)
     if not empty:
         return said
-    names = empty[0] if len(empty) == 1 else f"{', '.join(empty[:-1])} and {empty[-1]}"
-    return (*said, f"No words from {names}: the generator ended {'the answer' if len(empty) == 1 else 'each'} at once")
+    return (*said, f"No words from {listed(empty)}: the generator ended {'the answer' if len(empty) == 1 else 'each'} at once")

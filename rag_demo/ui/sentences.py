@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from .. import plots
 from ..config import GENERAL_KB, LIKELY_RIGHT_P, LIKELY_WRONG_P
 from ..evaluate import exact_match
-from ..progress import counted
+from ..progress import counted, listed
 from ..questions import holds_answer
 from ..results import AskResult, RetrievedPassage, VariantResult
 from ..sureness import long_answer
@@ -198,8 +198,7 @@ READ_IT = ("it to see whether it answers the question", "them to see whether the
 def _ranks_in_words(ranks: Sequence[int]) -> str:
     """'passage #2', 'passages #1 and #3', 'passages #1, #2 and #4'."""
     marks = [f"#{rank}" for rank in ranks]
-    listed = marks[0] if len(marks) == 1 else f"{', '.join(marks[:-1])} and {marks[-1]}"
-    return f"passage{'s' if len(marks) > 1 else ''} {listed}"
+    return f"passage{'s' if len(marks) > 1 else ''} {listed(marks)}"
 
 
 # ∅'s share of an answer's posterior under which the passages, not memory, carried it: near a half, the tokens'
