@@ -321,8 +321,8 @@ class DecodingConfig:
     num_beams: int = 1
     sequence_decoding: str = "thorough"  # RAG-Sequence: "thorough" or "fast" (paper 2.5)
     extractive: bool = False  # answers may only copy a run of a retrieved passage's tokens (causal generators)
-    # an answer whose every word is in the question is decoded again without its first word
-    # (`generation.restatements`); False decodes as the paper does
+    # an answer whose every word is in the question is decoded again without its first word, and RAG-Sequence
+    # passes over a candidate without words (`generation.restatements`); False decodes as the paper does
     set_aside_restatements: bool = True
 
 

@@ -29,7 +29,7 @@ from .generation.decode_state import DecodeState, Target, join_rows
 from .generation.decoding import Hypothesis, MemoryRows
 from .generation.generator import Generator, generator_from_model
 from .generation.teacher_forcing import every_source_logprobs, rows_logprobs, sources_logprobs
-from .generation.restatements import restates_question, set_aside_restatements
+from .generation.restatements import first_standing, restates_question, set_aside_restatements
 from .retrieval.index import SearchIndex
 from .marginalize import (
     rag_sequence_logprob,
@@ -276,7 +276,7 @@ class RagEngine:
                          closed_state: DecodeState | None = None, recalled: list[Hypothesis] | None = None,
                          ) -> tuple[tuple[int, ...], list[tuple[tuple[int, ...], float]], dict[int, torch.Tensor], tuple[str, ...]]:
         """Per-passage beams, then the marginal over passages (thorough) or over finders (fast); the best
-        candidate that does not restate `question` wins where there is one (`restatements`).
+        candidate with words that does not restate `question` wins where there is one (`restatements.first_standing`).
 
         With `closed_state`, the memory is a source too (the last of doc_lp's): `recalled` are its own
         hypotheses, the closed-book answers, and every candidate is scored under it as under a passage.
@@ -327,9 +327,10 @@ class RagEngine:
             marginal = rag_sequence_logprob(lps, doc_lp[zs][None], torch.ones(1, lps.shape[-1], dtype=torch.bool))
             scored.append((cand, float(marginal[0])))
         ranked = sorted(scored, key=lambda item: -item[1])
-        kept = next((i for i, (cand, _) in enumerate(ranked) if not self._restates(question, self.generator.decode(list(cand)))), 0)
+        texts = [self.generator.decode(list(cand)) for cand, _ in ranked]
+        kept = first_standing(texts, functools.partial(self._restates, question)) if self.config.decoding.set_aside_restatements else 0
         best = ranked[kept][0]
-        set_aside = [text for _, texts in answered for text in texts] + [self.generator.decode(list(c)) for c, _ in ranked[:kept]]
+        set_aside = [text for _, said in answered for text in said] + [text for text in texts[:kept] if text.strip()]
         return best, ranked, known[best], tuple(dict.fromkeys(set_aside))
 
     def _stop_ids(self) -> frozenset[int]:
@@ -350,8 +351,7 @@ class RagEngine:
         floor = parametric_memory.no_match_floor(self.encoder, own_question_side=own_question_side)
         return parametric_memory.poor_match_notice(retrieval, floor)
 
-    def _with_memory(self, retrieval: Retrieval, memory: bool | None, *,
-                     own_question_side: bool = True) -> tuple[Retrieval, float | None]:
+    def _with_memory(self, retrieval: Retrieval, memory: bool | None, *, own_question_side: bool = True) -> tuple[Retrieval, float | None]:
         """The retrieval with p(z|x) over its passages and the memory (the last of doc_lp's K + 1), and
         the memory's logit; as it was, and None, when memory is not a source of this ask."""
         logit = (self._memory_logit(retrieval.retriever, own_question_side=own_question_side, kb=retrieval.kb)

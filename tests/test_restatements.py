@@ -119,6 +119,22 @@ def test_rag_sequence_keeps_its_best_candidate_that_does_not_restate(causal_engi
     assert len(dict(kept.candidates)) > len(others)  # and the restating sources gave answers of their own
 
 
+def test_rag_sequence_passes_over_a_candidate_without_words(causal_engine, monkeypatch):
+    """A 5,000-character question once got "" from RAG-Sequence: an answer without words is never right where
+    another candidate has some, and it is not reported as a restatement either."""
+    first = causal_engine.ask(QUESTION, k=3, max_new_tokens=4, closed_book=False).variants["sequence"]
+    assert len(first.candidates) >= 2
+    decode = causal_engine.generator.decode
+    monkeypatch.setattr(causal_engine.generator, "decode",
+                        lambda ids, **options: "" if decode(ids, **options) == first.answer else decode(ids, **options))
+    kept = causal_engine.ask(QUESTION, k=3, max_new_tokens=4, closed_book=False).variants["sequence"]
+    assert kept.answer == first.candidates[1][0] and kept.set_aside == ()
+    assert dict(kept.candidates)[""] == pytest.approx(first.candidates[0][1], abs=1e-4)  # still listed, with its score
+    config = dataclasses.replace(causal_engine.config, decoding=DecodingConfig(set_aside_restatements=False))
+    monkeypatch.setattr(causal_engine, "config", config)
+    assert causal_engine.ask(QUESTION, k=3, max_new_tokens=4, closed_book=False).variants["sequence"].answer == ""  # the paper's choice
+
+
 def test_memorys_rag_sequence_candidate_is_the_closed_book_answer_when_its_first_restates(causal_engine, monkeypatch):
     """A review saw memory's restating sentence among the candidates while the closed-book card, which sets it
     aside, answered "Tom Brady": memory's candidate and the card must be one answer."""

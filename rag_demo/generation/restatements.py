@@ -116,6 +116,19 @@ def first_word_forms(tokenizer, token_id: int) -> frozenset[int]:
     return frozenset(forms)
 
 
+def first_standing(texts: list[str], restates: Callable[[str], bool]) -> int:
+    """The index of the first of `texts` (candidate answers, best first) that a reader can take: it has words and
+    does not restate the question. An answer without words is never right where another candidate has some; 0 where
+    none stands (the best candidate then stays, as the model chose).
+
+    >>> first_standing(["", "a baby frog", "tadpole"], lambda text: text == "a baby frog")
+    2
+    >>> first_standing(["", " "], lambda text: False)
+    0
+    """
+    return next((i for i, text in enumerate(texts) if text.strip() and not restates(text)), 0)
+
+
 def set_aside_restatements(decode: Callable[[frozenset[int]], Hypothesis], restates: Callable[[str], bool],
                            generator: Generator) -> tuple[Hypothesis, tuple[str, ...]]:
     """`decode(barred_first)`'s answer, decoded again while `restates(its text)`, each time with one more first
