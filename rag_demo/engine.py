@@ -40,7 +40,7 @@ from .marginalize import (
     rag_token_token_logprobs,
 )
 from .progress import Progress, StepCounter, counted
-from .questions import passages_holding, without_last_word
+from .questions import passages_holding, read_question, without_last_word
 from .results import AskResult, ClosedBookResult, IndexReport, Retrieval, RetrievedPassage, RetrieverComparison, VariantResult
 from .retrieval.retriever import Retriever
 from .text import clean_text
@@ -158,7 +158,7 @@ class RagEngine:
     @falls_back_to_cpu_on_gpu_oom
     def compare_retrievers(self, question: str, *, kb: str | KnowledgeBase | None = None, k: int = ASK.k) -> RetrieverComparison:
         """The top k of each retriever offered for one question (`Retriever.compare`)."""
-        question, notices = clean_text(question, what="question", keep_end=True)
+        question, notices = read_question(question)
         comparison = self.retriever.compare(question, kb=kb, k=k)
         return replace(comparison, notices=notices + comparison.notices)
 
@@ -401,7 +401,7 @@ class RagEngine:
         if extractive and self.generator.kind != "causal":
             raise InputError("copying answers from passages works with causal generators only; "
                              f"{self.generator.name} is {self.generator.kind}")
-        question, notices = clean_text(question, what="question", keep_end=True)
+        question, notices = read_question(question)
         step = StepCounter(progress, 3 + ("token" in variants) + 2 * ("sequence" in variants) + closed_book)
         total_started = time.perf_counter()
         step("retrieving passages")
@@ -547,7 +547,7 @@ class RagEngine:
         weights, without a reading adapter)."""
         max_new_tokens = self.config.decoding.max_new_tokens if max_new_tokens is None else max_new_tokens
         self._check_options(VARIANTS, 1, max_new_tokens, "thorough")
-        question, _ = clean_text(question, what="question", keep_end=True)
+        question, _ = read_question(question)
         prefix = self.generator.generation_prefix()
         with torch.inference_mode(), self.generator.base_weights():
             state = self._closed_book_state(self.retriever.generator_question(question), prefix)
@@ -564,7 +564,7 @@ class RagEngine:
         generator "\n\n", "\n" or EOS): the one greedy decoding would pick, so an answer the page
         wrote scores as it did when asked. `memory`, `rows` and `question_model` as for `ask`."""
         variants = self._check_options(variants, 1, 1, "thorough")
-        question, notices = clean_text(question, what="question", keep_end=True)
+        question, notices = read_question(question)
         answer, answer_notices = clean_text(answer, what="answer", limit=LIMITS.max_answer_chars)
         step = StepCounter(progress, 4)
         total_started = time.perf_counter()

@@ -25,7 +25,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from .errors import InputError, KnowledgeBaseError
-from .text import jsonl_objects, looks_like_path
+from .text import clean_text, jsonl_objects, looks_like_path
 
 QUESTIONS_FILE = "questions.jsonl"
 HELD_OUT_ONE_IN = 5  # about one question in five is held out of training: those are the evaluation's
@@ -500,3 +500,41 @@ def looks_english(question: str) -> bool:
     words = set(re.findall(r"[^\W\d_]+", question.lower()))
     english, other = len(words & ENGLISH_WORDS), len(words & OTHER_WORDS)
     return not (other >= 2 and other > 2 * english)
+
+
+# Questions whose answer is in no encyclopedia: about the one asking ("what did I eat?", "where are my keys?") or
+# about the present day. "I" and "my" count only after a word that makes them the asker's ("did I", "is my"), since
+# titles and quotations hold them too ("who directed my neighbor totoro?", "world war i"); the impersonal "you"
+# ("what do you call ...") asks nothing of anyone.
+_ABOUT_THE_ASKER = re.compile(
+    r"\b(?:am|do|did|can|could|should|shall|will|would|have|had|must|may|might|was|were)\s+i\b"
+    r"|\b(?:is|are|was|were|do|does|did|of|for|in|at|to|from|with)\s+my\b|\bmyself\b", re.IGNORECASE)
+_ABOUT_NOW = re.compile(
+    r"\b(?:today|tonight|tomorrow|yesterday|right now|nowadays|currently|at the moment|this (?:week|weekend|month|year)"
+    r"|the (?:current|latest))\b", re.IGNORECASE)
+ABOUT_THE_ASKER_NOTE = ("This question asks about you: no passage here can know that, and neither can the generator. "
+                        "The answers say what the passages and the generator make likely, not anything about you.")
+ABOUT_NOW_NOTE = ("This question asks about the present: the passages are Wikipedia's text as it stood when it was "
+                  "collected, and the generator knows what it read in training. An answer may be out of date.")
+
+
+def beyond_any_base(question: str) -> tuple[str, ...]:
+    """Notices for a question no knowledge base here can answer as asked: one about the asker
+    (ABOUT_THE_ASKER_NOTE) or about the present day (ABOUT_NOW_NOTE); () for any other.
+
+    >>> [len(beyond_any_base(q)) for q in ("what did I eat for breakfast?", "where are my keys?", "who is president today?")]
+    [1, 1, 1]
+    >>> beyond_any_base("who directed my neighbor totoro?"), beyond_any_base("whose assassination sparked world war i?")
+    ((), ())
+    >>> beyond_any_base("what do you call a baby frog?"), beyond_any_base("what is the SI unit of electric current?")
+    ((), ())
+    """
+    return tuple(note for pattern, note in ((_ABOUT_THE_ASKER, ABOUT_THE_ASKER_NOTE), (_ABOUT_NOW, ABOUT_NOW_NOTE))
+                 if pattern.search(question))
+
+
+def read_question(question: str) -> tuple[str, tuple[str, ...]]:
+    """A question as the engine reads it (`text.clean_text`, its end kept), and the notices a reader should see,
+    `beyond_any_base`'s among them."""
+    question, notices = clean_text(question, what="question", keep_end=True)
+    return question, notices + beyond_any_base(question)

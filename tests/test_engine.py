@@ -532,6 +532,19 @@ def test_an_answer_that_reaches_the_length_limit_is_said_to_be_cut_short(causal_
     assert cut and len(said) == 1 and all(name in said[0] for name in cut)
 
 
+def test_a_question_about_the_asker_or_the_present_is_told_so_wherever_it_is_asked(causal_engine):
+    """A review asked "what did I eat for breakfast?": a Breakfast passage took p(z|x) 0.82 and the page answered
+    "eggs" with nothing said. Ask, Score and Compare must each say that no passage can know it."""
+    from rag_demo.questions import ABOUT_NOW_NOTE, ABOUT_THE_ASKER_NOTE
+
+    asker, now = "what did I eat for breakfast?", "who won the match yesterday?"
+    assert ABOUT_THE_ASKER_NOTE in causal_engine.ask(asker, k=2, max_new_tokens=2).notices
+    assert ABOUT_THE_ASKER_NOTE in causal_engine.score(asker, "eggs", k=2).notices
+    assert ABOUT_NOW_NOTE in causal_engine.compare_retrievers(now, k=2).notices
+    plain = causal_engine.ask(QUESTION, k=2, max_new_tokens=2).notices
+    assert ABOUT_THE_ASKER_NOTE not in plain and ABOUT_NOW_NOTE not in plain
+
+
 def test_an_answer_the_generator_ended_at_once_is_said_to_have_no_words(causal_engine, monkeypatch):
     spoken = causal_engine.ask(QUESTION, k=2, max_new_tokens=3)
     assert not any(notice.startswith("No words from") for notice in spoken.notices)

@@ -82,6 +82,8 @@ def test_what_differs_from_the_measured_ask_is_named():
     for change, words in ((dict(kb="wikipedia-counterfactual"), "the wikipedia-counterfactual base"),
                           (dict(question="a pasted text " * 12 + "who wrote it?"), "a long question"),
                           (dict(question="¿quién escribió hamlet?"), "a question not in English"),
+                          (dict(question="what did i eat for breakfast?"), "a question about you"),
+                          (dict(question="who won the match yesterday?"), "a question about the present"),
                           (dict(k=6), "k = 6"), (dict(index="ivfpq"), "the ivfpq index"),
                           (dict(retriever="dense"), "the dense retriever"), (dict(memory=False), "memory off"),
                           (dict(num_beams=2), "2 beams"), (dict(extractive=True), "copying"),
