@@ -97,6 +97,36 @@ def split_into_passages(title: str, text: str, *, words_per_passage: int = 100, 
     return passages
 
 
+# A paragraph this short (a heading, "Notes:") is read with the paragraph after it rather than as a passage alone
+HEADING_WORDS = 8
+_BLANK_LINE = re.compile(r"\n[ \t\r]*\n")
+
+
+def split_running_text(title: str, text: str, *, words_per_passage: int = 100) -> list[Passage]:
+    r"""Passages from running text (a .txt or .md file, a pasted text): each paragraph (text between blank lines)
+    cut on its own (`split_into_passages`), so that three short paragraphs on three things are three passages
+    to choose among, not one; a paragraph under HEADING_WORDS words joins the next.
+
+    >>> [p.text for p in split_running_text("T", "# Garden\n\nWe grow basil and sunflowers here.\n\n"
+    ...                                          "Our class pet is a tortoise named Biscuit.")]
+    ['# Garden We grow basil and sunflowers here.', 'Our class pet is a tortoise named Biscuit.']
+    >>> [p.text for p in split_running_text("T", "One line\nand the next.\n  \n\nLast words")]
+    ['One line and the next. Last words']
+    """
+    paragraphs: list[str] = []
+    heading = ""
+    for block in _BLANK_LINE.split(text):
+        block = f"{heading} {block.strip()}".strip()
+        if len(block.split()) < HEADING_WORDS:
+            heading = block
+            continue
+        paragraphs.append(block)
+        heading = ""
+    if heading:  # a short paragraph at the end belongs to the one before it
+        paragraphs[-1:] = [f"{paragraphs[-1]} {heading}" if paragraphs else heading]
+    return [p for paragraph in paragraphs for p in split_into_passages(title, paragraph, words_per_passage=words_per_passage)]
+
+
 # A sentence ends at a word of three letters or more, a number of two digits or more, or a closing bracket, then
 # its mark (and closing quotes), and the next word starts with a capital or a digit. An initial ("John F.
 # Kennedy") or "c." ends none; an abbreviation of three letters ("Mrs. Smith") may, and then only offers a cut.
@@ -154,10 +184,8 @@ def read_document_file(path: Path, *, words_per_passage: int = 100) -> list[Pass
             raise InputError(f"{path.name}: unsupported file type; use one of {', '.join(SOURCE_SUFFIXES)}")
     except UnicodeDecodeError:
         raise InputError(f"{path.name} is not UTF-8 text; save it as UTF-8 text") from None
-    passages = []
-    for title, text in rows:
-        passages.extend(split_into_passages(title.strip(), text, words_per_passage=words_per_passage))
-    return passages
+    split = split_running_text if suffix in (".txt", ".md") else split_into_passages  # a row is one unit of text
+    return [p for title, text in rows for p in split(title.strip(), text, words_per_passage=words_per_passage)]
 
 
 def read_source(source: str | Path, *, words_per_passage: int = 100) -> list[Passage]:

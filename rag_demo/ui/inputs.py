@@ -19,7 +19,7 @@ from pathlib import Path
 from urllib.parse import urlencode
 
 from ..config import ASK, LIMITS, VARIANTS
-from ..retrieval.corpus import SOURCE_SUFFIXES, Passage, read_document_file, split_into_passages
+from ..retrieval.corpus import SOURCE_SUFFIXES, Passage, read_document_file, split_running_text
 from ..errors import InputError
 from ..options import BOTH
 from ..text import check_length, has_words, plain_text
@@ -37,8 +37,8 @@ class UploadLimits:
     def describe(self) -> str:
         return (
             f"Up to {self.max_files} files ({', '.join(SOURCE_SUFFIXES)}), {self.max_file_bytes / 1e6:g} MB each, "
-            f"and {self.max_passages:,} passages of 100 words in all; .jsonl rows and .csv columns: "
-            "'text' and optionally 'title'. Files are read and indexed in memory for this browser tab only; "
+            f"and {self.max_passages:,} passages in all: each paragraph of a .txt or .md file or of pasted text is a "
+            "passage, cut at 100 words; .jsonl rows and .csv columns: 'text' and optionally 'title'. Files are read and indexed in memory for this browser tab only; "
             "uploads are deleted from the server when the tab is closed."
         )
 
@@ -271,7 +271,7 @@ def passages_from_inputs(
     if text.strip():
         if len(text) > limits.max_paste_chars:
             raise InputError(f"the pasted text has {len(text):,} characters; the limit is {limits.max_paste_chars:,}")
-        passages.extend(split_into_passages((paste_title or "").strip() or "Pasted text", text))
+        passages.extend(split_running_text((paste_title or "").strip() or "Pasted text", text))
     passages = [Passage(plain_text(p.title), plain_text(p.text)) for p in passages]
     passages = [p for p in passages if p.text.strip()]
     if not passages:

@@ -356,7 +356,7 @@ def build_demo(engine: Engine, *, limits: UploadLimits = UploadLimits(), files: 
         swap_view = SwapView(status=swap_status, summary=swap_summary, left=swap_left_out, right=swap_right_out,
                              question_encoder=swap_encoder)
         mine_view = MineView(status=mine_status, mine=mine, picker=mine_pick, edit_title=mine_edit_title,
-                             edit_text=mine_edit_text, preview=mine_preview, **kb_menus)
+                             edit_text=mine_edit_text, preview=mine_preview, ask_status=mine_ask_status, **kb_menus)
         mine_answer_view = MineAnswerView(status=mine_ask_status, answer=mine_answer, passages=mine_passages)
         score_view = ScoreView(status=score_status, cards=score_out, heat_token=score_heat_token, heat_seq=score_heat_seq,
                                gain=score_gain, question_encoder=score_encoder)

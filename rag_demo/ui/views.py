@@ -97,6 +97,7 @@ class MineView(NamedTuple):
     edit_title: Any
     edit_text: Any
     preview: Any
+    ask_status: Any  # the ask box's message: an old "build first" error is cleared by a build
     kb: Any
     swap_left: Any
     swap_right: Any
