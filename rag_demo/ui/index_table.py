@@ -29,7 +29,7 @@ def few_vectors_note(num_vectors: int) -> str:
     return (f"With {num_vectors:,} {'passage' if num_vectors == 1 else 'passages'} the approximate indexes have nothing "
             "to save: exact search over so few takes well under a millisecond, IVF-PQ's codebooks can take more memory "
             "than the vectors they stand for, and recall on vectors this few says little of recall at scale. Compare "
-            "them on wikipedia (12,324 passages) or a base of tens of thousands of passages.")
+            "them on a base of tens of thousands of passages or more.")
 
 
 MEASURED_ONCE_NOTE = ("Recall and query times are measured at the first comparison on a knowledge base and kept, so a "
