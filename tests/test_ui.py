@@ -598,6 +598,8 @@ def test_score_your_answer(actions, ui_engine):
     assert "Type a question first." in said and "example" not in said
     assert "Type a question" in actions.score("", "Paris", actions.engine.default_kb, 3, "flat", None)[0]
     assert "Type a question and the answer" in actions.score(" ", "", actions.engine.default_kb, 3, "flat", None)[0]
+    # the question's box comes first on the page, and so does its message: a review got "Type an answer" first
+    assert "Type a question first." in actions.score("", "?", actions.engine.default_kb, 3, "flat", None)[0]
 
 
 def test_index_reports(actions, ui_engine):

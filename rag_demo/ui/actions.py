@@ -362,11 +362,11 @@ class DemoActions:
         try:
             if not any(isinstance(text, str) and text.strip() for text in (question, answer)):
                 raise InputError("Type a question and the answer to score for it.")
-            answer = require_answer(answer)
+            question, answer = require_question(question, examples=False), require_answer(answer)  # in the page's order
             knowledge = self.resolve_kb(kb_choice, mine)
             wanted = memory_switch(memory)
             calls = self.encoder_calls(question_encoder, request)
-            result = calls.score(require_question(question, examples=False), answer, kb=knowledge,
+            result = calls.score(question, answer, kb=knowledge,
                                  k=self.fit_k(k, knowledge), index=index or ASK.index, variants=VARIANTS,
                                  memory=wanted, progress=progress_reporter(progress))
         except NoTrainedEncoder:  # as for `ask`
