@@ -819,8 +819,13 @@ def test_pasted_paragraphs_and_a_text_files_paragraphs_are_passages_of_their_own
 
 def test_k_is_fitted_to_a_small_private_kb(actions):
     mine = actions.build_mine(None, "", "Zorblax is the capital of Plutonia.", None)[1]
-    result = unwrap(ask(actions, question="What is the capital of Plutonia?", kb=PRIVATE_KB, mine=mine, k=5).last)
+    out = ask(actions, question="What is the capital of Plutonia?", kb=PRIVATE_KB, mine=mine, k=5)
+    result = unwrap(out.last)
     assert result.k == 1 and len(result.passages) == 1 and result.passages[0].prob == pytest.approx(1.0)
+    # a review read "#1" on an answer whose note said no passage backs it: with one source the legend says why
+    assert "With one source, every token's posterior is all on it" in out.answer
+    wider = ask(actions, question="What is the capital of Plutonia?", k=2)
+    assert "With one source" not in wider.answer and "Token colour" in wider.answer
 
 
 # ---- app.py --------------------------------------------------------------------------------

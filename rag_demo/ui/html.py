@@ -442,7 +442,9 @@ def format_answer_html(result: AskResult, *, closed_book: bool = True, legend: b
         f'dotted underline = the closed-book model alone gives it p ≥ {PARAMETRIC_P:g} (parametric memory). '
         f"The small #number after a run of tokens is the source with the largest share of their posterior"
         f"{' (∅: memory)' if memory else ''}, however small: a pale token leans on it barely. "
-        "Hover or focus a token for its posterior and closed-book probability.</div>"
+        "Hover or focus a token for its posterior and closed-book probability."
+        + (" With one source, every token's posterior is all on it: the colour says that passage was read, not that it "
+           "holds the answer." if len(result.passages) + (result.memory_prob is not None) == 1 else "") + "</div>"
         if legend else ""
     )
     shown = [v.tokens for v in result.variants.values()]
