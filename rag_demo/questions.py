@@ -511,7 +511,7 @@ _ABOUT_THE_ASKER = re.compile(
     r"|\b(?:is|are|was|were|do|does|did|of|for|in|at|to|from|with)\s+my\b|\bmyself\b", re.IGNORECASE)
 _ABOUT_NOW = re.compile(
     r"\b(?:today|tonight|tomorrow|yesterday|right now|nowadays|currently|at the moment|this (?:week|weekend|month|year)"
-    r"|the (?:current|latest))\b", re.IGNORECASE)
+    r"|the latest|the current(?!\s+(?:in|of|through|flowing|flows|that|which|is|was|and|at)\b))\b", re.IGNORECASE)
 ABOUT_THE_ASKER_NOTE = ("This question asks about you: no passage here can know that, and neither can the generator. "
                         "The answers say what the passages and the generator make likely, not anything about you.")
 ABOUT_NOW_NOTE = ("This question asks about the present: the passages are Wikipedia's text as it stood when it was "
@@ -528,6 +528,8 @@ def beyond_any_base(question: str) -> tuple[str, ...]:
     ((), ())
     >>> beyond_any_base("what do you call a baby frog?"), beyond_any_base("what is the SI unit of electric current?")
     ((), ())
+    >>> beyond_any_base("what is the current in a circuit measured in?"), len(beyond_any_base("who is the current pope?"))
+    ((), 1)
     """
     return tuple(note for pattern, note in ((_ABOUT_THE_ASKER, ABOUT_THE_ASKER_NOTE), (_ABOUT_NOW, ABOUT_NOW_NOTE))
                  if pattern.search(question))
