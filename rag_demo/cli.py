@@ -378,14 +378,16 @@ def cmd_compare(args) -> int:
     engine = make_engine(args)
     comparison = engine.compare_retrievers(args.question, kb=args.kb, k=_k(args, engine))
     # the retrievers are compared over their k passages, as the web API does; memory's share is told beside them
-    memory_logits = ({r.retriever: engine.memory_logit(r.retriever) for r in comparison.rankings}
+    memory_logits = ({r.retriever: engine.memory_logit(r.retriever, kb=comparison.kb) for r in comparison.rankings}
                      if args.memory is not False else {})
     some = any(logit is not None for logit in memory_logits.values())
     if args.memory and not some:
         raise UsageError("this setup has no fitted logit for the generator's memory; give one (--memory-logit) "
                          "or compare without --memory")
     if args.json:
-        print(json.dumps(comparison.to_json(), ensure_ascii=False))
+        from .memory import comparison_json
+
+        print(json.dumps(comparison_json(comparison, lambda retriever, kb: memory_logits.get(retriever)), ensure_ascii=False))
     else:
         print_comparison(comparison, memory_logits=memory_logits if some else None)
     return 0

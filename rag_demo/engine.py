@@ -337,10 +337,10 @@ class RagEngine:
         return getattr(self.generator, "stop_ids", self.generator.eos_ids)
 
     # -- the generator's memory as a source -----------------------------------------------------
-    def memory_logit(self, retriever: str | None = None) -> float | None:
-        """The logit of the memory source ∅ for asks with this retriever; None when this setup has none
-        (memory is then no source: see `config.MemoryConfig`)."""
-        return self._memory_logit(retriever, own_question_side=True)
+    def memory_logit(self, retriever: str | None = None, kb: str | None = None) -> float | None:
+        """The logit of the memory source ∅ for asks with this retriever (on `kb`, where given); None when this setup
+        has none (memory is then no source: see `config.MemoryConfig`)."""
+        return self._memory_logit(retriever, own_question_side=True, kb=kb)
 
     def _memory_logit(self, retriever: str | None, *, own_question_side: bool, kb: str | None = None) -> float | None:
         """As `memory_logit`; with `kb`, for asks on that knowledge base."""

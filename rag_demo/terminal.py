@@ -106,12 +106,9 @@ def ranking_memory_line(ranking, memory_logit: float | None) -> str:
     in an ask (each passage's p(z|x) shown, over the k alone, times 1 − p(∅|x)); or that memory is no source."""
     if memory_logit is None:
         return f"  ∅. memory is no source with {RETRIEVER_NAMES.get(ranking.retriever, ranking.retriever)}"
-    import torch
+    from .memory import share_beside
 
-    from .marginalize import doc_logprobs_with_memory
-
-    logits = torch.tensor([[p.logit for p in ranking.passages]], dtype=torch.float64)
-    share = float(doc_logprobs_with_memory(logits, memory_logit)[0, -1].exp())
+    share = share_beside([p.logit for p in ranking.passages], memory_logit)
     lead = " (more than any passage: no passage matches as well)" if share > max(
         (p.prob * (1 - share) for p in ranking.passages), default=0.0) else ""
     return (f"  ∅. p(∅|x)={share:.3f} logit={memory_logit:.2f}  {MEMORY_WHAT}{lead}; an ask with memory "

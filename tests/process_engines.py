@@ -57,7 +57,7 @@ class FakeEngine:
         kb_name = kb if isinstance(kb, str) else f"own:{kb['name']}"
         return FakeAnswer(question, kb_name, k, self.label, os.getpid(), memory=memory)
 
-    def memory_logit(self, retriever: str | None = None) -> float | None:
+    def memory_logit(self, retriever: str | None = None, kb: str | None = None) -> float | None:
         return {"dense": 1.5}.get(retriever or "dense")
 
     def build_kb(self, name: str, passages: list, *, progress=None):

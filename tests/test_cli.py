@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -128,6 +129,17 @@ def test_memory_from_the_command_line(saved, tiny_engine):
     out = run("compare", question, *model, "--memory-logit", str(theta))
     assert out.returncode == 0, out.stderr
     assert out.stdout.count("∅. p(∅|x)=") == 2  # under dense and under BM25
+    text = out.stdout
+    # the JSON carries the same share, as a softmax of the k logits and θ gives it (a review found it only in the text)
+    out = run("compare", question, *model, "--memory-logit", str(theta), "--json")
+    assert out.returncode == 0, out.stderr
+    for ranking in json.loads(out.stdout)["rankings"]:
+        logits = [p["logit"] for p in ranking["passages"]]
+        share = math.exp(theta) / (math.exp(theta) + sum(math.exp(x) for x in logits))
+        assert ranking["memory_logit"] == pytest.approx(theta) and ranking["memory_prob"] == pytest.approx(share, rel=1e-6)
+        assert f"∅. p(∅|x)={share:.3f} logit={theta:.2f}" in text
+    off = json.loads(run("compare", question, *model, "--no-memory", "--json").stdout)["rankings"]
+    assert all(r["memory_logit"] is None and r["memory_prob"] is None for r in off)
 
 
 def test_memory_options_reach_the_engine_config():

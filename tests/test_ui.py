@@ -1033,6 +1033,21 @@ def test_compare_event_and_api_show_what_the_engine_compared(gold_actions):
         assert got["gold_rank"] == want.gold_rank and got["scale"] == want.scale
 
 
+def test_compare_json_gives_each_retrievers_memory_share_as_an_ask_would(ui_engine):
+    from tests.ui_engine import with_memory
+
+    theta = 0.7
+    engine = with_memory(ui_engine, theta)
+    data = DemoActions(engine).compare_json(QUESTION, KB_NAMES[0], 3)
+    for ranking in data["rankings"]:
+        logits = [p["logit"] for p in ranking["passages"]]
+        assert ranking["memory_logit"] == pytest.approx(theta)
+        assert ranking["memory_prob"] == pytest.approx(math.exp(theta) / (math.exp(theta) + sum(map(math.exp, logits))))
+    asked = engine.ask(QUESTION, kb=KB_NAMES[0], k=3, variants=("token",), closed_book=False, retriever=data["rankings"][0]["retriever"])
+    assert asked.memory_prob == pytest.approx(data["rankings"][0]["memory_prob"], abs=1e-6)
+    assert all(r["memory_prob"] is None for r in DemoActions(ui_engine).compare_json(QUESTION, KB_NAMES[0], 3)["rankings"])
+
+
 def test_compare_errors_are_messages(actions):
     assert "Type a question" in actions.compare("  ", KB_NAMES[0], 3, None)[0]
     assert "Build your knowledge base first" in actions.compare(QUESTION, PRIVATE_KB, 3, None)[0]

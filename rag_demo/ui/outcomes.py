@@ -72,7 +72,7 @@ def api_json(endpoint: str, call: Callable[[], Any]) -> dict:
         log.exception("unexpected error in %s", endpoint, exc_info=err)
         raise gr.Error(f"Something went wrong inside the demo ({type(err).__name__}); the server log has the details.",
                        print_exception=False) from None
-    return result.to_json()
+    return result if isinstance(result, dict) else result.to_json()
 
 
 def progress_reporter(progress: gr.Progress | None) -> Progress | None:
