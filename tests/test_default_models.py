@@ -193,6 +193,20 @@ def test_no_worked_example_but_the_swapped_one_has_an_article_in_the_general_bas
     assert [title for title, *_ in prompts.EXAMPLES if title.casefold() in titles] == ["The Magic Flute"]
 
 
+def test_a_restated_word_piece_leaves_other_words_that_begin_alike(engine):
+    """"what is the capital of algeria?" was answered "Algeri": the restated "algeria" opens with the piece " al",
+    whose spelling " Al" opens "Algiers"."""
+    from rag_demo.generation.restatements import opening_forms
+
+    gen = engine.generator
+    algeria = tuple(gen.tokenizer(" algeria", add_special_tokens=False).input_ids)
+    algiers = gen.tokenizer(" Algiers", add_special_tokens=False).input_ids[0]
+    assert len(algeria) > 1 and algiers in gen.first_word_forms(algeria[0])
+    assert opening_forms(algeria, gen) == {algeria[0]}
+    answer = engine.ask("what is the capital of algeria?", kb="wikipedia", variants=("token",)).variants["token"]
+    assert answer.answer == "Algiers" and answer.set_aside
+
+
 def test_an_answer_restating_the_question_is_set_aside(engine):
     """Gemma answers "what fruit are raisins made from?" with "raisins" from the passages; decoding sets
     it aside and the answer that stays names something the question does not."""

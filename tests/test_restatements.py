@@ -10,7 +10,7 @@ import torch
 import rag_demo.engine as engine_module
 from rag_demo.config import DecodingConfig
 from rag_demo.generation.decoding import NEG, BarFirstWord
-from rag_demo.generation.restatements import first_word_forms, restates_question
+from rag_demo.generation.restatements import first_word_forms, opening_forms, restates_question
 
 QUESTION = "who wrote a farewell to arms"
 
@@ -175,3 +175,17 @@ def test_every_spelling_of_the_first_word_is_barred(causal_engine, monkeypatch):
     monkeypatch.setattr(causal_engine.generator, "first_word_forms", lambda token_id: spellings)
     kept = causal_engine.ask(QUESTION, k=3, max_new_tokens=4, closed_book=False).variants["token"]
     assert kept.token_ids[0] not in spellings and kept.set_aside == (first.answer,)
+
+
+def test_a_word_piece_is_barred_alone_and_a_whole_word_in_every_spelling():
+    """Asked for Algeria's capital, Gemma restated "algeria" (" al" "ger" "ia"); barring every spelling of " al" barred
+    " Al", the start of " Al" "giers", and the answer left was "Algeri". A piece is barred alone."""
+    from types import SimpleNamespace
+
+    texts = {0: "<bos>", 1: " al", 2: "ger", 3: "ia", 4: " Paris", 5: ","}
+    gen = SimpleNamespace(special_ids=frozenset({0}), token_text=texts.__getitem__,
+                          first_word_forms=lambda token_id: frozenset({token_id, 100 + token_id}))
+    assert opening_forms((0, 1, 2, 3), gen) == {1}
+    assert opening_forms((4, 5), gen) == opening_forms((4,), gen) == {4, 104}
+    assert opening_forms((0,), gen) == frozenset()
+

@@ -131,8 +131,8 @@ def first_standing(texts: list[str], restates: Callable[[str], bool]) -> int:
 
 def set_aside_restatements(decode: Callable[[frozenset[int]], Hypothesis], restates: Callable[[str], bool],
                            generator: Generator) -> tuple[Hypothesis, tuple[str, ...]]:
-    """`decode(barred_first)`'s answer, decoded again while `restates(its text)`, each time with one more first
-    word barred in all its spellings (`Generator.first_word_forms`), `RESTATEMENT_RETRIES` times at most.
+    """`decode(barred_first)`'s answer, decoded again while `restates(its text)`, each time with one more opening
+    barred (`opening_forms`: a first word in all its spellings), `RESTATEMENT_RETRIES` times at most.
 
     Returns the answer kept and the answers set aside before it; where every try restates, the first answer
     and () (the model's own choice stands)."""
@@ -146,8 +146,21 @@ def set_aside_restatements(decode: Callable[[frozenset[int]], Hypothesis], resta
         if not restates(text):
             return hyp, tuple(set_aside)
         set_aside.append(text)
-        word = next((t for t in hyp.ids if t not in generator.special_ids), None)
-        if word is None:
+        forms = opening_forms(hyp.ids, generator)
+        if not forms:
             break
-        barred = barred | generator.first_word_forms(word)
+        barred = barred | forms
     return first, ()
+
+
+def opening_forms(ids: tuple[int, ...], generator: Generator) -> frozenset[int]:
+    """What to bar so that an answer of these token ids cannot open the same way again: its first word's every single-
+    token spelling (`Generator.first_word_forms`) where its first token is a whole word; where it is a piece of a longer
+    word (" al" of "algeria", its next token going on with letters), that token alone, since the piece's other
+    spellings begin other words (" Al" of "Algiers", the answer then left to find). () for an answer without words."""
+    words = [t for t in ids if t not in generator.special_ids]
+    if not words:
+        return frozenset()
+    if len(words) > 1 and generator.token_text(words[1])[:1].isalnum():
+        return frozenset({words[0]})
+    return generator.first_word_forms(words[0])
