@@ -503,11 +503,12 @@ def looks_english(question: str) -> bool:
 
 
 # Questions whose answer is in no encyclopedia: about the one asking ("what did I eat?", "where are my keys?") or
-# about the present day. "I" and "my" count only after a word that makes them the asker's ("did I", "is my"), since
-# titles and quotations hold them too ("who directed my neighbor totoro?", "world war i"); the impersonal "you"
-# ("what do you call ...") asks nothing of anyone.
+# about the present day. "I" and "my" count only after a word that makes them the asker's own past or state ("did
+# I", "am I", "is my"), since titles and quotations hold them too ("who directed my neighbor totoro?", "world war
+# i"), and advice is asked with them of anyone ("how long should I boil an egg?", "how do I tie a tie?"); nor does
+# the impersonal "you" ("what do you call ...") ask anything of anyone.
 _ABOUT_THE_ASKER = re.compile(
-    r"\b(?:am|do|did|can|could|should|shall|will|would|have|had|must|may|might|was|were)\s+i\b"
+    r"\b(?:am|did|have|had|was|were)\s+i\b"
     r"|\b(?:is|are|was|were|do|does|did|of|for|in|at|to|from|with)\s+my\b|\bmyself\b", re.IGNORECASE)
 _ABOUT_NOW = re.compile(
     r"\b(?:today|tonight|tomorrow|yesterday|right now|nowadays|currently|at the moment|this (?:week|weekend|month|year)"
@@ -525,6 +526,8 @@ def beyond_any_base(question: str) -> tuple[str, ...]:
     >>> [len(beyond_any_base(q)) for q in ("what did I eat for breakfast?", "where are my keys?", "who is president today?")]
     [1, 1, 1]
     >>> beyond_any_base("who directed my neighbor totoro?"), beyond_any_base("whose assassination sparked world war i?")
+    ((), ())
+    >>> beyond_any_base("how long should I boil an egg?"), beyond_any_base("how do I tie a tie?")
     ((), ())
     >>> beyond_any_base("what do you call a baby frog?"), beyond_any_base("what is the SI unit of electric current?")
     ((), ())
