@@ -385,9 +385,7 @@ def cmd_compare(args) -> int:
         raise UsageError("this setup has no fitted logit for the generator's memory; give one (--memory-logit) "
                          "or compare without --memory")
     if args.json:
-        from .memory import comparison_json
-
-        print(json.dumps(comparison_json(comparison, lambda retriever, kb: memory_logits.get(retriever)), ensure_ascii=False))
+        print(json.dumps(comparison.to_json(lambda retriever, kb: memory_logits.get(retriever)), ensure_ascii=False))
     else:
         print_comparison(comparison, memory_logits=memory_logits if some else None)
     return 0

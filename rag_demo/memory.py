@@ -6,14 +6,13 @@ Importing this module loads nothing heavy.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
 from dataclasses import replace
 
 import torch
 
 from .config import DEFAULT_ENCODER, DEFAULT_GENERATOR, DEFAULT_KBS, DEFAULT_MEMORY_LOGITS, NO_MATCH_SCORE, EngineConfig
 from .marginalize import doc_logprobs_with_memory
-from .results import Retrieval, RetrieverComparison
+from .results import Retrieval
 
 
 def fitted_logit(config: EngineConfig, encoder, generator, retriever: str, *, own_question_side: bool,
@@ -56,25 +55,6 @@ def with_memory(retrieval: Retrieval, logit: float) -> Retrieval:
     doc_lp = doc_logprobs_with_memory(logits, logit)[0]  # (K + 1,)
     passages = tuple(replace(p, prob=float(doc_lp[i].exp())) for i, p in enumerate(retrieval.passages))
     return replace(retrieval, passages=passages, doc_lp=doc_lp)
-
-
-def share_beside(logits: Sequence[float], memory_logit: float) -> float:
-    """p(∅|x) of the memory at `memory_logit` beside passages of these logits (K,): the share an ask with memory would
-    give it, each passage keeping 1 − p(∅|x) times its p(z|x) over the K alone."""
-    doc_lp = doc_logprobs_with_memory(torch.tensor([list(logits)], dtype=torch.float64), memory_logit)
-    return float(doc_lp[0, -1].exp())
-
-
-def comparison_json(comparison: RetrieverComparison, memory_logit: Callable[..., float | None] | None) -> dict:
-    """A retriever comparison as JSON, each ranking with `memory_logit` (∅'s logit with that retriever on the compared
-    base, `memory_logit(retriever, kb=...)`; None where memory is no source, or without `memory_logit`) and
-    `memory_prob`, the share `share_beside` its k passages."""
-    data = comparison.to_json()
-    for ranking, shown in zip(comparison.rankings, data["rankings"]):
-        logit = None if memory_logit is None else memory_logit(ranking.retriever, kb=comparison.kb)
-        shown["memory_logit"] = logit
-        shown["memory_prob"] = None if logit is None else share_beside([p.logit for p in ranking.passages], logit)
-    return data
 
 
 def poor_match_notice(retrieval: Retrieval, floor: float | None) -> tuple[str, ...]:

@@ -6,6 +6,8 @@ from the retriever to the generator, carries a tensor.
 
 from __future__ import annotations
 
+import math
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING
 
@@ -149,8 +151,30 @@ class RetrieverComparison:
     timings_ms: dict[str, float]  # one entry per retriever, and "total"
     notices: tuple[str, ...] = ()
 
-    def to_json(self) -> dict:
-        return asdict(self)
+    def to_json(self, memory_logit: Callable[..., float | None] | None = None) -> dict:
+        """As JSON; with `memory_logit`, each ranking also gets `memory_logit` (∅'s logit with that retriever on the
+        compared base, `memory_logit(retriever, kb=...)`; None where memory is no source) and `memory_prob`, the
+        share `memory_share` its k passages."""
+        data = asdict(self)
+        if memory_logit is None:
+            return data
+        for ranking, shown in zip(self.rankings, data["rankings"]):
+            logit = memory_logit(ranking.retriever, kb=self.kb)
+            shown["memory_logit"] = logit
+            shown["memory_prob"] = None if logit is None else memory_share([p.logit for p in ranking.passages], logit)
+        return data
+
+
+def memory_share(logits: Sequence[float], memory_logit: float) -> float:
+    """p(∅|x) of the memory at `memory_logit` beside passages of these logits (K,): the share an ask with memory gives
+    it (`marginalize.doc_logprobs_with_memory`), each passage keeping 1 − p(∅|x) times its p(z|x) over the K alone.
+    In plain floats, so that the page's process, which never loads torch, can say it.
+
+    >>> round(memory_share([0.0], 0.0), 3), round(memory_share([1000.0, 999.0], 999.0), 3)
+    (0.5, 0.212)
+    """
+    top = max(memory_logit, *logits)
+    return math.exp(memory_logit - top) / (math.exp(memory_logit - top) + sum(math.exp(x - top) for x in logits))
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,7 @@ import math
 import sys
 
 from .config import RETRIEVER_NAMES
+from .results import memory_share
 from .plots import MEMORY_NAME, MEMORY_WHAT, logit_formula, memory_leads, source_posteriors
 from .ui.sentences import evidence
 
@@ -106,9 +107,7 @@ def ranking_memory_line(ranking, memory_logit: float | None) -> str:
     in an ask (each passage's p(z|x) shown, over the k alone, times 1 − p(∅|x)); or that memory is no source."""
     if memory_logit is None:
         return f"  ∅. memory is no source with {RETRIEVER_NAMES.get(ranking.retriever, ranking.retriever)}"
-    from .memory import share_beside
-
-    share = share_beside([p.logit for p in ranking.passages], memory_logit)
+    share = memory_share([p.logit for p in ranking.passages], memory_logit)
     lead = " (more than any passage: no passage matches as well)" if share > max(
         (p.prob * (1 - share) for p in ranking.passages), default=0.0) else ""
     return (f"  ∅. p(∅|x)={share:.3f} logit={memory_logit:.2f}  {MEMORY_WHAT}{lead}; an ask with memory "

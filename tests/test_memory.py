@@ -287,3 +287,14 @@ def test_an_ask_on_a_visitors_far_off_text_says_its_passages_match_poorly(tmp_pa
         assert any("no passage is close to the question" in notice for notice in result.notices) is said
         scored = plain.score(QUESTIONS[0], "Okafor", kb=own, k=1, retriever="dense")  # the Score tab says it too
         assert any("no passage is close to the question" in notice for notice in scored.notices) is said
+
+
+def test_the_page_process_memory_share_equals_the_engines_softmax():
+    """`/compare_json` says ∅'s share in plain floats (the page's process loads no torch); it must be the share
+    `doc_logprobs_with_memory` gives the memory in an ask."""
+    from rag_demo.marginalize import doc_logprobs_with_memory
+    from rag_demo.results import memory_share
+
+    for logits, theta in (([12.0, 10.5, 9.0], 13.0), ([3.0], -2.0), ([800.0, 799.0], 790.0)):
+        expected = float(doc_logprobs_with_memory(torch.tensor([logits], dtype=torch.float64), theta)[0, -1].exp())
+        assert memory_share(logits, theta) == pytest.approx(expected, rel=1e-6)  # the engine softmaxes in float32

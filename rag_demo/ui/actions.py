@@ -56,7 +56,6 @@ from .inputs import (
     require_question,
 )
 from .learn import format_learn_html, learn_token_choices
-from ..memory import comparison_json
 from .outcomes import api_json, failure_status, noted_language, noted_memory, part_of, plot_update, progress_reporter
 from .sentences import as_sentence
 from .train import encoder_gone, training_runs
@@ -255,10 +254,10 @@ class DemoActions:
 
     def compare_json(self, question: str, kb: str = "", k: int = ASK.k) -> dict:
         """The API: the RetrieverComparison as JSON, each ranking with the share memory would take beside its k
-        passages (`memory.comparison_json`). Errors come back as a gradio error with the message."""
-        return api_json("/compare_json", lambda: comparison_json(self.engine.compare_retrievers(
-            require_question(question, page=False), kb=self.known_kb(kb) if kb else self.engine.default_kb, k=parse_k(k)),
-            getattr(self.engine, "memory_logit", None)))  # a wrapper may not offer it
+        passages (`RetrieverComparison.to_json`). Errors come back as a gradio error with the message."""
+        return api_json("/compare_json", lambda: self.engine.compare_retrievers(
+            require_question(question, page=False), kb=self.known_kb(kb) if kb else self.engine.default_kb, k=parse_k(k),
+        ).to_json(getattr(self.engine, "memory_logit", None)))  # a wrapper may not offer it
 
     # ---- Swap the index -----------------------------------------------------------------------
     def swap(self, question: str, left: str | None, right: str | None, variant: str, k: float,
