@@ -12,7 +12,6 @@ from .html import esc
 BUILT_EARLIER = "*"
 BUILT_EARLIER_NOTE = (f"{BUILT_EARLIER} built before this click (when the server started, or at an earlier comparison): "
                       "the time is that build's, not measured now.")
-# the engine measures recall and query time once per knowledge base (`Retriever.index_reports`) and keeps them
 # below this many passages IVF-PQ trains fewer than 8 bits per code (`index_build.empty_index`): a small base shows
 # none of what the approximate indexes are for
 FEW_VECTORS = 256 * 39
@@ -32,6 +31,7 @@ def few_vectors_note(num_vectors: int) -> str:
             "them on a base of tens of thousands of passages or more.")
 
 
+# the engine measures recall and query time once per knowledge base (`Retriever.index_reports`) and keeps them
 MEASURED_ONCE_NOTE = ("Recall and query times are measured at the first comparison on a knowledge base and kept, so a "
                       "later click shows the same figures.")
 
