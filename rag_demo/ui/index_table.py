@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from .. import plots
+from ..progress import counted
 from ..results import IndexReport
 from .html import esc
 
@@ -25,7 +26,7 @@ def few_vectors_note(num_vectors: int) -> str:
     """
     if num_vectors >= FEW_VECTORS:
         return ""
-    return (f"With {num_vectors:,} {'passage' if num_vectors == 1 else 'passages'} the approximate indexes have nothing "
+    return (f"With {counted(num_vectors, 'passage')} the approximate indexes have nothing "
             "to save: exact search over so few takes well under a millisecond, IVF-PQ's codebooks can take more memory "
             "than the vectors they stand for, and recall on vectors this few says little of recall at scale. Compare "
             "them on a base of tens of thousands of passages or more.")
