@@ -165,3 +165,24 @@ def test_a_folder_that_takes_no_checkpoint_still_builds(on_disk, vectors, tmp_pa
     index = build_faiss("ivfpq", on_disk, CONFIG, checkpoint=checkpoint)
     assert index.ntotal == 3000 and "could not save a checkpoint" in caplog.text
     assert caplog.text.count("could not save a checkpoint") == 1  # said once, not after every block
+
+
+@pytest.mark.parametrize("rows", [5, 60])
+def test_ivfpq_on_a_few_rows_trains_the_same_codes_without_faiss_printing_advice(rows, capfd, caplog):
+    """faiss's k-means prints "please provide at least N training points" to stderr once per subquantizer (about
+    a hundred lines on a visitor's few passages); the page's Index variants table explains small bases instead."""
+    from rag_demo.retrieval.index_build import build_faiss, empty_index
+
+    xb = np.random.default_rng(1).standard_normal((rows, 32)).astype(np.float32)
+    caplog.set_level(logging.INFO)
+    built = build_faiss("ivfpq", xb, IndexConfig())
+    assert "training points" not in capfd.readouterr().err
+    assert f"IVF-PQ over {rows} vectors" in caplog.text
+
+    loud = empty_index("ivfpq", rows, 32, IndexConfig())
+    loud.cp.min_points_per_centroid = loud.pq.cp.min_points_per_centroid = 39  # faiss's own default
+    loud.train(xb)
+    loud.add(xb)
+    assert "training points" in capfd.readouterr().err  # the advice this build keeps out of the log
+    loud.nprobe = built.nprobe
+    assert serialized(built) == serialized(loud)

@@ -37,9 +37,12 @@ log = logging.getLogger(__name__)
 CHECKPOINT_SECONDS = 120.0  # adding time between checkpoints: an HNSW checkpoint rewrites every row added so far
 
 
+FAISS_POINTS_PER_CENTROID = 39  # faiss's advice for k-means training
+
+
 def _default_nlist(n: int) -> int:
-    # faiss wants about 39 training points per centroid; more lists make search cheaper
-    return max(1, min(int(4 * math.sqrt(n)), n // 39))
+    # more lists make search cheaper
+    return max(1, min(int(4 * math.sqrt(n)), n // FAISS_POINTS_PER_CENTROID))
 
 
 def _pq_subquantizers(dim: int, wanted: int | None) -> int:
@@ -82,9 +85,17 @@ def empty_index(kind: str, n: int, dim: int, config: IndexConfig):
         return index
     if kind == "ivfpq":
         nlist = config.ivf_nlist or _default_nlist(n)
-        bits = 8 if n >= 256 * 39 else max(1, min(8, int(math.log2(max(n // 39, 2)))))
-        return faiss.IndexIVFPQ(faiss.IndexFlatIP(dim), dim, nlist, _pq_subquantizers(dim, config.pq_bytes), bits,
-                                faiss.METRIC_INNER_PRODUCT)
+        trainable_centroids = n // FAISS_POINTS_PER_CENTROID
+        bits = 8 if trainable_centroids >= 256 else max(1, min(8, int(math.log2(max(trainable_centroids, 2)))))
+        index = faiss.IndexIVFPQ(faiss.IndexFlatIP(dim), dim, nlist, _pq_subquantizers(dim, config.pq_bytes), bits,
+                                 faiss.METRIC_INNER_PRODUCT)
+        advised = FAISS_POINTS_PER_CENTROID * max(nlist, 2 ** bits)
+        if n < advised:
+            # faiss would print its advice to stderr once per subquantizer, ~100 lines no log level can quiet;
+            # it changes nothing trained, and the Index variants table says what so few vectors show
+            index.cp.min_points_per_centroid = index.pq.cp.min_points_per_centroid = 1
+            log.info("IVF-PQ over %d vectors: faiss advises at least %d for its codebooks", n, advised)
+        return index
     raise InputError(f"unknown index {kind!r}; choose one of {', '.join(INDEX_KINDS)}")
 
 
