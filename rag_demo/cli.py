@@ -38,7 +38,7 @@ from .serving.train_command import add_train_command
 from .errors import RagDemoError
 from .options import BOTH, CLOSED_BOOK
 from .terminal import print_comparison, print_summary
-from .text import check_length, has_words, looks_like_path, one_line
+from .text import check_length, looks_like_path, one_line, require_words
 
 log = logging.getLogger(__name__)
 
@@ -325,12 +325,7 @@ def make_engine(args):
 def _check_cheap_options(args) -> None:
     """Refuse what needs no model before spending seconds on loading one (argparse has checked the numbers)."""
     for text, what in ((getattr(args, "question", "x"), "question"), (getattr(args, "answer", "x"), "answer")):
-        if not text.strip():
-            raise UsageError(f"the {what} is empty; give a non-blank {what}")
-        if not has_words(text):
-            raise UsageError(f"the {what} {text.strip()[:40]!r} has no words: "
-                             + ("ask it in words" if what == "question" else "give the answer in words"))
-        check_length(text, what=what)
+        check_length(require_words(text, what=what), what=what)
     kb = getattr(args, "kb", None)
     # the offline default's bases are known by name before any model loads; a folder, --kb-path's names and a RAG
     # checkpoint's index are known only once loaded

@@ -54,6 +54,23 @@ def clean_text(text: str, *, what: str, limit: int = LIMITS.max_question_chars,
     return cleaned, ()
 
 
+def require_words(text: str, *, what: str) -> str:
+    """`text` unchanged, or an InputError when it is blank or marks alone ("?", "..."), in the API's and the
+    command line's words (the page says it as a sentence).
+
+    >>> require_words("?!", what="answer")
+    Traceback (most recent call last):
+    ...
+    rag_demo.errors.InputError: the answer '?!' has no words: give the answer in words
+    """
+    if not text.strip():
+        raise InputError(f"the {what} is empty; give a non-blank {what}")
+    if not has_words(text):
+        remedy = "ask it in words" if what == "question" else f"give the {what} in words"
+        raise InputError(f"the {what} {text.strip()[:40]!r} has no words: {remedy}")
+    return text
+
+
 def check_length(text: str, *, what: str, limit: int = LIMITS.max_input_chars) -> str:
     """`text` unchanged, or an InputError when it is longer than anyone should send.
 

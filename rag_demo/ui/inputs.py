@@ -22,7 +22,7 @@ from ..config import ASK, LIMITS, VARIANTS
 from ..retrieval.corpus import SOURCE_SUFFIXES, Passage, read_document_file, split_running_text
 from ..errors import InputError
 from ..options import BOTH
-from ..text import check_length, has_words, plain_text
+from ..text import check_length, plain_text, require_words
 
 
 @dataclass(frozen=True)
@@ -145,13 +145,9 @@ def require_question(question: str | None, *, page: bool = True, examples: bool 
     page (pointing to the examples where its tab has some: `examples`) or, with `page` False, for the API."""
     if question is not None and not isinstance(question, str):
         raise InputError(f"the question must be text, got {type(question).__name__} {str(question)[:40]!r}")
-    if not question or not question.strip():
-        if not page:
-            raise InputError("the question is empty; give a non-blank question")
+    if page and (not question or not question.strip()):
         raise InputError("Type a question first, or click one of the examples." if examples else "Type a question first.")
-    if not has_words(question):
-        raise _no_words("question", question, "ask it in words", page=page)
-    return check_length(question, what="question").strip()
+    return check_length(_worded(question or "", what="question", page=page), what="question").strip()
 
 
 def require_answer(answer: str | None, *, page: bool = True) -> str:
@@ -160,15 +156,18 @@ def require_answer(answer: str | None, *, page: bool = True) -> str:
         raise InputError(f"the answer must be text, got {type(answer).__name__} {str(answer)[:40]!r}")
     if not answer or not answer.strip():
         raise InputError("Type an answer to score.")
-    if not has_words(answer):
-        raise _no_words("answer", answer, "give the answer in words", page=page)
-    return check_length(answer, what="answer").strip()
+    return check_length(_worded(answer, what="answer", page=page), what="answer").strip()
 
 
-def _no_words(what: str, text: str, remedy: str, *, page: bool) -> InputError:
-    """The error for a text of marks alone: a sentence on the page, the API's lower-case phrase elsewhere."""
-    said = f"the {what} {text.strip()[:40]!r} has no words: {remedy}"
-    return InputError(f"{said[0].upper()}{said[1:]}." if page else said)
+def _worded(text: str, *, what: str, page: bool) -> str:
+    """`text.require_words`: its lower-case phrase for the API, a sentence on the page."""
+    try:
+        return require_words(text, what=what)
+    except InputError as err:
+        if not page:
+            raise
+        said = str(err)
+        raise InputError(f"{said[0].upper()}{said[1:]}.") from None
 
 
 def safe_file_name(name: str) -> str:
