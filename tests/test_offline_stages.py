@@ -308,3 +308,35 @@ def test_timed_steps_join_the_timeline_being_recorded(monkeypatch):
         pass
     assert timeline.steps == [("embedding", 1.0, 2.5)]
     assert isinstance(timeline, Timeline)
+
+
+def test_the_page_lets_go_of_the_build_lock_once_full_quality_serves(default_setup, monkeypatch):
+    """What follows full quality (ordering the examples, warming up, reading ahead for the Train tab) takes minutes on
+    two cores: a command run beside the page (`eval`, `ask`) must not wait for it at the build lock."""
+    import fcntl
+    from types import SimpleNamespace
+
+    from rag_demo.serving import background, featured, loading
+
+    cache, config = default_setup
+    list(prepare_in_stages(cache=cache, encoder_config=config))  # built: a start is now one complete stage
+
+    def staged(engine_config, *, progress=None, extra_kbs=None):
+        for readiness in prepare_in_stages(cache=cache, encoder_config=config):
+            yield SimpleNamespace(retriever=SimpleNamespace(warm_up=lambda: None), warm_up=lambda: 0.0), readiness
+
+    lock_free = []
+
+    def ordering_examples(engine, **kwargs):
+        with (cache / ".build.lock").open("a+") as handle:  # another open file: flock treats it as another process
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                lock_free.append(True)
+            except BlockingIOError:
+                lock_free.append(False)
+
+    monkeypatch.setattr(loading, "staged_default_engines", staged)
+    monkeypatch.setattr(featured, "feature_checked_examples", ordering_examples)
+    monkeypatch.setattr(background, "_read_ahead_for_training", lambda engine, progress: None)
+    served = list(background.default_engines(lambda *args: None))
+    assert len(served) == 1 and lock_free == [True]

@@ -252,7 +252,8 @@ def default_engines(progress: Progress, *, extra_kb_paths: dict[str, str] | None
     from .loading import load_kbs, staged_default_engines
 
     extra_kbs = load_kbs(extra_kb_paths) if extra_kb_paths else None
-    for engine, readiness in staged_default_engines(EngineConfig(), progress=progress, extra_kbs=extra_kbs):
+    stages = staged_default_engines(EngineConfig(), progress=progress, extra_kbs=extra_kbs)
+    for engine, readiness in stages:
         engine.retriever.warm_up()  # BM25 and the indexes before the first ask, not during it
         if not readiness.complete:
             yield Stage(engine, readiness.serving(), readiness.building())
@@ -260,6 +261,9 @@ def default_engines(progress: Progress, *, extra_kb_paths: dict[str, str] | None
         # Full quality serves at once; what follows only orders the example questions (asked once per
         # setup, saved) and warms the caches, and a visitor's ask meanwhile just shares the cores.
         yield Stage(engine, readiness.serving())
+        # The build ends here and lets go of the cache's lock (`offline.cache.build_lock`): a command run beside
+        # the page would otherwise wait out the minutes below
+        next(stages, None)
         feature_checked_examples(engine, progress=progress)
         progress("warming up: one example question", 0, 1)
         seconds = engine.warm_up()
