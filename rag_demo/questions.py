@@ -519,27 +519,74 @@ ABOUT_NOW_NOTE = ("This question asks about the present: the passages are Wikipe
                   "collected, and the generator knows what it read in training. An answer may be out of date.")
 
 
-def beyond_any_base(question: str) -> tuple[str, ...]:
-    """Notices for a question no knowledge base here can answer as asked: one about the asker
-    (ABOUT_THE_ASKER_NOTE) or about the present day (ABOUT_NOW_NOTE); () for any other.
+# Where the question names a year from here on, few of the base's leads tell it and the generator read little of it;
+# the everyday sets, on which the sureness bands were measured, name none after 2016
+RECENT_YEARS_FROM = 2020
+RECENT_YEAR_NOTE = ("This question is about a recent year: few of the passages tell the events of a single recent year, "
+                    "and what the generator read in training may end before it. An answer may be missing or out of date.")
+# Asking for writing, not for a fact ("write a poem about cats", "tell me a joke"): a passage holds no answer to it
+_REQUEST = re.compile(r"^\s*(?:please\s+)?(?:write|compose|draw|sing|translate|summari[sz]e|generate|create|make up"
+                      r"|tell me (?:a|an|some|another)\b)", re.IGNORECASE)
+REQUEST_NOTE = ("This asks for writing rather than a fact: RAG answers questions from passages, and what it writes "
+                "here is what the generator makes likely after them.")
+# Questions answered yes or no ("can penguins fly?"): the everyday sets hold none, so their answers get no badge
+_YES_NO = re.compile(r"^\s*(?:is|are|was|were|am|do|does|did|can|could|will|would|should|shall|has|have|had|may|might"
+                     r"|must|isn't|aren't|wasn't|weren't|doesn't|don't|didn't|can't|won't)\b", re.IGNORECASE)
 
-    >>> [len(beyond_any_base(q)) for q in ("what did I eat for breakfast?", "where are my keys?", "who is president today?")]
-    [1, 1, 1]
-    >>> beyond_any_base("who directed my neighbor totoro?"), beyond_any_base("whose assassination sparked world war i?")
-    ((), ())
-    >>> beyond_any_base("how long should I boil an egg?"), beyond_any_base("how do I tie a tie?")
-    ((), ())
-    >>> beyond_any_base("what do you call a baby frog?"), beyond_any_base("what is the SI unit of electric current?")
-    ((), ())
-    >>> beyond_any_base("what is the current in a circuit measured in?"), len(beyond_any_base("who is the current pope?"))
-    ((), 1)
+
+def names_a_recent_year(question: str) -> bool:
+    """Whether a question names a year from RECENT_YEARS_FROM on (up to the next century).
+
+    >>> names_a_recent_year("who won the 2025 nba finals?"), names_a_recent_year("who won the 2010 world cup?")
+    (True, False)
+    >>> names_a_recent_year("what is 2024 times 3?"), names_a_recent_year("what did the 2,025 runners win?")
+    (True, False)
     """
-    return tuple(note for pattern, note in ((_ABOUT_THE_ASKER, ABOUT_THE_ASKER_NOTE), (_ABOUT_NOW, ABOUT_NOW_NOTE))
-                 if pattern.search(question))
+    return any(RECENT_YEARS_FROM <= int(year) < 2100 for year in re.findall(r"(?<![\d,.])(20\d\d)(?![\d,])", question))
+
+
+# (what the no-badge notice calls it, whether a question is of it, the notice it gets or ''): the kinds of question
+# no knowledge base here answers as asked, or that the sureness bands were not measured on (`sureness`)
+QUESTION_KINDS = (
+    ("a question about you", lambda q: bool(_ABOUT_THE_ASKER.search(q)), ABOUT_THE_ASKER_NOTE),
+    ("a question about the present", lambda q: bool(_ABOUT_NOW.search(q)), ABOUT_NOW_NOTE),
+    ("a question about a recent year", names_a_recent_year, RECENT_YEAR_NOTE),
+    ("a request for writing", lambda q: bool(_REQUEST.search(q)), REQUEST_NOTE),
+    ("a question not in English", lambda q: not looks_english(q), LANGUAGE_NOTE),
+    ("a yes/no question", lambda q: bool(_YES_NO.search(q)), ""),
+)
+
+
+def unusual_kinds(question: str) -> tuple[str, ...]:
+    """The QUESTION_KINDS a question is of, by name; () for a question of fact such as the everyday sets hold.
+
+    >>> unusual_kinds("what did I eat for breakfast?"), unusual_kinds("who is president today?")
+    (('a question about you',), ('a question about the present',))
+    >>> unusual_kinds("can penguins fly?"), unusual_kinds("write a poem about cats"), unusual_kinds("tell me a joke")
+    (('a yes/no question',), ('a request for writing',), ('a request for writing',))
+    >>> unusual_kinds("who directed my neighbor totoro?"), unusual_kinds("whose assassination sparked world war i?")
+    ((), ())
+    >>> unusual_kinds("how long should I boil an egg?"), unusual_kinds("how do I tie a tie?")
+    ((), ())
+    >>> unusual_kinds("what do you call a baby frog?"), unusual_kinds("what is the SI unit of electric current?")
+    ((), ())
+    >>> unusual_kinds("what is the current in a circuit measured in?"), unusual_kinds("who is the current pope?")
+    ((), ('a question about the present',))
+    >>> unusual_kinds("who wrote the book 'is it over'?"), unusual_kinds("who sang tell me why?")
+    ((), ())
+    """
+    return tuple(name for name, applies, _ in QUESTION_KINDS if applies(question))
+
+
+def question_notices(question: str) -> tuple[str, ...]:
+    """The notices a question's kinds carry (`QUESTION_KINDS`): about the asker, the present, a recent year, a request
+    for writing, another language; () for a question of fact."""
+    kinds = set(unusual_kinds(question))
+    return tuple(note for name, _, note in QUESTION_KINDS if name in kinds and note)
 
 
 def read_question(question: str) -> tuple[str, tuple[str, ...]]:
     """A question as the engine reads it (`text.clean_text`, its end kept), and the notices a reader should see,
-    `beyond_any_base`'s among them."""
+    `question_notices`' among them."""
     question, notices = clean_text(question, what="question", keep_end=True)
-    return question, notices + beyond_any_base(question)
+    return question, notices + question_notices(question)

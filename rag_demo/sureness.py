@@ -15,7 +15,7 @@ from dataclasses import replace
 
 from .config import (ASK, DECODING_DEFAULTS, GENERAL_KB, LIKELY_RIGHT_P, LIKELY_WRONG_P, LONG_ANSWER_WORDS,
                      VARIANT_NAMES)
-from .questions import ABOUT_THE_ASKER_NOTE, beyond_any_base, looks_english
+from .questions import unusual_kinds
 from .results import VariantResult
 
 MEASURED_VARIANTS = ("token", "sequence")
@@ -48,9 +48,9 @@ MEASURED_MAX_WORDS = 30
 
 def unmeasured_options(*, kb: str, question: str, k: int, index: str, retriever: str, memory: bool, num_beams: int,
                        extractive: bool, trained: bool = False) -> list[str]:
-    """What of an ask differs from the setting the bands were measured in (the general base, an English question of at
-    most MEASURED_MAX_WORDS words about neither the asker nor the present (`questions.beyond_any_base`), and the page's
-    default options: k = 5, the flat index, Dense + BM25, memory as a source, free greedy decoding, the packaged
+    """What of an ask differs from the setting the bands were measured in (the general base, a question of fact of at
+    most MEASURED_MAX_WORDS words, of none of `questions.QUESTION_KINDS`: not about the asker, not yes/no, in English...,
+    and the page's default options: k = 5, the flat index, Dense + BM25, memory as a source, free greedy decoding, the packaged
     question encoder: not one `trained` on the page), in words; [] when nothing does. More passages would share
     p(z|x) among more answers, an approximate index reads other passages, and so on: each moves p(y|x).
 
@@ -61,10 +61,8 @@ def unmeasured_options(*, kb: str, question: str, k: int, index: str, retriever:
     ...                    memory=False, num_beams=1, extractive=False)
     ['k = 3', 'the hnsw index', 'memory off']
     """
-    beyond = beyond_any_base(question)
     checks = ((kb != GENERAL_KB, f"the {kb} base"), (len(question.split()) > MEASURED_MAX_WORDS, "a long question"),
-              (not looks_english(question), "a question not in English"),
-              (bool(beyond), f"a question about {'you' if ABOUT_THE_ASKER_NOTE in beyond else 'the present'}"),
+              *((True, kind) for kind in unusual_kinds(question)),
               (k != ASK.k, f"k = {k}"), (index != ASK.index, f"the {index} index"),
               (retriever != MEASURED_RETRIEVER, f"the {retriever} retriever"), (not memory, "memory off"),
               (num_beams != 1, f"{num_beams} beams"), (extractive, "copying"),

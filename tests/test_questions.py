@@ -168,3 +168,13 @@ def test_a_question_file_loads_in_order(tmp_path):
                     '{"question": "capital of peru?", "answers": ["Lima"], "topic": "geography"}\n', encoding="utf-8")
     assert [(q.question, q.answers, q.topic) for q in load_question_set(path)] == [
         ("who wrote hamlet?", ("Shakespeare",), ""), ("capital of peru?", ("Lima",), "geography")]
+
+
+def test_no_everyday_question_is_of_a_kind_the_badges_leave_out():
+    """The sureness bands were measured on the everyday sets; a kind of question they hold must not lose its badge,
+    nor a notice tell a visitor that such a question is beyond the base."""
+    from rag_demo.questions import load_question_set, question_notices, unusual_kinds
+
+    for name in ("everyday-train", "everyday"):
+        flagged = [q.question for q in load_question_set(name) if unusual_kinds(q.question) or question_notices(q.question)]
+        assert flagged == [], (name, flagged)

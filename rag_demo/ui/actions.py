@@ -56,7 +56,7 @@ from .inputs import (
     require_question,
 )
 from .learn import format_learn_html, learn_token_choices
-from .outcomes import api_json, failure_status, noted_language, noted_memory, part_of, plot_update, progress_reporter
+from .outcomes import api_json, failure_status, noted_memory, part_of, plot_update, progress_reporter
 from .sentences import as_sentence
 from .train import encoder_gone, training_runs
 from .views import (
@@ -216,7 +216,7 @@ class DemoActions:
             return encoder_gone(AskView)
         except Exception as err:  # the UI boundary: a message in the page, never a traceback
             return changed(AskView, status=failure_status(err))
-        result = noted_language(noted_memory(result, wanted, trained=calls.trained))
+        result = noted_memory(result, wanted, trained=calls.trained)
         heat = {name: plots.posterior_heatmap(v, result.passages) for name, v in result.variants.items()}
         words = {name: plots.describe_heatmap(v, result.passages) for name, v in result.variants.items()}
         variants = list(result.variants.values())
@@ -273,10 +273,10 @@ class DemoActions:
             wanted = memory_switch(memory)
             report = progress_reporter(progress)
             calls = self.encoder_calls(question_encoder, request)
-            a, b = (noted_language(noted_memory(calls.ask(
+            a, b = (noted_memory(calls.ask(
                         question, kb=kb, k=self.fit_k(k, kb), variants=parse_variants(variant), closed_book=True,
                         memory=wanted, progress=part_of(report, side, len(sides), getattr(kb, "name", kb))), wanted,
-                        trained=calls.trained))
+                        trained=calls.trained)
                     for side, kb in enumerate(sides))
         except NoTrainedEncoder:  # as for `ask`
             return encoder_gone(SwapView)
@@ -352,7 +352,7 @@ class DemoActions:
                                      variants=VARIANTS, progress=progress_reporter(progress))
         except Exception as err:  # the UI boundary
             return changed(MineAnswerView, status=failure_status(err))
-        result = noted_language(noted_memory(result, None))
+        result = noted_memory(result, None)
         return MineAnswerView(status="", answer=format_answer_html(result), passages=format_result_passages(result))
 
     # ---- Score your answer ----------------------------------------------------------------------

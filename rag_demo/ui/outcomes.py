@@ -20,7 +20,6 @@ from ..progress import Progress
 from ..results import AskResult
 from ..serving.interface import EngineNotReady
 from .html import MEMORY_UNAVAILABLE, MEMORY_UNAVAILABLE_OWN_KB, MEMORY_UNAVAILABLE_TRAINED, format_status
-from ..questions import LANGUAGE_NOTE, looks_english
 
 log = logging.getLogger(__name__)
 
@@ -42,13 +41,6 @@ def plot_update(figure: Any, description: str = "") -> dict:
     if description:
         return gr.update(value=figure, visible=figure is not None, label=description)
     return gr.update(value=figure, visible=figure is not None)
-
-
-def noted_language(result: AskResult) -> AskResult:
-    """The result, with a notice when its question does not look English (the default models read English)."""
-    if looks_english(result.question):
-        return result
-    return replace(result, notices=(*result.notices, LANGUAGE_NOTE))
 
 
 def noted_memory(result: AskResult, wanted: bool | None, *, trained: bool = False) -> AskResult:
