@@ -529,6 +529,10 @@ _REQUEST = re.compile(r"^\s*(?:please\s+)?(?:write|compose|draw|sing|translate|s
                       r"|tell me (?:a|an|some|another)\b)", re.IGNORECASE)
 REQUEST_NOTE = ("This asks for writing rather than a fact: RAG answers questions from passages, and what it writes "
                 "here is what the generator makes likely after them.")
+# Two questions joined ("who invented the light bulb and when did he die?"): one short answer answers one of them
+_TWO_QUESTIONS = re.compile(r"\w.*\b(?:and|or)\s+(?:who|whom|whose|when|where|what|which|why|how)\b", re.IGNORECASE)
+TWO_QUESTIONS_NOTE = ("This asks two things at once: RAG writes one short answer, which answers one of them at most. "
+                      "Ask them one at a time.")
 # Questions answered yes or no ("can penguins fly?"): the everyday sets hold none, so their answers get no badge
 _YES_NO = re.compile(r"^\s*(?:is|are|was|were|am|do|does|did|can|could|will|would|should|shall|has|have|had|may|might"
                      r"|must|isn't|aren't|wasn't|weren't|doesn't|don't|didn't|can't|won't)\b", re.IGNORECASE)
@@ -552,6 +556,7 @@ QUESTION_KINDS = (
     ("a question about the present", lambda q: bool(_ABOUT_NOW.search(q)), ABOUT_NOW_NOTE),
     ("a question about a recent year", names_a_recent_year, RECENT_YEAR_NOTE),
     ("a request for writing", lambda q: bool(_REQUEST.search(q)), REQUEST_NOTE),
+    ("two questions in one", lambda q: bool(_TWO_QUESTIONS.search(q)), TWO_QUESTIONS_NOTE),
     ("a question not in English", lambda q: not looks_english(q), LANGUAGE_NOTE),
     ("a yes/no question", lambda q: bool(_YES_NO.search(q)), ""),
 )
@@ -574,13 +579,15 @@ def unusual_kinds(question: str) -> tuple[str, ...]:
     ((), ('a question about the present',))
     >>> unusual_kinds("who wrote the book 'is it over'?"), unusual_kinds("who sang tell me why?")
     ((), ())
+    >>> unusual_kinds("who invented the light bulb and when did he die?"), unusual_kinds("who wrote who's afraid of virginia woolf?")
+    (('two questions in one',), ())
     """
     return tuple(name for name, applies, _ in QUESTION_KINDS if applies(question))
 
 
 def question_notices(question: str) -> tuple[str, ...]:
     """The notices a question's kinds carry (`QUESTION_KINDS`): about the asker, the present, a recent year, a request
-    for writing, another language; () for a question of fact."""
+    for writing, two questions in one, another language; () for a question of fact."""
     kinds = set(unusual_kinds(question))
     return tuple(note for name, _, note in QUESTION_KINDS if name in kinds and note)
 

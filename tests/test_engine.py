@@ -548,14 +548,15 @@ def test_a_question_about_the_asker_or_the_present_is_told_so_wherever_it_is_ask
 def test_a_recent_year_a_request_or_another_language_is_told_so_in_the_answer_itself(causal_engine):
     """A review asked "who won the 2025 nba finals?" and got a wrong name, with nothing said; /ask_json lacked the
     page's note on a French question. The engine's notices carry each, so the page, the JSON and the CLI all say it."""
-    from rag_demo.questions import LANGUAGE_NOTE, RECENT_YEAR_NOTE, REQUEST_NOTE
+    from rag_demo.questions import LANGUAGE_NOTE, RECENT_YEAR_NOTE, REQUEST_NOTE, TWO_QUESTIONS_NOTE
 
-    for question, note in (("who won the 2025 nba finals?", RECENT_YEAR_NOTE), ("write a poem about cats", REQUEST_NOTE),
-                           ("qui a peint la Joconde ?", LANGUAGE_NOTE)):
+    notes = {"who won the 2025 nba finals?": RECENT_YEAR_NOTE, "write a poem about cats": REQUEST_NOTE,
+             "qui a peint la Joconde ?": LANGUAGE_NOTE, "who invented the light bulb and when did he die?": TWO_QUESTIONS_NOTE}
+    for question, note in notes.items():
         notices = causal_engine.ask(question, k=2, max_new_tokens=2).notices
         assert notices.count(note) == 1, (question, notices)
     plain = causal_engine.ask(QUESTION, k=2, max_new_tokens=2).notices
-    assert not {RECENT_YEAR_NOTE, REQUEST_NOTE, LANGUAGE_NOTE} & set(plain)
+    assert not set(notes.values()) & set(plain)
 
 
 def test_an_answer_the_generator_ended_at_once_is_said_to_have_no_words(causal_engine, monkeypatch):

@@ -87,6 +87,7 @@ def test_what_differs_from_the_measured_ask_is_named():
                           (dict(question="who won the 2025 nba finals?"), "a question about a recent year"),
                           (dict(question="write a poem about cats"), "a request for writing"),
                           (dict(question="can penguins fly?"), "a yes/no question"),
+                          (dict(question="who invented the light bulb and when did he die?"), "two questions in one"),
                           (dict(k=6), "k = 6"), (dict(index="ivfpq"), "the ivfpq index"),
                           (dict(retriever="dense"), "the dense retriever"), (dict(memory=False), "memory off"),
                           (dict(num_beams=2), "2 beams"), (dict(extractive=True), "copying"),
