@@ -14,6 +14,7 @@ Importing this module loads nothing heavy; nothing here reads a model.
 
 from __future__ import annotations
 
+import datetime
 import hashlib
 import json
 import re
@@ -525,28 +526,37 @@ RECENT_YEARS_FROM = 2020
 RECENT_YEAR_NOTE = ("This question is about a recent year: few of the passages tell the events of a single recent year, "
                     "and what the generator read in training may end before it. An answer may be missing or out of date.")
 # Asking for writing, not for a fact ("write a poem about cats", "tell me a joke"): a passage holds no answer to it
-_REQUEST = re.compile(r"^\s*(?:please\s+)?(?:write|compose|draw|sing|translate|summari[sz]e|generate|create|make up"
-                      r"|tell me (?:a|an|some|another)\b)", re.IGNORECASE)
+_REQUEST = re.compile(r"^\s*(?:please\s+)?(?:(?:write|compose|draw|sing|translate|summari[sz]e|generate|create|make up)"
+                      r"\s+(?:me|us|a|an|some|another|the|my|this|that|about)|tell\s+(?:me|us)\s+(?:a|an|some|another))\b",
+                      re.IGNORECASE)
 REQUEST_NOTE = ("This asks for writing rather than a fact: RAG answers questions from passages, and what it writes "
                 "here is what the generator makes likely after them.")
 # Two questions joined ("who invented the light bulb and when did he die?"): one short answer answers one of them
-_TWO_QUESTIONS = re.compile(r"\w.*\b(?:and|or)\s+(?:who|whom|whose|when|where|what|which|why|how)\b", re.IGNORECASE)
+# The second part asks as a question does, a question word and then a verb or "many"/"long"...: a title joined by "or"
+# or "and" seldom does ("twelfth night, or what you will", "dr strangelove or how i learned to stop worrying")
+_TWO_QUESTIONS = re.compile(r"\w.*\b(?:and|or)\s+(?:who|whom|whose|when|where|what|which|why|how)\s+"
+                            r"(?:is|are|was|were|did|does|do|can|could|will|would|has|have|had|should|many|much|long|old"
+                            r"|far|big|tall)\b", re.IGNORECASE)
 TWO_QUESTIONS_NOTE = ("This asks two things at once: RAG writes one short answer, which answers one of them at most. "
                       "Ask them one at a time.")
-# Questions answered yes or no ("can penguins fly?"): the everyday sets hold none, so their answers get no badge
+# Questions answered yes or no ("can penguins fly?"): the everyday sets hold none, so their answers get no badge. One
+# that asks with a question word further on is trivia that opens with a name ("will smith starred in which film?")
 _YES_NO = re.compile(r"^\s*(?:is|are|was|were|am|do|does|did|can|could|will|would|should|shall|has|have|had|may|might"
                      r"|must|isn't|aren't|wasn't|weren't|doesn't|don't|didn't|can't|won't)\b", re.IGNORECASE)
+_QUESTION_WORD = re.compile(r"\b(?:who|whom|whose|what|which|when|where|why|how)\b", re.IGNORECASE)
 
 
-def names_a_recent_year(question: str) -> bool:
-    """Whether a question names a year from RECENT_YEARS_FROM on (up to the next century).
+def names_a_recent_year(question: str, *, this_year: int | None = None) -> bool:
+    """Whether a question names a year from RECENT_YEARS_FROM to `this_year` (today's by default). A later number is
+    more often a title than a question about the future ("blade runner 2049", "the game 2048").
 
-    >>> names_a_recent_year("who won the 2025 nba finals?"), names_a_recent_year("who won the 2010 world cup?")
+    >>> names_a_recent_year("who won the 2025 nba finals?", this_year=2026), names_a_recent_year("who won the 2010 world cup?")
     (True, False)
-    >>> names_a_recent_year("what is 2024 times 3?"), names_a_recent_year("what did the 2,025 runners win?")
-    (True, False)
+    >>> names_a_recent_year("who directed blade runner 2049?", this_year=2026), names_a_recent_year("what did the 2,025 runners win?")
+    (False, False)
     """
-    return any(RECENT_YEARS_FROM <= int(year) < 2100 for year in re.findall(r"(?<![\d,.])(20\d\d)(?![\d,])", question))
+    last = this_year or datetime.date.today().year
+    return any(RECENT_YEARS_FROM <= int(year) <= last for year in re.findall(r"(?<![\d,.])(20\d\d)(?![\d,])", question))
 
 
 # (what the no-badge notice calls it, whether a question is of it, the notice it gets or ''): the kinds of question
@@ -558,7 +568,7 @@ QUESTION_KINDS = (
     ("a request for writing", lambda q: bool(_REQUEST.search(q)), REQUEST_NOTE),
     ("two questions in one", lambda q: bool(_TWO_QUESTIONS.search(q)), TWO_QUESTIONS_NOTE),
     ("a question not in English", lambda q: not looks_english(q), LANGUAGE_NOTE),
-    ("a yes/no question", lambda q: bool(_YES_NO.search(q)), ""),
+    ("a yes/no question", lambda q: bool(_YES_NO.search(q)) and not _QUESTION_WORD.search(q), ""),
 )
 
 
@@ -581,6 +591,10 @@ def unusual_kinds(question: str) -> tuple[str, ...]:
     ((), ())
     >>> unusual_kinds("who invented the light bulb and when did he die?"), unusual_kinds("who wrote who's afraid of virginia woolf?")
     (('two questions in one',), ())
+    >>> unusual_kinds("who wrote twelfth night, or what you will?"), unusual_kinds("will smith starred in which film?")
+    ((), ())
+    >>> unusual_kinds("singer of bohemian rhapsody?"), unusual_kinds("drawbridge is a type of what?")
+    ((), ())
     """
     return tuple(name for name, applies, _ in QUESTION_KINDS if applies(question))
 

@@ -334,7 +334,7 @@ def test_score_json_takes_the_switch_and_returns_memory(actions):
     off = actions.score_json(QUESTION, "Paris", "", 3, "flat", "both", "", False)
     assert off["memory_prob"] is None and sum(p["prob"] for p in off["passages"]) == pytest.approx(1, abs=1e-5)
     assert actions.score_json(QUESTION, "Paris", "", 3)["memory_prob"] == pytest.approx(on["memory_prob"])
-    with pytest.raises(gr.Error, match="Type an answer"):
+    with pytest.raises(gr.Error, match="the answer is empty; give a non-blank answer"):  # the API's words, as for a question
         actions.score_json(QUESTION, " ")
     with pytest.raises(gr.Error, match="memory must be"):
         actions.score_json(QUESTION, "Paris", "", 3, "flat", "both", "", "memroy")

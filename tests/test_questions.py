@@ -178,3 +178,26 @@ def test_no_everyday_question_is_of_a_kind_the_badges_leave_out():
     for name in ("everyday-train", "everyday"):
         flagged = [q.question for q in load_question_set(name) if unusual_kinds(q.question) or question_notices(q.question)]
         assert flagged == [], (name, flagged)
+
+
+@pytest.mark.parametrize("question", [
+    "singer of bohemian rhapsody?", "singapore became independent in which year?", "drawbridge is a type of what?",
+    "who directed blade runner 2049?", "who created the game 2048?", "who wrote 2061: odyssey three?",
+    "who wrote twelfth night, or what you will?", "who directed dr strangelove or how i learned to stop worrying?",
+    "will smith starred in which 1996 alien invasion film?", "do the right thing was directed by whom?",
+    "am radio uses which band of frequencies?", "is this love was sung by whom?", "tell me about the eiffel tower",
+    "who sang tell me something good?", "which is bigger, the sun or the moon?", "who won the 2018 world cup?",
+])
+def test_ordinary_questions_a_review_tried_keep_their_badge(question):
+    """Titles and trivia that open with a name ("will smith ...", "blade runner 2049") are questions of fact."""
+    from rag_demo.questions import question_notices, unusual_kinds
+
+    assert unusual_kinds(question) == () and question_notices(question) == ()
+
+
+def test_a_recent_year_is_one_up_to_this_year():
+    from rag_demo.questions import names_a_recent_year
+
+    assert names_a_recent_year("who won the 2022 world cup?", this_year=2026)
+    assert not names_a_recent_year("who won the 2022 world cup?", this_year=2021)
+    assert not names_a_recent_year("who won the 2019 world cup?", this_year=2026)

@@ -154,9 +154,9 @@ def require_answer(answer: str | None, *, page: bool = True) -> str:
     """The answer to score, stripped; an InputError for none, or one without a letter or digit, as for questions."""
     if answer is not None and not isinstance(answer, str):
         raise InputError(f"the answer must be text, got {type(answer).__name__} {str(answer)[:40]!r}")
-    if not answer or not answer.strip():
+    if page and (not answer or not answer.strip()):
         raise InputError("Type an answer to score.")
-    return check_length(_worded(answer, what="answer", page=page), what="answer").strip()
+    return check_length(_worded(answer or "", what="answer", page=page), what="answer").strip()
 
 
 def _worded(text: str, *, what: str, page: bool) -> str:
