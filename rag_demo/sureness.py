@@ -97,7 +97,7 @@ def banded(results: dict[str, VariantResult], differences: list[str], *,
             return results, ()
         if "sequence" in results and sequence_decoding != MEASURED_SEQUENCE_DECODING:
             differences = [*differences, f"{sequence_decoding} RAG-Sequence decoding"]
-        return results, (f"{NO_BADGE}: it was measured on everyday questions asked with the page's default options on "
+        return results, (f"{NO_BADGE}: the badges were measured on everyday questions asked with the page's default options on "
                          f"{GENERAL_KB}, and this ask differs ({', '.join(differences)})",)
     banded_results, notices = dict(results), []
     for variant in measured:

@@ -18,9 +18,9 @@ from ..generation.restatements import restates_question
 from ..retrieval.corpus import KnowledgeBase
 from ..progress import counted
 from ..results import AskResult, ClosedBookResult, RetrievedPassage, RetrieverRanking, VariantResult
-from .sentences import (EVIDENCE_MEANS, LINE_BREAK_NOTE, SCORED_LINE_BREAK_NOTE, SPACE_TOKEN_NOTE, disagreement_sentence,
-                        encoders_differ_sentence, evidence, fmt_prob, knowledge_conflicts, memory_sentence, sureness_means,
-                        swap_verdict)
+from .sentences import (EVIDENCE_MEANS, LINE_BREAK_NOTE, SCORED_LINE_BREAK_NOTE, SPACE_TOKEN_NOTE, as_sentence,
+                        disagreement_sentence, encoders_differ_sentence, evidence, fmt_prob, knowledge_conflicts,
+                        memory_sentence, sureness_means, swap_verdict)
 
 PARAMETRIC_P = 0.5  # closed-book p at or above which a token is marked as coming from parametric memory
 TIMING_ORDER = ("encode", "search", "recall check", "generate", "total")
@@ -402,7 +402,8 @@ def _closed_card(closed: ClosedBookResult) -> str:
 
 
 def format_notices(notices: Sequence[str]) -> str:
-    return "".join(f'<div class="rag-notice">{esc(n)}</div>' for n in notices)
+    """Each notice as a sentence on the page; the JSON and the command line keep the engine's lower-case phrases."""
+    return "".join(f'<div class="rag-notice">{esc(as_sentence(n))}</div>' for n in notices)
 
 
 def format_memory_line(result: AskResult) -> str:
