@@ -531,9 +531,9 @@ _REQUEST = re.compile(r"^\s*(?:please\s+)?(?:(?:write|compose|draw|sing|translat
                       re.IGNORECASE)
 REQUEST_NOTE = ("This asks for writing rather than a fact: RAG answers questions from passages, and what it writes "
                 "here is what the generator makes likely after them.")
-# Two questions joined ("who invented the light bulb and when did he die?"): one short answer answers one of them
-# The second part asks as a question does, a question word and then a verb or "many"/"long"...: a title joined by "or"
-# or "and" seldom does ("twelfth night, or what you will", "dr strangelove or how i learned to stop worrying")
+# Two questions joined ("who invented the light bulb and when did he die?"): one short answer answers one of them. The
+# second asks as a question does, its question word followed by a verb or "many", "long"...; a title joined by "or" or
+# "and" seldom does ("twelfth night, or what you will", "dr strangelove or how i learned to stop worrying")
 _TWO_QUESTIONS = re.compile(r"\w.*\b(?:and|or)\s+(?:who|whom|whose|when|where|what|which|why|how)\s+"
                             r"(?:is|are|was|were|did|does|do|can|could|will|would|has|have|had|should|many|much|long|old"
                             r"|far|big|tall)\b", re.IGNORECASE)
@@ -602,8 +602,7 @@ def unusual_kinds(question: str) -> tuple[str, ...]:
 def question_notices(question: str) -> tuple[str, ...]:
     """The notices a question's kinds carry (`QUESTION_KINDS`): about the asker, the present, a recent year, a request
     for writing, two questions in one, another language; () for a question of fact."""
-    kinds = set(unusual_kinds(question))
-    return tuple(note for name, _, note in QUESTION_KINDS if name in kinds and note)
+    return tuple(note for _, applies, note in QUESTION_KINDS if note and applies(question))
 
 
 def read_question(question: str) -> tuple[str, tuple[str, ...]]:
