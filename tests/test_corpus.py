@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from rag_demo.offline.leads import lead_passages
 from rag_demo.retrieval.corpus import KB_META, Passage, load_kb, make_kb, read_source, save_kb, split_into_passages
 from rag_demo.errors import InputError, KnowledgeBaseError
 
@@ -40,6 +41,27 @@ def test_split_keeps_every_word_in_order_within_the_limit(words, limit):
     assert " ".join(p.text for p in passages).split() == words
     assert all(1 <= len(p.text.split()) <= limit for p in passages)
     assert len(passages) == -(-len(words) // limit)  # DPR's count, never more
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(min_value=0, max_value=450), st.integers(min_value=0, max_value=30))
+def test_dpr_blocks_fold_a_short_rest_into_the_block_before(count, shortest):
+    words = [f"w{i}" for i in range(count)]
+    passages = split_into_passages("T", " ".join(words), at_sentences=False, shortest_tail=shortest)
+    lengths = [len(p.text.split()) for p in passages]
+    assert " ".join(p.text for p in passages).split() == words
+    assert all(n == 100 for n in lengths[:-1])  # only the last block differs from DPR's
+    if len(lengths) > 1:
+        assert shortest <= lengths[-1] <= max(100, 99 + shortest)
+    plain = [len(p.text.split()) for p in split_into_passages("T", " ".join(words), at_sentences=False)]
+    assert len(passages) == len(plain) - (len(plain) > 1 and plain[-1] < shortest)
+
+
+def test_lead_passages_leave_no_rest_under_ten_words():
+    lead = " ".join(f"w{i}" for i in range(205))
+    passages = lead_passages({"c": {"title": "Cleopatra", "extract": lead},
+                              "d": {"title": "D", "extract": "Only five words are here."}})
+    assert [(p.title, len(p.text.split())) for p in passages] == [("Cleopatra", 100), ("Cleopatra", 105), ("D", 5)]
 
 
 def test_read_source_formats(tmp_path):

@@ -163,8 +163,8 @@ def test_warm_prepare_loads_no_model(offline_source, monkeypatch):
 
 @pytest.mark.slow
 def test_real_general_knowledge_is_prepared():
-    """Uses the real cache (see conftest): the leads of the 10,033 vital articles in 12,324 passages of at
-    most 100 words, titles kept; the twin row for row, about 1,300 people swapped, its world on disk."""
+    """Uses the real cache (see conftest): the leads of the 10,033 vital articles in 11,701 passages of 100
+    words (a lead's last up to 109), titles kept; the twin row for row, about 1,300 people swapped, its world on disk."""
     from transformers import AutoConfig
 
     from rag_demo.offline.kbs import load_counterfactual_world
@@ -174,8 +174,8 @@ def test_real_general_knowledge_is_prepared():
     assert not list(prepared.generator_path.glob("*.gguf"))
     data = read_leads(ensure_leads())
     real, twin = load_kb(prepared.kb_paths["wikipedia"]), load_kb(prepared.kb_paths["wikipedia-counterfactual"])
-    assert len(real) == len(twin) == len(data.passages) == 12_324 and real.dim == twin.dim == 384 and real.normalized
-    assert list(real.titles) == [p.title for p in data.passages] and max(len(t.split()) for t in real.texts) <= 100
+    assert len(real) == len(twin) == len(data.passages) == 11_701 and real.dim == twin.dim == 384 and real.normalized
+    assert list(real.titles) == [p.title for p in data.passages] and max(len(t.split()) for t in real.texts) <= 109
     world = load_counterfactual_world(twin.path)
     assert world.substitutes == data.counterfactual.substitutes and len(world.substitutes) > 1000
     differ = sum(a != b for a, b in zip(real.texts, twin.texts))

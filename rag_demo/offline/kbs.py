@@ -34,8 +34,9 @@ KB_FORMAT = 6  # 2: example questions retrieval gets right in both KBs; 3: one c
 # answer, and swapped names swapped in every counterfactual passage; 6: examples picked with questions read as
 # the retriever reads them (`encoders.retrieval_question`)
 EXAMPLES_PER_KB = 8
-GENERAL_FORMAT = 4  # 2: the twin's examples only where the canonical answer is a swapped person; 3: as KB_FORMAT 6;
-# 4: in the twin, a surname alone is swapped in every article that names its person in full (`swapped.swap_people`)
+GENERAL_FORMAT = 5  # 2: the twin's examples only where the canonical answer is a swapped person; 3: as KB_FORMAT 6;
+# 4: in the twin, a surname alone is swapped in every article that names its person in full (`swapped.swap_people`);
+# 5: a lead's rest under leads.SHORTEST_TAIL_WORDS words joins the passage before it
 WORLD_FILE = "world.json"  # beside the counterfactual general KB: who was swapped for whom
 EXAMPLES_FROM = "everyday-train"  # wikipedia's example questions: never the evaluation set
 EXAMPLE_CANDIDATES = 200  # of them, tried in a seeded order until EXAMPLES_PER_KB pass
@@ -232,8 +233,8 @@ def load_counterfactual_world(kb_path: str | Path) -> SwappedWorld | None:
 def ensure_general_kbs(encoder: Encoder, data: GeneralData, *, cache: str | Path | None = None,
                        progress: Progress | None = None) -> dict[str, Path]:
     """Build (once) wikipedia and its counterfactual twin with `encoder` from the leads (`leads.read_leads`),
-    each with its example questions; a passage the swap left alone is embedded once for both. 12,324
-    passages and 1,935 swapped ones: about a minute and a half on 2 cores with bfloat16."""
+    each with its example questions; a passage the swap left alone is embedded once for both. 11,701
+    passages and 1,882 swapped ones: a minute and a half on 2 cores with bfloat16."""
     root = resolve_root(cache)
     key = general_kb_key(encoder.name, encoder.max_length)
     paths = {name: path for name, path in default_kb_paths(encoder.name, encoder.max_length, cache=root).items()

@@ -57,13 +57,17 @@ class Passage:
     text: str
 
 
-def split_into_passages(title: str, text: str, *, words_per_passage: int = 100, at_sentences: bool = True) -> list[Passage]:
-    """Split a document into disjoint passages of at most `words_per_passage` words.
+def split_into_passages(title: str, text: str, *, words_per_passage: int = 100, at_sentences: bool = True,
+                        shortest_tail: int = 0) -> list[Passage]:
+    """Split a document into disjoint passages of at most `words_per_passage` words (but see `shortest_tail`).
 
     As many passages as DPR's cut into blocks of `words_per_passage` words, but of near-equal length and ending
     where sentences end (`sentence_ends`) wherever one lies within reach: DPR's blocks leave a short tail
     ("and 50 million.") and start in mid-sentence, which a visitor reading the card makes sense of less well.
-    A sentence longer than a passage is cut between words. `at_sentences=False` cuts DPR's blocks.
+    A sentence longer than a passage is cut between words. `at_sentences=False` cuts DPR's blocks; with it, a last
+    block of fewer than `shortest_tail` words joins the block before it, which then runs past `words_per_passage`
+    (a tail of a few words, "Alexander.", carries little but its article's title, so a question naming the
+    article retrieves it first).
 
     >>> [p.text for p in split_into_passages("T", "a b c d e", words_per_passage=2)]
     ['a b', 'c d', 'e']
@@ -72,13 +76,18 @@ def split_into_passages(title: str, text: str, *, words_per_passage: int = 100, 
     >>> [p.text for p in split_into_passages("T", "One two three. Four five. Six seven eight.", words_per_passage=6,
     ...                                      at_sentences=False)]
     ['One two three. Four five. Six', 'seven eight.']
+    >>> [p.text for p in split_into_passages("T", "a b c d e", words_per_passage=2, at_sentences=False, shortest_tail=2)]
+    ['a b', 'c d e']
     """
     if words_per_passage < 1:
         raise InputError("words_per_passage must be at least 1")
     words = text.split()
     if not at_sentences:
-        return [Passage(title=title, text=" ".join(words[start:start + words_per_passage]))
-                for start in range(0, len(words), words_per_passage)]
+        starts = list(range(0, len(words), words_per_passage))
+        if len(starts) > 1 and len(words) - starts[-1] < shortest_tail:
+            starts.pop()
+        return [Passage(title=title, text=" ".join(words[start:end]))
+                for start, end in zip(starts, [*starts[1:], len(words)])]
     ends = sentence_ends(words)
     passages, start = [], 0
     while len(words) - start > words_per_passage:
