@@ -201,3 +201,13 @@ def test_a_recent_year_is_one_up_to_this_year():
     assert names_a_recent_year("who won the 2022 world cup?", this_year=2026)
     assert not names_a_recent_year("who won the 2022 world cup?", this_year=2021)
     assert not names_a_recent_year("who won the 2019 world cup?", this_year=2026)
+
+
+def test_no_everyday_question_is_one_the_prompts_answer_in_a_worked_example():
+    """A worked example's question in a set is answered from the prompt, not from the passages or the weights."""
+    from rag_demo.generation import prompts
+
+    asked = {qs.normalize_answer(q) for q in [*(e[2] for e in prompts.EXAMPLES), *dict(prompts.CLOSED_BOOK_EXAMPLES)]}
+    for name in ("everyday-train", "everyday"):
+        leaked = [q.question for q in qs.load_question_set(name) if qs.normalize_answer(q.question) in asked]
+        assert not leaked, (name, leaked)
