@@ -544,6 +544,36 @@ TWO_QUESTIONS_NOTE = ("This asks two things at once: RAG writes one short answer
 _YES_NO = re.compile(r"^\s*(?:is|are|was|were|am|do|does|did|can|could|will|would|should|shall|has|have|had|may|might"
                      r"|must|isn't|aren't|wasn't|weren't|doesn't|don't|didn't|can't|won't)\b", re.IGNORECASE)
 _QUESTION_WORD = re.compile(r"\b(?:who|whom|whose|what|which|when|where|why|how)\b", re.IGNORECASE)
+# Asking who or what a thing is by its name alone ("who was cleopatra?", "what is a black hole?"): the answer wanted
+# describes it, and a short one names it again ("Cleopatra VII"). The everyday sets hold none: each of theirs asks a
+# relation ("who was plato's teacher?", "what is the capital of canada?", "what is tofu made from?")
+_WHO_OR_WHAT_IS = re.compile(r"^\s*(?:who|what)\s+(?:is|was|are|were)\s+(?:(?:a|an)\s+)?(?P<name>[^\W\d][^\d?!.]*?)"
+                             r"\s*[?!.]*\s*$", re.IGNORECASE)
+_NOT_A_NAME = frozenset("the this that these those it he she they there here i you we your my his her their our its "
+                        "of in on at for from to by with about called made named known used like now today currently".split())
+# "who is president?" asks who holds a role, "who was queen victoria?" who a person was
+_ROLES = frozenset({"president", "vice president", "king", "queen", "pope", "prime minister", "chancellor", "mayor",
+                    "governor", "ceo", "emperor"})
+
+
+def asks_what_a_name_is(question: str) -> bool:
+    """Whether a question asks who or what something is, by its name of up to five words alone.
+
+    >>> asks_what_a_name_is("who was cleopatra?"), asks_what_a_name_is("What is a black hole?")
+    (True, True)
+    >>> asks_what_a_name_is("who was queen victoria?"), asks_what_a_name_is("who is president?")
+    (True, False)
+    >>> asks_what_a_name_is("who was plato's teacher?"), asks_what_a_name_is("what is the capital of canada?")
+    (False, False)
+    >>> asks_what_a_name_is("what is tofu made from?"), asks_what_a_name_is("what is 7 times 8?")
+    (False, False)
+    """
+    match = _WHO_OR_WHAT_IS.match(question)
+    if not match:
+        return False
+    words = match["name"].lower().split()
+    return (len(words) <= 5 and " ".join(words) not in _ROLES and not _NOT_A_NAME.intersection(words)
+            and not any("'" in w or "’" in w for w in words))
 
 
 def names_a_recent_year(question: str, *, this_year: int | None = None) -> bool:
@@ -569,6 +599,7 @@ QUESTION_KINDS = (
     ("two questions in one", lambda q: bool(_TWO_QUESTIONS.search(q)), TWO_QUESTIONS_NOTE),
     ("a question not in English", lambda q: not looks_english(q), LANGUAGE_NOTE),
     ("a yes/no question", lambda q: bool(_YES_NO.search(q)) and not _QUESTION_WORD.search(q), ""),
+    ("a question of who or what something is", asks_what_a_name_is, ""),
 )
 
 
