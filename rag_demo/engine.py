@@ -31,16 +31,11 @@ from .generation.generator import Generator, generator_from_model
 from .generation.teacher_forcing import every_source_logprobs, rows_logprobs, sources_logprobs
 from .generation.restatements import first_standing, restates_question, set_aside_restatements
 from .retrieval.index import SearchIndex
-from .marginalize import (
-    rag_sequence_logprob,
-    rag_sequence_posteriors,
-    rag_sequence_token_logprobs,
-    rag_token_logprob,
-    rag_token_posteriors,
-    rag_token_token_logprobs,
-)
+from .marginalize import (rag_sequence_logprob, rag_sequence_posteriors, rag_sequence_token_logprobs, rag_token_logprob,
+                          rag_token_posteriors, rag_token_token_logprobs)
 from .progress import Progress, StepCounter, counted
-from .questions import passages_holding, read_question, without_last_word
+from .question_kinds import read_question
+from .questions import passages_holding, without_last_word
 from .results import AskResult, ClosedBookResult, IndexReport, Retrieval, RetrievedPassage, RetrieverComparison, VariantResult
 from .retrieval.retriever import Retriever
 from .text import clean_text

@@ -15,7 +15,7 @@ from dataclasses import replace
 
 from .config import (ASK, DECODING_DEFAULTS, GENERAL_KB, LIKELY_RIGHT_P, LIKELY_WRONG_P, LONG_ANSWER_WORDS,
                      VARIANT_NAMES)
-from .questions import unusual_kinds
+from .question_kinds import unusual_kinds
 from .results import VariantResult
 
 MEASURED_VARIANTS = ("token", "sequence")
@@ -49,7 +49,7 @@ MEASURED_MAX_WORDS = 30
 def unmeasured_options(*, kb: str, question: str, k: int, index: str, retriever: str, memory: bool, num_beams: int,
                        extractive: bool, trained: bool = False) -> list[str]:
     """What of an ask differs from the setting the bands were measured in (the general base, a question of fact of at
-    most MEASURED_MAX_WORDS words, of none of `questions.QUESTION_KINDS`: not about the asker, not yes/no, in English...,
+    most MEASURED_MAX_WORDS words, of none of `question_kinds.QUESTION_KINDS`: not about the asker, not yes/no, in English...,
     and the page's default options: k = 5, the flat index, Dense + BM25, memory as a source, free greedy decoding, the packaged
     question encoder: not one `trained` on the page), in words; [] when nothing does. More passages would share
     p(z|x) among more answers, an approximate index reads other passages, and so on: each moves p(y|x).

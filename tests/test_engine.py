@@ -535,7 +535,7 @@ def test_an_answer_that_reaches_the_length_limit_is_said_to_be_cut_short(causal_
 def test_a_question_about_the_asker_or_the_present_is_told_so_wherever_it_is_asked(causal_engine):
     """A review asked "what did I eat for breakfast?": a Breakfast passage took p(z|x) 0.82 and the page answered
     "eggs" with nothing said. Ask, Score and Compare must each say that no passage can know it."""
-    from rag_demo.questions import ABOUT_NOW_NOTE, ABOUT_THE_ASKER_NOTE
+    from rag_demo.question_kinds import ABOUT_NOW_NOTE, ABOUT_THE_ASKER_NOTE
 
     asker, now = "what did I eat for breakfast?", "who won the match yesterday?"
     assert ABOUT_THE_ASKER_NOTE in causal_engine.ask(asker, k=2, max_new_tokens=2).notices
@@ -548,7 +548,7 @@ def test_a_question_about_the_asker_or_the_present_is_told_so_wherever_it_is_ask
 def test_a_recent_year_a_request_or_another_language_is_told_so_in_the_answer_itself(causal_engine):
     """A review asked "who won the 2025 nba finals?" and got a wrong name, with nothing said; /ask_json lacked the
     page's note on a French question. The engine's notices carry each, so the page, the JSON and the CLI all say it."""
-    from rag_demo.questions import LANGUAGE_NOTE, RECENT_YEAR_NOTE, REQUEST_NOTE, TWO_QUESTIONS_NOTE
+    from rag_demo.question_kinds import LANGUAGE_NOTE, RECENT_YEAR_NOTE, REQUEST_NOTE, TWO_QUESTIONS_NOTE
 
     notes = {"who won the 2025 nba finals?": RECENT_YEAR_NOTE, "write a poem about cats": REQUEST_NOTE,
              "qui a peint la Joconde ?": LANGUAGE_NOTE, "who invented the light bulb and when did he die?": TWO_QUESTIONS_NOTE}

@@ -17,7 +17,7 @@ UPPER_LAYERS = ("rag_demo.engine", "rag_demo.serving", "rag_demo.ui", "rag_demo.
 # The folders and top-level modules, lowest first: each may import its own rank and those below.
 LAYERS = (
     ("config", "errors", "options", "results", "text", "progress", "precision", "packaged", "marginalize", "memory", "questions",
-     "sureness"),
+     "question_kinds", "sureness"),
     ("retrieval",),
     ("generation",),  # reads retrieval's Passage
     ("training",),

@@ -173,7 +173,8 @@ def test_a_question_file_loads_in_order(tmp_path):
 def test_no_everyday_question_is_of_a_kind_the_badges_leave_out():
     """The sureness bands were measured on the everyday sets; a kind of question they hold must not lose its badge,
     nor a notice tell a visitor that such a question is beyond the base."""
-    from rag_demo.questions import load_question_set, question_notices, unusual_kinds
+    from rag_demo.question_kinds import question_notices, unusual_kinds
+    from rag_demo.questions import load_question_set
 
     for name in ("everyday-train", "everyday"):
         flagged = [q.question for q in load_question_set(name) if unusual_kinds(q.question) or question_notices(q.question)]
@@ -190,13 +191,13 @@ def test_no_everyday_question_is_of_a_kind_the_badges_leave_out():
 ])
 def test_ordinary_questions_a_review_tried_keep_their_badge(question):
     """Titles and trivia that open with a name ("will smith ...", "blade runner 2049") are questions of fact."""
-    from rag_demo.questions import question_notices, unusual_kinds
+    from rag_demo.question_kinds import question_notices, unusual_kinds
 
     assert unusual_kinds(question) == () and question_notices(question) == ()
 
 
 def test_a_recent_year_is_one_up_to_this_year():
-    from rag_demo.questions import names_a_recent_year
+    from rag_demo.question_kinds import names_a_recent_year
 
     assert names_a_recent_year("who won the 2022 world cup?", this_year=2026)
     assert not names_a_recent_year("who won the 2022 world cup?", this_year=2021)

@@ -32,7 +32,7 @@ from rag_demo.ui.html import (
     format_token_spans,
 )
 from rag_demo.ui.index_table import BUILT_EARLIER_NOTE, MEASURED_ONCE_NOTE, format_index_table
-from rag_demo.questions import LANGUAGE_NOTE, looks_english
+from rag_demo.question_kinds import LANGUAGE_NOTE, looks_english
 from rag_demo.ui.inputs import PageLink, link_query, parse_link
 from tests.ui_engine import KB_NAMES, QUESTIONS
 
