@@ -97,8 +97,8 @@ def banded(results: dict[str, VariantResult], differences: list[str], *,
             return results, ()
         if "sequence" in results and sequence_decoding != MEASURED_SEQUENCE_DECODING:
             differences = [*differences, f"{sequence_decoding} RAG-Sequence decoding"]
-        return results, (f"{NO_BADGE}: the badges were measured on everyday questions asked with the page's default options on "
-                         f"{GENERAL_KB}, and this ask differs ({', '.join(differences)})",)
+        return results, (f"{NO_BADGE}: the badges were measured on everyday questions of fact, asked on {GENERAL_KB} with the "
+                         f"page's default options, and this ask differs: {', '.join(differences)}",)
     banded_results, notices = dict(results), []
     for variant in measured:
         result, name = results[variant], VARIANT_NAMES[variant]

@@ -212,3 +212,20 @@ def test_no_everyday_question_is_one_the_prompts_answer_in_a_worked_example():
     for name in ("everyday-train", "everyday"):
         leaked = [q.question for q in qs.load_question_set(name) if qs.normalize_answer(q.question) in asked]
         assert not leaked, (name, leaked)
+
+
+@pytest.mark.parametrize("question, by_name", [
+    ("who was cleopatra?", True), ("what is a black hole?", True), ("who was joan of arc?", True),
+    ("who was alexander the great?", True), ("who were the beatles?", True), ("what's photosynthesis?", True),
+    ("who was queen victoria?", True), ("what is covid-19?", True),
+    ("what is largest ocean?", False), ("what is biggest planet?", False), ("who was first president?", False),
+    ("what is capital of canada?", False), ("who is the king of france?", False), ("who is president?", False),
+    ("what is the hardest natural substance?", False), ("what is mount everest height?", False),
+])
+def test_a_question_asking_what_a_name_is_is_told_from_one_asking_a_relation(question, by_name):
+    """A browser review's questions: names with "of" or "the" in them are names; a superlative or a property of
+    something, its article dropped as visitors often do, asks a relation and keeps its badge."""
+    from rag_demo.question_kinds import ABOUT_A_NAME_NOTE, question_notices, unusual_kinds
+
+    assert ("a question of who or what something is" in unusual_kinds(question)) == by_name
+    assert (ABOUT_A_NAME_NOTE in question_notices(question)) == by_name

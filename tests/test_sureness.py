@@ -70,9 +70,9 @@ def test_an_ask_unlike_the_measured_one_says_why_it_has_no_band(ui_engine, monke
     result = ui_engine.ask(QUESTIONS[0], kb=KB_NAMES[0], k=3)
     assert all(v.sureness == "" for v in result.variants.values())
     said = [notice for notice in result.notices if "badge" in notice]
-    assert len(said) == 1 and said[0].endswith("(k = 3, memory off)")
+    assert len(said) == 1 and said[0].endswith("this ask differs: k = 3, memory off")
     fast = ui_engine.ask(QUESTIONS[0], kb=KB_NAMES[0], k=3, sequence_decoding="fast")
-    assert [n for n in fast.notices if "badge" in n][0].endswith("(k = 3, memory off, fast RAG-Sequence decoding)")
+    assert [n for n in fast.notices if "badge" in n][0].endswith("differs: k = 3, memory off, fast RAG-Sequence decoding")
 
 
 def test_what_differs_from_the_measured_ask_is_named():
