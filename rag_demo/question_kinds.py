@@ -108,9 +108,7 @@ _WHO_OR_WHAT_IS = re.compile(r"^\s*(?:(?:who|what)\s+(?:is|was|are|were)|(?:who|
 _NOT_A_NAME = frozenset(
     "this that these those it he she they there here i you we your my his her their our its "  # asks of something named before
     "in on at for from to by with about called made named known used like now today current currently "  # a relation
-    "largest biggest smallest tallest highest longest shortest deepest oldest youngest fastest slowest heaviest "
-    "lightest hottest coldest richest closest nearest farthest furthest greatest widest lowest earliest latest newest "
-    "most least best worst first second third last only main "  # which one of many
+    "most least best worst first second third last only main "  # which one of many (and any "...est": a superlative)
     "capital population height length area size speed name meaning currency language author founder leader head "
     "symbol formula colour color price cost age weight depth distance temperature number value unit definition "
     "president king queen pope chancellor mayor governor ceo emperor".split())  # a property or a role of another
