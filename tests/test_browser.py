@@ -410,6 +410,25 @@ def test_edit_passage_and_reask(page, tmp_path):
     shot(page, "mine")
 
 
+def test_score_question_follows_each_ask_until_one_is_typed_there(page):
+    def ask(question: str) -> None:
+        open_tab(page, "Ask")
+        field(page, "question").fill(question)
+        page.locator("#ask-btn").click()
+        expect(page.locator("#answer .rag-tok").first).to_be_visible()
+        expect(page.locator("#answer")).to_contain_text(question)
+        open_tab(page, "Score your answer")
+
+    ask(QUESTIONS[0])
+    expect(field(page, "score-question")).to_have_value(QUESTIONS[0])
+    ask(QUESTIONS[1])
+    expect(field(page, "score-question")).to_have_value(QUESTIONS[1])  # the last ask's, not the first's
+    field(page, "score-question").fill("a question of my own")
+    ask(QUESTIONS[2])
+    page.wait_for_timeout(500)
+    expect(field(page, "score-question")).to_have_value("a question of my own")
+
+
 def test_score_index_and_learn_tabs(page, ui_engine):
     question = QUESTIONS[2]
     field(page, "question").fill(question)

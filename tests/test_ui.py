@@ -923,12 +923,15 @@ def test_extractive_answers_copy_a_run_of_a_retrieved_passage(actions, ui_engine
     assert not free.extractive and all("copying" not in v.decoding for v in free.variants.values())
 
 
-def test_score_tab_takes_the_last_question_only_when_its_box_is_empty():
+def test_score_tab_takes_the_last_question_unless_one_was_typed_there():
     result = Held(evil_result())
-    assert DemoActions.carry_question(result, "") == result.value.question
-    assert DemoActions.carry_question(result, "  ") == result.value.question
-    assert is_skip(DemoActions.carry_question(result, "my own question"))  # never overwrite what was typed
-    assert is_skip(DemoActions.carry_question(None, ""))
+    asked = result.value.question
+    assert DemoActions.carry_question(result, "", "") == (asked, asked)
+    assert DemoActions.carry_question(result, "  ", "") == (asked, asked)
+    assert DemoActions.carry_question(result, "an earlier question", "an earlier question") == (asked, asked)
+    assert all(map(is_skip, DemoActions.carry_question(result, "my own question", "")))  # never overwrite what was typed
+    assert all(map(is_skip, DemoActions.carry_question(result, "my own question", "an earlier question")))
+    assert all(map(is_skip, DemoActions.carry_question(None, "", "")))
 
 
 def test_hybrid_passage_list_says_what_orders_it():

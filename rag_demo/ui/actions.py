@@ -518,12 +518,14 @@ class DemoActions:
         return format_learn_html(unwrap(result), position)
 
     @staticmethod
-    def carry_question(result: Held | AskResult | None, typed: str | None):
-        """The Score tab's question: the last asked one, unless the visitor already typed one there."""
+    def carry_question(result: Held | AskResult | None, typed: str | None, carried: str | None):
+        """The Score tab's question and the question last carried there: the last asked one, while the box is
+        empty or still holds the question carried before (`carried`); what the visitor typed there stays."""
         result = unwrap(result)
-        if result is None or (typed or "").strip():
-            return gr.skip()
-        return result.question
+        typed = (typed or "").strip()
+        if result is None or (typed and typed != (carried or "").strip()):
+            return gr.skip(), gr.skip()
+        return result.question, result.question
 
     # ---- the end of a session -------------------------------------------------------------------
     def end_session(self, request: gr.Request) -> None:

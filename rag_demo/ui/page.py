@@ -303,6 +303,7 @@ def build_demo(engine: Engine, *, limits: UploadLimits = UploadLimits(), files: 
                         "with the per-token provenance of each word.</p>", js_on_load=None)
                 with gr.Row(equal_height=True, elem_classes=["rag-stack-narrow"]):
                     score_question = gr.Textbox(label="Question", elem_id="score-question", scale=4)
+                    score_carried = gr.State("")  # the question last carried in from an ask, to tell it from a typed one
                     score_answer = gr.Textbox(label="Your answer", elem_id="score-answer", scale=3,
                                               max_length=ANSWER_BOX_CHARS)
                     score_btn = gr.Button("Score", variant="primary", elem_id="score-btn", scale=1, min_width=110)
@@ -421,8 +422,8 @@ def build_demo(engine: Engine, *, limits: UploadLimits = UploadLimits(), files: 
         kb.change(actions.examples_update, inputs=kb, outputs=examples, api_visibility="private", queue=False)
         retriever.change(actions.memory_update, inputs=retriever, outputs=memory, api_visibility="private", queue=False)
         last.change(actions.learn_tokens, inputs=last, outputs=list(learn_view), api_visibility="private", queue=False)
-        last.change(actions.carry_question, inputs=[last, score_question], outputs=score_question,
-                    api_visibility="private", queue=False)
+        last.change(actions.carry_question, inputs=[last, score_question, score_carried],
+                    outputs=[score_question, score_carried], api_visibility="private", queue=False)
         learn_token.change(actions.learn, inputs=[last, learn_token], outputs=learn_out, api_visibility="private",
                            queue=False)
 
