@@ -389,7 +389,8 @@ def without_honorific(answer: str) -> str:
 def holds_answer(text: str, answer: str, question: str = "") -> bool:
     """Whether `text` says `answer` in its words: holds them all (`holds_words`), or all but an honorific it
     opens with (`without_honorific`), or, for an answer that wraps one run of new words in the question's own and
-    FRAME_WORDS ("he eats sardines" for "what does tom eat?"), holds that run (`new_word_runs`). Words scattered
+    FRAME_WORDS ("he eats sardines" for "what does tom eat?"), holds that run (`new_word_runs`), or, for a short
+    answer around a number, holds its new words anywhere (`holds_number_among_words`). Other words scattered
     through a longer sentence are not looked for one by one:
     "the sum of the letters in the numeral 50" is not said by a passage that has "sum" and "letters" somewhere.
 
@@ -405,7 +406,31 @@ def holds_answer(text: str, answer: str, question: str = "") -> bool:
     if holds_words(text, answer) or holds_words(text, without_honorific(answer)):
         return True
     runs = new_word_runs(answer, question)
-    return len(runs) == 1 and holds_words(text, runs[0])
+    return (len(runs) == 1 and holds_words(text, runs[0])) or holds_number_among_words(text, runs)
+
+
+# The most new words a short answer around a number may have for its words to be looked for one by one
+NUMBER_ANSWER_WORDS = 4
+
+
+def holds_number_among_words(text: str, runs: Sequence[str]) -> bool:
+    """Whether `text` holds every word of `runs` (an answer's new words, `new_word_runs`) somewhere, for a short
+    answer that gives a number of three characters or more: a number is specific enough that the text holding it
+    and the few words beside it says the answer, however the two phrase what lies between ("c = 299792458" for
+    "c, exactly equal to 299792458"). Short numbers and longer answers still need their words in order.
+
+    >>> holds_number_among_words("c, exactly equal to 299792458 m/s", ["c 299792458"])
+    True
+    >>> holds_number_among_words("c, exactly equal to 299792458 m/s", ["c 186282"])
+    False
+    >>> holds_number_among_words("John Hancock and Samuel Adams", ["john adams"])
+    False
+    """
+    words = " ".join(runs).split()
+    if not 0 < len(words) <= NUMBER_ANSWER_WORDS or not any(len(w) >= 3 and any(c.isdigit() for c in w) for w in words):
+        return False
+    hay = normalize_answer(text).split()
+    return all(any(same_word(word, said) for said in hay) for word in words)
 
 
 def without_last_word(answer: str) -> str:

@@ -60,7 +60,10 @@ def holds(passage: RetrievedPassage, answer: str, question: str = "") -> bool:
     runs = [list(run) for new, run in itertools.groupby(words(answer), lambda w: w not in FRAME_WORDS and w not in asked)
             if new]
     surname = words(answer)[1:] if words(answer)[:1] and words(answer)[0] in TITLES else []
-    return said(words(answer)) or said(surname) or (len(runs) == 1 and said(runs[0]))
+    new_words = [w for run in runs for w in run]
+    around_a_number = (0 < len(new_words) <= 4 and any(len(w) > 2 and any(c.isdigit() for c in w) for w in new_words)
+                       and all(forms(w) & set(hay) for w in new_words))
+    return said(words(answer)) or said(surname) or (len(runs) == 1 and said(runs[0])) or around_a_number
 
 
 TITLES = {"mr", "mrs", "ms", "miss", "dr", "prof", "professor", "captain", "capt", "rev"}
@@ -94,6 +97,20 @@ def test_a_number_is_found_written_in_digits_or_words(answer):
     legs = RetrievedPassage(1, 0, "Spider", "Spiders have eight limbs and 40 eyes, or about forty.", 0.5, 1.0, 10.0)
     question = "how many legs does a spider have?"
     assert passages_holding(answer, [legs], question=question) == ((1,) if holds(legs, answer, question) else ())
+
+
+@pytest.mark.parametrize("answer", ["c = 299792458", "c = 299792458 metres", "299,792,458", "c = 186282 miles",
+                                    "c = 3 metres", "the light is 299792458 metres per second fast", "about 300000 km",
+                                    "vacuum 299792458 c metres", "299792458 furlongs"])
+def test_a_short_answer_around_a_number_is_found_however_it_phrases_what_lies_between(answer):
+    from rag_demo.questions import passages_holding
+
+    light = RetrievedPassage(1, 0, "Speed of light", "The speed of light in vacuum, commonly denoted c, is exactly equal "
+                             "to 299792458 metres per second.", 0.5, 1.0, 10.0)
+    question = "what is the speed of light?"
+    found = answer in ("c = 299792458", "c = 299792458 metres", "299,792,458", "vacuum 299792458 c metres")
+    assert holds(light, answer, question) == found
+    assert passages_holding(answer, [light], question=question) == ((1,) if found else ())
 
 
 @pytest.mark.parametrize("answer", ["Paris", "the river Seine", "Seine, France", "Berlin", "Jupiter", "metres tall",
