@@ -1,7 +1,7 @@
 """Kinds of question the knowledge bases cannot answer as asked, or that the sureness bands were not measured on.
 
 A question about the asker or the present, about a recent year, a request for writing, two questions in one, one in
-another language, a yes/no question, or one asking who or what a thing is by its name alone: each is a kind of
+another language, a matter of opinion, a yes/no question, or one asking who or what a thing is by its name alone: each is a kind of
 `QUESTION_KINDS`, told by cheap patterns over its words. `sureness` gives no badge to a question of any of them,
 and the engine passes on the notice a kind carries (`read_question`).
 
@@ -99,6 +99,14 @@ TWO_QUESTIONS_NOTE = ("This asks two things at once: RAG writes one short answer
 _YES_NO = re.compile(r"^\s*(?:is|are|was|were|am|do|does|did|can|could|will|would|should|shall|has|have|had|may|might"
                      r"|must|isn't|aren't|wasn't|weren't|doesn't|don't|didn't|can't|won't)\b", re.IGNORECASE)
 _QUESTION_WORD = re.compile(r"\b(?:who|whom|whose|what|which|when|where|why|how)\b", re.IGNORECASE)
+# Asking for a judgement ("is pizza better than pasta?", "what do you think of jazz?", "what is your favourite film?"):
+# the passages state facts and the generator has no view, so any answer is what its reading makes likely. A comparison
+# asked with a question word is trivia ("which metal conducts better than copper?"); one asked yes or no is a judgement
+_OPINION = re.compile(r"^\s*(?:is|are|was|were)\b.*\b(?:better|worse|nicer|cooler|prettier|tastier)\s+than\b|\bwhich\s+is\s+(?:better|worse|nicer)\b"
+                      r"|\bdo\s+you\s+(?:think|like|love|hate|prefer|believe|feel|recommend)\b|\byour\s+(?:favou?rite|opinion)\b"
+                      r"|\bwhat\s+do\s+you\s+make\s+of\b|\b(?:is|are)\s+(?:\w+\s+){1,4}worth\s+it\b", re.IGNORECASE)
+OPINION_NOTE = ("This asks for a judgement: the passages state facts and the generator holds no views, so an answer here "
+                "is what it makes likely after reading them, not an opinion anyone gave.")
 # Asking who or what a thing is by its name alone ("who was cleopatra?", "what is a black hole?", "who was joan of
 # arc?"): the answer wanted describes it, and a short one names it again ("Cleopatra VII") or names a neighbour. The
 # everyday sets hold none: each of theirs asks a relation ("who was plato's teacher?", "what is the capital of
@@ -160,6 +168,7 @@ QUESTION_KINDS = (
     ("a request for writing", lambda q: bool(_REQUEST.search(q)), REQUEST_NOTE),
     ("two questions in one", lambda q: bool(_TWO_QUESTIONS.search(q)), TWO_QUESTIONS_NOTE),
     ("a question not in English", lambda q: not looks_english(q), LANGUAGE_NOTE),
+    ("a question of opinion", lambda q: bool(_OPINION.search(q)), OPINION_NOTE),
     ("a yes/no question", lambda q: bool(_YES_NO.search(q)) and not _QUESTION_WORD.search(q), ""),
     ("a question of who or what something is", asks_what_a_name_is, ABOUT_A_NAME_NOTE),
 )
@@ -187,6 +196,10 @@ def unusual_kinds(question: str) -> tuple[str, ...]:
     >>> unusual_kinds("who wrote twelfth night, or what you will?"), unusual_kinds("will smith starred in which film?")
     ((), ())
     >>> unusual_kinds("singer of bohemian rhapsody?"), unusual_kinds("drawbridge is a type of what?")
+    ((), ())
+    >>> unusual_kinds("Is pizza better than pasta?"), unusual_kinds("what is your favourite film?")
+    (('a question of opinion', 'a yes/no question'), ('a question of opinion',))
+    >>> unusual_kinds("which metal conducts better than copper?"), unusual_kinds("who sang better than ever?")
     ((), ())
     """
     return tuple(name for name, applies, _ in QUESTION_KINDS if applies(question))

@@ -229,3 +229,19 @@ def test_a_question_asking_what_a_name_is_is_told_from_one_asking_a_relation(que
 
     assert ("a question of who or what something is" in unusual_kinds(question)) == by_name
     assert (ABOUT_A_NAME_NOTE in question_notices(question)) == by_name
+
+
+@pytest.mark.parametrize("question, judgement", [
+    ("is pizza better than pasta?", True), ("Are cats nicer than dogs?", True), ("which is better, tea or coffee?", True),
+    ("what do you think of jazz?", True), ("what is your favourite film?", True), ("is an electric car worth it?", True),
+    ("do you like the beatles?", True),
+    ("which metal conducts electricity better than copper?", False), ("who sang better than ever?", False),
+    ("what do you call a baby frog?", False), ("which is bigger, the sun or the moon?", False),
+    ("who wrote you think you know me?", False),
+])
+def test_a_question_of_opinion_gets_a_note_that_no_one_gave_this_view(question, judgement):
+    """A browser review asked "is pizza better than pasta?" and read an invented fact under only the yes/no notice."""
+    from rag_demo.question_kinds import OPINION_NOTE, question_notices, unusual_kinds
+
+    assert ("a question of opinion" in unusual_kinds(question)) == judgement
+    assert (OPINION_NOTE in question_notices(question)) == judgement
