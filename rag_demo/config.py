@@ -317,7 +317,9 @@ class GeneratorConfig:
 class DecodingConfig:
     """How answers are generated."""
 
-    max_new_tokens: int = 16
+    # room for a one-sentence definition or a long number ("299792458 metres per second" is 15 of Gemma's tokens):
+    # at 16, "what is DNA?" stopped mid-sentence. Short answers stop at their line break long before either limit.
+    max_new_tokens: int = 32
     num_beams: int = 1
     sequence_decoding: str = "thorough"  # RAG-Sequence: "thorough" or "fast" (paper 2.5)
     extractive: bool = False  # answers may only copy a run of a retrieved passage's tokens (causal generators)

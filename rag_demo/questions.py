@@ -390,8 +390,9 @@ def holds_answer(text: str, answer: str, question: str = "") -> bool:
     """Whether `text` says `answer` in its words: holds them all (`holds_words`), or all but an honorific it
     opens with (`without_honorific`), or, for an answer that wraps one run of new words in the question's own and
     FRAME_WORDS ("he eats sardines" for "what does tom eat?"), holds that run (`new_word_runs`), or, for a short
-    answer around a number, holds its new words anywhere (`holds_number_among_words`). Other words scattered
-    through a longer sentence are not looked for one by one:
+    answer around a number, holds its new words anywhere (`holds_number_among_words`), or, for a sentence that
+    restates the question's subject before what it adds, holds the rest in order (`without_question_frame`).
+    Other words scattered through a longer sentence are not looked for one by one:
     "the sum of the letters in the numeral 50" is not said by a passage that has "sum" and "letters" somewhere.
 
     >>> holds_answer("Tom is a cat. His favourite food is sardines.", "he eats sardines", "what does tom eat?")
@@ -406,7 +407,33 @@ def holds_answer(text: str, answer: str, question: str = "") -> bool:
     if holds_words(text, answer) or holds_words(text, without_honorific(answer)):
         return True
     runs = new_word_runs(answer, question)
-    return (len(runs) == 1 and holds_words(text, runs[0])) or holds_number_among_words(text, runs)
+    if (len(runs) == 1 and holds_words(text, runs[0])) or holds_number_among_words(text, runs):
+        return True
+    core = without_question_frame(answer, question)
+    return len(runs) > 1 and bool(core) and holds_words(text, core)
+
+
+def without_question_frame(answer: str, question: str) -> str:
+    """`answer`'s words (SQuAD-normalized) from its first new word to its last, without the question's words and
+    FRAME_WORDS it opens or ends with: what a sentence answer says after restating its subject ("DNA is a polymer
+    composed of two chains" for "what is DNA?" -> "polymer composed of two chains").
+
+    >>> without_question_frame("DNA is a polymer composed of two chains.", "what is DNA?")
+    'polymer composed of two chains'
+    >>> without_question_frame("It is DNA", "what is DNA?")
+    ''
+    """
+    asked = normalize_answer(question).split()
+    words = normalize_answer(answer).split()
+
+    def framing(word: str) -> bool:
+        return word in FRAME_WORDS or any(same_word(word, said) for said in asked)
+
+    while words and framing(words[0]):
+        words.pop(0)
+    while words and framing(words[-1]):
+        words.pop()
+    return " ".join(words)
 
 
 # The most new words a short answer around a number may have for its words to be looked for one by one

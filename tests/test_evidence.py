@@ -63,7 +63,12 @@ def holds(passage: RetrievedPassage, answer: str, question: str = "") -> bool:
     new_words = [w for run in runs for w in run]
     around_a_number = (0 < len(new_words) <= 4 and any(len(w) > 2 and any(c.isdigit() for c in w) for w in new_words)
                        and all(forms(w) & set(hay) for w in new_words))
-    return said(words(answer)) or said(surname) or (len(runs) == 1 and said(runs[0])) or around_a_number
+    framing = [w in FRAME_WORDS or w in asked for w in words(answer)]
+    inner = [w for w, frame, i in zip(words(answer), framing, range(len(framing)))
+             if any(not f for f in framing[:i + 1]) and any(not f for f in framing[i:])]
+    restated_subject = len(runs) > 1 and said(inner)
+    return (said(words(answer)) or said(surname) or (len(runs) == 1 and said(runs[0])) or around_a_number
+            or restated_subject)
 
 
 TITLES = {"mr", "mrs", "ms", "miss", "dr", "prof", "professor", "captain", "capt", "rev"}
@@ -97,6 +102,21 @@ def test_a_number_is_found_written_in_digits_or_words(answer):
     legs = RetrievedPassage(1, 0, "Spider", "Spiders have eight limbs and 40 eyes, or about forty.", 0.5, 1.0, 10.0)
     question = "how many legs does a spider have?"
     assert passages_holding(answer, [legs], question=question) == ((1,) if holds(legs, answer, question) else ())
+
+
+@pytest.mark.parametrize("answer", ["DNA is a polymer of two chains that coil around each other.",
+                                    "It is a polymer of two chains", "DNA is a polymer of two chains that coil in DNA",
+                                    "DNA is a polymer that coils", "a polymer of chains", "DNA is a chain of two polymers."])
+def test_a_sentence_that_restates_the_subject_is_found_by_what_it_adds(answer):
+    from rag_demo.questions import passages_holding
+
+    dna = RetrievedPassage(1, 0, "DNA", "Deoxyribonucleic acid is a polymer of two chains that coil around each "
+                           "other to form a double helix.", 0.5, 1.0, 10.0)
+    question = "what is DNA?"
+    found = answer in ("DNA is a polymer of two chains that coil around each other.", "It is a polymer of two chains",
+                       "DNA is a polymer of two chains that coil in DNA")
+    assert holds(dna, answer, question) == found
+    assert passages_holding(answer, [dna], question=question) == ((1,) if found else ())
 
 
 @pytest.mark.parametrize("answer", ["c = 299792458", "c = 299792458 metres", "299,792,458", "c = 186282 miles",
