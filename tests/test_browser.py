@@ -396,10 +396,12 @@ def test_edit_passage_and_reask(page, tmp_path):
     doc = tmp_path / "plutonia.md"
     doc.write_text("Zorblax is the capital of Plutonia, a city of glass domes.\n", encoding="utf-8")
     open_tab(page, "Your knowledge")
+    expect(page.locator("#mine-save")).to_be_hidden()  # nothing to edit before a build
     page.locator("#mine-files input[type=file]").set_input_files(str(doc))
     expect_file_listed(page, "plutonia.md")
     page.locator("#mine-build").click()
     expect(page.locator("#mine-status")).to_contain_text("Indexed 1 passage")
+    expect(page.locator("#mine-save")).to_be_visible()
     expect(field(page, "mine-edit-text")).to_have_value("Zorblax is the capital of Plutonia, a city of glass domes.")
     field(page, "mine-edit-text").fill("Glimmerton is the capital of Plutonia, a city of glass domes.")
     page.locator("#mine-save").click()

@@ -311,7 +311,7 @@ class DemoActions:
         choices = self.kb_choices(kb)
         return MineView(status=status, mine=Held(kb), picker=gr.update(choices=passage_choices(kb), value=0),
                         edit_title=kb.titles[0], edit_text=kb.texts[0], preview=format_kb_preview(kb), ask_status="",
-                        **{menu: gr.update(choices=choices) for menu in KB_MENUS})
+                        editor=gr.update(visible=True), **{menu: gr.update(choices=choices) for menu in KB_MENUS})
 
     def pick_passage(self, position: int | None, mine: Held | KnowledgeBase | None) -> PassageView:
         mine = unwrap(mine)

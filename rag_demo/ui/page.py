@@ -282,7 +282,8 @@ def build_demo(engine: Engine, *, limits: UploadLimits = UploadLimits(), files: 
                         mine_build = gr.Button("Build my knowledge base", variant="primary", elem_id="mine-build")
                         mine_status = _html("mine-status", format_status(
                             "No knowledge base yet: upload or paste text, then build it.", "info"), min_height=70)
-                    with gr.Column(scale=1, min_width=360):
+                    # nothing to edit before a build: the editor appears with the knowledge base (MineView.editor)
+                    with gr.Column(scale=1, min_width=360, visible=False, elem_id="mine-editor") as mine_editor:
                         mine_pick = gr.Dropdown([], value=None, label="Edit a passage", elem_id="mine-passage",
                                                 type="value", elem_classes=["rag-fit-dropdown"])
                         mine_edit_title = gr.Textbox(label="Title", elem_id="mine-edit-title")
@@ -357,7 +358,8 @@ def build_demo(engine: Engine, *, limits: UploadLimits = UploadLimits(), files: 
         swap_view = SwapView(status=swap_status, summary=swap_summary, left=swap_left_out, right=swap_right_out,
                              question_encoder=swap_encoder)
         mine_view = MineView(status=mine_status, mine=mine, picker=mine_pick, edit_title=mine_edit_title,
-                             edit_text=mine_edit_text, preview=mine_preview, ask_status=mine_ask_status, **kb_menus)
+                             edit_text=mine_edit_text, preview=mine_preview, ask_status=mine_ask_status,
+                             editor=mine_editor, **kb_menus)
         mine_answer_view = MineAnswerView(status=mine_ask_status, answer=mine_answer, passages=mine_passages)
         score_view = ScoreView(status=score_status, cards=score_out, heat_token=score_heat_token, heat_seq=score_heat_seq,
                                gain=score_gain, question_encoder=score_encoder)

@@ -98,6 +98,7 @@ class MineView(NamedTuple):
     edit_text: Any
     preview: Any
     ask_status: Any  # the ask box's message: an old "build first" error is cleared by a build
+    editor: Any  # the passage editor's column: shown once there is a knowledge base to edit
     kb: Any
     swap_left: Any
     swap_right: Any
