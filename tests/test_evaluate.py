@@ -143,7 +143,7 @@ def test_eval_asks_every_held_out_question_stored_beside_the_kb_and_nothing_else
     assert len(held) == 3 and len(split.training) == 15  # one group held out: about 18 / 5 questions
     kb = replace(tiny_kb, path=tmp_path)
     first, second, third = sorted(held)
-    answer = tiny_engine.ask(first, kb=kb, k=1, variants=("token",), max_new_tokens=16, closed_book=False).variants["token"].answer
+    answer = tiny_engine.ask(first, kb=kb, k=1, variants=("token",), closed_book=False).variants["token"].answer
     assert normalize_answer(answer)  # something to match
     example = next(r for r in records if r["question"] not in held)
     example["example"] = True  # its group leaves training and is not held out either
