@@ -171,7 +171,8 @@ def _picked(engine, kb: str, n: int, seed: int, questions: list[EvalQuestion] | 
 
 
 def evaluate(engine, *, kb: str, variant: str, n: int, seed: int, k: int = ASK.k, index: str = ASK.index, num_beams: int = 1,
-             max_new_tokens: int = DECODING_DEFAULTS.max_new_tokens, sequence_decoding: str = "thorough", questions: list[EvalQuestion] | None = None,
+             max_new_tokens: int = DECODING_DEFAULTS.max_new_tokens, sequence_decoding: str = "thorough",
+             questions: list[EvalQuestion] | None = None,
              kb_sample: int | None = None, retriever: str | None = None, extractive: bool = False, gold_passage: bool = False,
              progress=None, answers: Callable[[dict], None] | None = None, memory: bool | None = None) -> dict:
     """Sample n questions of `kb` and score `variant` ("token", "sequence" or "closed-book")."""
@@ -185,7 +186,8 @@ def evaluate(engine, *, kb: str, variant: str, n: int, seed: int, k: int = ASK.k
 
 
 def evaluate_table(engine, *, kbs, ks, n: int, seed: int, variants=(*VARIANTS, CLOSED_BOOK),
-                   index: str = ASK.index, num_beams: int = 1, max_new_tokens: int = DECODING_DEFAULTS.max_new_tokens, sequence_decoding: str = "thorough",
+                   index: str = ASK.index, num_beams: int = 1, max_new_tokens: int = DECODING_DEFAULTS.max_new_tokens,
+                   sequence_decoding: str = "thorough",
                    questions: dict[str, list[EvalQuestion]] | None = None, kb_sample: int | None = None,
                    retriever: str | None = None, extractive: bool = False, gold_passage: bool = False,
                    progress=None, answers: Callable[[dict], None] | None = None, memory: bool | None = None) -> list[dict]:

@@ -1,9 +1,9 @@
 """Kinds of question the knowledge bases cannot answer as asked, or that the sureness bands were not measured on.
 
 A question about the asker or the present, about a recent year, a request for writing, two questions in one, one in
-another language, a matter of opinion, a yes/no question, or one asking who or what a thing is by its name alone: each is a kind of
-`QUESTION_KINDS`, told by cheap patterns over its words. `sureness` gives no badge to a question of any of them,
-and the engine passes on the notice a kind carries (`read_question`).
+another language, a matter of opinion, a yes/no question, or one asking who or what a thing is by its name alone:
+each is a kind of `QUESTION_KINDS`, told by cheap patterns over its words. `sureness` gives no badge to a question of
+any of them, and the engine passes on the notice a kind carries (`read_question`).
 
 Importing this module loads nothing heavy.
 """
@@ -102,7 +102,8 @@ _QUESTION_WORD = re.compile(r"\b(?:who|whom|whose|what|which|when|where|why|how)
 # Asking for a judgement ("is pizza better than pasta?", "what do you think of jazz?", "what is your favourite film?"):
 # the passages state facts and the generator has no view, so any answer is what its reading makes likely. A comparison
 # asked with a question word is trivia ("which metal conducts better than copper?"); one asked yes or no is a judgement
-_OPINION = re.compile(r"^\s*(?:is|are|was|were)\b.*\b(?:better|worse|nicer|cooler|prettier|tastier)\s+than\b|\bwhich\s+is\s+(?:better|worse|nicer)\b"
+_OPINION = re.compile(r"^\s*(?:is|are|was|were)\b.*\b(?:better|worse|nicer|cooler|prettier|tastier)\s+than\b"
+                      r"|\bwhich\s+is\s+(?:better|worse|nicer)\b"
                       r"|\bdo\s+you\s+(?:think|like|love|hate|prefer|believe|feel|recommend)\b|\byour\s+(?:favou?rite|opinion)\b"
                       r"|\bwhat\s+do\s+you\s+make\s+of\b|\b(?:is|are)\s+(?:\w+\s+){1,4}worth\s+it\b", re.IGNORECASE)
 OPINION_NOTE = ("This asks for a judgement: the passages state facts and the generator holds no views, so an answer here "
